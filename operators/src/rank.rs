@@ -1,0 +1,137 @@
+//! Geneformer rank-value encoding of a single cell (DESIGN.md §2).
+
+use serde::{Deserialize, Serialize};
+
+/// Geneformer normalizes each cell to 10,000 total counts before dividing by the gene median.
+pub const TARGET_SUM: f64 = 10_000.0;
+
+/// How ranked genes become a token sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SequenceLayout {
+    /// Most gene tokens kept (V1: 2,048; V2: 4,094).
+    pub max_genes: usize,
+    /// Token prepended to every sequence (V2's `<cls>`).
+    pub cls: Option<u32>,
+    /// Token appended to every sequence (V2's `<eos>`).
+    pub eos: Option<u32>,
+}
+
+impl SequenceLayout {
+    /// Geneformer V1: 2,048 genes, no special tokens.
+    pub const fn v1() -> Self {
+        Self { max_genes: 2048, cls: None, eos: None }
+    }
+
+    /// Geneformer V2: 4,094 genes between `<cls>` and `<eos>`.
+    pub const fn v2(cls: u32, eos: u32) -> Self {
+        Self { max_genes: 4094, cls: Some(cls), eos: Some(eos) }
+    }
+}
+
+/// Normalized expression of one gene: `count / n_counts * 10,000 / median`, evaluated in that
+/// order in f64 as Geneformer's numpy code does.
+#[inline]
+pub fn normalized_expression(count: f64, n_counts: f64, median: f64) -> f64 {
+    count / n_counts * TARGET_SUM / median
+}
+
+/// Ranks `genes` (token id, normalized expression) by expression, descending, ties by ascending
+/// token id, and writes the first `layout.max_genes` tokens, wrapped in the layout's special
+/// tokens, into `out` (cleared first).
+///
+/// Every expression value must be finite and > 0 (zeros are not part of a cell's sequence);
+/// token ids must be distinct. `scratch` is reused between calls to avoid allocation.
+pub fn rank_value_encode(
+    genes: &[(u32, f64)],
+    layout: &SequenceLayout,
+    scratch: &mut Vec<u128>,
+    out: &mut Vec<u32>,
+) {
+    // A positive finite f64 orders like its bit pattern, so one u128 key per gene sorts by
+    // (expression descending, token ascending) with plain integer comparisons.
+    scratch.clear();
+    scratch.extend(genes.iter().map(|&(token, x)| {
+        debug_assert!(x.is_finite() && x > 0.0, "expression must be finite and positive");
+        (u128::from(!x.to_bits()) << 32) | u128::from(token)
+    }));
+    let keep = layout.max_genes.min(scratch.len());
+    if keep < scratch.len() {
+        if keep > 0 {
+            scratch.select_nth_unstable(keep - 1);
+        }
+        scratch.truncate(keep);
+    }
+    scratch.sort_unstable();
+
+    out.clear();
+    out.reserve(keep + 2);
+    out.extend(layout.cls);
+    out.extend(scratch.iter().map(|&key| key as u32));
+    out.extend(layout.eos);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(genes: &[(u32, f64)], layout: &SequenceLayout) -> Vec<u32> {
+        let mut out = Vec::new();
+        rank_value_encode(genes, layout, &mut Vec::new(), &mut out);
+        out
+    }
+
+    #[test]
+    fn ranks_by_expression_descending() {
+        let genes = [(10, 1.0), (11, 5.0), (12, 3.0)];
+        assert_eq!(encode(&genes, &SequenceLayout::v1()), vec![11, 12, 10]);
+    }
+
+    #[test]
+    fn ties_break_by_ascending_token_id() {
+        let genes = [(30, 2.0), (7, 2.0), (19, 2.0), (5, 1.0)];
+        assert_eq!(encode(&genes, &SequenceLayout::v1()), vec![7, 19, 30, 5]);
+    }
+
+    #[test]
+    fn truncates_to_max_genes_keeping_the_highest() {
+        let layout = SequenceLayout { max_genes: 2, cls: None, eos: None };
+        let genes = [(1, 0.5), (2, 9.0), (3, 4.0), (4, 9.0)];
+        assert_eq!(encode(&genes, &layout), vec![2, 4]);
+    }
+
+    #[test]
+    fn v2_wraps_in_cls_and_eos() {
+        let layout = SequenceLayout { max_genes: 2, ..SequenceLayout::v2(100, 101) };
+        assert_eq!(encode(&[(5, 1.0), (6, 2.0), (7, 3.0)], &layout), vec![100, 7, 6, 101]);
+    }
+
+    #[test]
+    fn empty_cell_gives_only_specials() {
+        assert!(encode(&[], &SequenceLayout::v1()).is_empty());
+        assert_eq!(encode(&[], &SequenceLayout::v2(2, 3)), vec![2, 3]);
+    }
+
+    #[test]
+    fn normalization_follows_geneformer_operation_order() {
+        // (3 / 1234) * 10000 / 0.7, evaluated left to right in f64.
+        let expected = 3.0_f64 / 1234.0 * 10_000.0 / 0.7;
+        assert_eq!(normalized_expression(3.0, 1234.0, 0.7).to_bits(), expected.to_bits());
+    }
+
+    proptest! {
+        #[test]
+        fn matches_a_stable_sort_reference(
+            values in proptest::collection::vec(1u32..50, 0..300),
+            max_genes in 1usize..400,
+        ) {
+            let genes: Vec<(u32, f64)> =
+                values.iter().enumerate().map(|(i, &v)| (i as u32 * 3 + 2, f64::from(v) / 7.0)).collect();
+            let mut reference = genes.clone();
+            reference.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap().then(a.0.cmp(&b.0)));
+            let expected: Vec<u32> = reference.iter().take(max_genes).map(|g| g.0).collect();
+            let layout = SequenceLayout { max_genes, cls: None, eos: None };
+            prop_assert_eq!(encode(&genes, &layout), expected);
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The library's typed errors. Every variant names the file (or input) it is about, so a
+//! message printed by `main` tells the user what to fix without a backtrace.
+
+use std::path::{Path, PathBuf};
+
+/// Result alias for corrflow's library code.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in corrflow's stages.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+
+    #[error("{}: {what}: {source}", path.display())]
+    Hdf5 { path: PathBuf, what: String, source: hdf5::Error },
+
+    /// The file is readable but its structure is not what its format requires.
+    #[error("{}: {msg}", path.display())]
+    Format { path: PathBuf, msg: String },
+
+    /// A value in the data is not acceptable (negative, non-finite, non-integer counts...).
+    #[error("{}: {msg}", path.display())]
+    InvalidData { path: PathBuf, msg: String },
+
+    #[error("vocabulary {name}: {msg}")]
+    Vocab { name: String, msg: String },
+
+    #[error("{}: {msg}", path.display())]
+    Parquet { path: PathBuf, msg: String },
+
+    #[error("config {}: {msg}", path.display())]
+    Config { path: PathBuf, msg: String },
+
+    /// A request that conflicts with what is already on disk (existing atlas, mismatched resume).
+    #[error("{}: {msg}", path.display())]
+    Conflict { path: PathBuf, msg: String },
+
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl Error {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Self::Io { path: path.as_ref().to_path_buf(), source }
+    }
+
+    pub fn format(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Self::Format { path: path.as_ref().to_path_buf(), msg: msg.into() }
+    }
+
+    pub fn invalid(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Self::InvalidData { path: path.as_ref().to_path_buf(), msg: msg.into() }
+    }
+
+    pub fn hdf5(path: impl AsRef<Path>, what: impl Into<String>, source: hdf5::Error) -> Self {
+        Self::Hdf5 { path: path.as_ref().to_path_buf(), what: what.into(), source }
+    }
+
+    pub fn parquet(path: impl AsRef<Path>, err: impl std::fmt::Display) -> Self {
+        Self::Parquet { path: path.as_ref().to_path_buf(), msg: err.to_string() }
+    }
+
+    pub fn conflict(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Self::Conflict { path: path.as_ref().to_path_buf(), msg: msg.into() }
+    }
+}
+
+/// Attaches a path to `std::io` results.
+pub trait IoContext<T> {
+    fn at(self, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}

@@ -1,0 +1,275 @@
+//! Thin helpers over `hdf5-metno` for the shapes of data single-cell files use: attributes that
+//! may be variable- or fixed-length strings, numeric datasets of any width read in slices, and
+//! fields of legacy compound tables. Every error names the file and the object.
+
+use std::ops::Range;
+use std::path::Path;
+
+use hdf5::types::{CompoundField, CompoundType, FloatSize, IntSize, TypeDescriptor, VarLenAscii, VarLenUnicode};
+use hdf5::{Dataset, Datatype, H5Type, Location};
+
+use crate::error::{Error, IoContext, Result};
+
+const HDF5_SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
+
+/// Opens `path` read-only, telling an empty, truncated or non-HDF5 file apart from other errors.
+pub fn open(path: &Path) -> Result<hdf5::File> {
+    let meta = std::fs::metadata(path).at(path)?;
+    if meta.len() == 0 {
+        return Err(Error::format(path, "file is empty"));
+    }
+    let mut head = [0u8; 8];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).at(path)?;
+        let n = f.read(&mut head).at(path)?;
+        if n < 8 || &head != HDF5_SIGNATURE {
+            return Err(Error::format(path, "not an HDF5 file (no HDF5 signature at offset 0)"));
+        }
+    }
+    hdf5::silence_errors(true);
+    hdf5::File::open(path).map_err(|e| {
+        Error::format(path, format!("cannot open as HDF5 (truncated or corrupt file?): {e}"))
+    })
+}
+
+/// Reads a string attribute of any HDF5 string type; `None` when absent or not a string.
+pub fn attr_string(obj: &Location, name: &str) -> Option<String> {
+    let attr = obj.attr(name).ok()?;
+    let desc = attr.dtype().ok()?.to_descriptor().ok()?;
+    let is_scalar = attr.shape().iter().product::<usize>() <= 1;
+    match desc {
+        TypeDescriptor::VarLenUnicode if is_scalar => attr.read_scalar::<VarLenUnicode>().ok().map(|s| s.to_string()),
+        TypeDescriptor::VarLenAscii if is_scalar => attr.read_scalar::<VarLenAscii>().ok().map(|s| s.to_string()),
+        TypeDescriptor::VarLenUnicode => attr.read_raw::<VarLenUnicode>().ok()?.first().map(|s| s.to_string()),
+        TypeDescriptor::FixedAscii(n) | TypeDescriptor::FixedUnicode(n) => {
+            let dtype = attr.dtype().ok()?;
+            let total = n * attr.shape().iter().product::<usize>().max(1);
+            let mut buf = vec![0u8; total];
+            let status = hdf5::sync::sync(|| unsafe {
+                hdf5_sys::h5a::H5Aread(attr.id(), dtype.id(), buf.as_mut_ptr().cast())
+            });
+            (status >= 0).then(|| fixed_to_string(&buf[..n]))
+        }
+        _ => None,
+    }
+}
+
+/// Reads an integer array attribute (e.g. a sparse matrix `shape`).
+pub fn attr_usizes(obj: &Location, name: &str) -> Option<Vec<usize>> {
+    let attr = obj.attr(name).ok()?;
+    let values = attr.read_raw::<i64>().ok()?;
+    values.into_iter().map(|v| usize::try_from(v).ok()).collect()
+}
+
+fn fixed_to_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// Numeric element types single-cell matrices are stored in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NumKind {
+    F32,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Bool,
+}
+
+impl NumKind {
+    pub fn of(desc: &TypeDescriptor) -> Option<Self> {
+        Some(match desc {
+            TypeDescriptor::Float(FloatSize::U4) => Self::F32,
+            TypeDescriptor::Float(FloatSize::U8) => Self::F64,
+            TypeDescriptor::Integer(IntSize::U1) => Self::I8,
+            TypeDescriptor::Integer(IntSize::U2) => Self::I16,
+            TypeDescriptor::Integer(IntSize::U4) => Self::I32,
+            TypeDescriptor::Integer(IntSize::U8) => Self::I64,
+            TypeDescriptor::Unsigned(IntSize::U1) => Self::U8,
+            TypeDescriptor::Unsigned(IntSize::U2) => Self::U16,
+            TypeDescriptor::Unsigned(IntSize::U4) => Self::U32,
+            TypeDescriptor::Unsigned(IntSize::U8) => Self::U64,
+            TypeDescriptor::Boolean => Self::Bool,
+            TypeDescriptor::Enum(e) if e.members.len() == 2 => Self::Bool,
+            _ => return None,
+        })
+    }
+
+    pub fn is_integer(self) -> bool {
+        !matches!(self, Self::F32 | Self::F64)
+    }
+}
+
+/// What a dataset holds, for choosing how to read it.
+pub fn num_kind(path: &Path, ds: &Dataset, what: &str) -> Result<NumKind> {
+    let desc = descriptor(path, ds, what)?;
+    NumKind::of(&desc).ok_or_else(|| Error::format(path, format!("{what}: expected a numeric dataset, found {desc}")))
+}
+
+pub fn descriptor(path: &Path, ds: &Dataset, what: &str) -> Result<TypeDescriptor> {
+    ds.dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| Error::hdf5(path, format!("reading the type of {what}"), e))
+}
+
+fn read_vec<T: H5Type>(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<T>> {
+    let res = match range {
+        Some(r) => ds.read_slice_1d::<T, _>(r).map(|a| a.into_raw_vec_and_offset().0),
+        None => ds.read_raw::<T>(),
+    };
+    res.map_err(|e| Error::hdf5(path, format!("reading {what}"), e))
+}
+
+/// Reads (a slice of) a 1-d numeric dataset, converting to f64 in Rust rather than through
+/// HDF5's slower type-conversion path.
+pub fn read_f64(path: &Path, ds: &Dataset, what: &str, kind: NumKind, range: Option<Range<usize>>) -> Result<Vec<f64>> {
+    macro_rules! conv {
+        ($t:ty) => {
+            read_vec::<$t>(path, ds, what, range)?.into_iter().map(|v| v as f64).collect()
+        };
+    }
+    Ok(match kind {
+        NumKind::F64 => read_vec::<f64>(path, ds, what, range)?,
+        NumKind::F32 => conv!(f32),
+        NumKind::I8 => conv!(i8),
+        NumKind::I16 => conv!(i16),
+        NumKind::I32 => conv!(i32),
+        NumKind::I64 => conv!(i64),
+        NumKind::U8 => conv!(u8),
+        NumKind::U16 => conv!(u16),
+        NumKind::U32 => conv!(u32),
+        NumKind::U64 => conv!(u64),
+        NumKind::Bool => read_vec::<bool>(path, ds, what, range)?.into_iter().map(|b| f64::from(u8::from(b))).collect(),
+    })
+}
+
+/// Reads (a slice of) a 1-d integer dataset as i64 (sparse indices, indptr, codes).
+pub fn read_i64(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<i64>> {
+    let kind = num_kind(path, ds, what)?;
+    macro_rules! conv {
+        ($t:ty) => {
+            read_vec::<$t>(path, ds, what, range)?.into_iter().map(|v| v as i64).collect()
+        };
+    }
+    Ok(match kind {
+        NumKind::I64 => read_vec::<i64>(path, ds, what, range)?,
+        NumKind::I32 => conv!(i32),
+        NumKind::I16 => conv!(i16),
+        NumKind::I8 => conv!(i8),
+        NumKind::U8 => conv!(u8),
+        NumKind::U16 => conv!(u16),
+        NumKind::U32 => conv!(u32),
+        NumKind::U64 => read_vec::<u64>(path, ds, what, range)?
+            .into_iter()
+            .map(|v| i64::try_from(v).map_err(|_| Error::format(path, format!("{what}: value {v} out of range"))))
+            .collect::<Result<_>>()?,
+        other => return Err(Error::format(path, format!("{what}: expected integers, found {other:?}"))),
+    })
+}
+
+/// Reads (a slice of) a 1-d string dataset of any HDF5 string type.
+pub fn read_strings(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<String>> {
+    match descriptor(path, ds, what)? {
+        TypeDescriptor::VarLenUnicode => {
+            Ok(read_vec::<VarLenUnicode>(path, ds, what, range)?.into_iter().map(|s| s.to_string()).collect())
+        }
+        TypeDescriptor::VarLenAscii => {
+            Ok(read_vec::<VarLenAscii>(path, ds, what, range)?.into_iter().map(|s| s.to_string()).collect())
+        }
+        TypeDescriptor::FixedAscii(n) | TypeDescriptor::FixedUnicode(n) => {
+            let dtype = ds.dtype().map_err(|e| Error::hdf5(path, what, e))?;
+            let bytes = read_raw_bytes(path, ds, what, &dtype, n, range)?;
+            Ok(bytes.chunks(n.max(1)).map(fixed_to_string).collect())
+        }
+        other => Err(Error::format(path, format!("{what}: expected strings, found {other}"))),
+    }
+}
+
+/// Names and types of the fields of a compound dataset (legacy AnnData `obs`/`var` tables).
+pub fn compound_fields(path: &Path, ds: &Dataset, what: &str) -> Result<Option<Vec<CompoundField>>> {
+    Ok(match descriptor(path, ds, what)? {
+        TypeDescriptor::Compound(c) => Some(c.fields),
+        _ => None,
+    })
+}
+
+/// Reads one fixed-length-string field of a compound dataset.
+pub fn read_compound_strings(
+    path: &Path,
+    ds: &Dataset,
+    field: &CompoundField,
+    range: Option<Range<usize>>,
+) -> Result<Vec<String>> {
+    let what = format!("field '{}' of {}", field.name, ds.name());
+    let n = match field.ty {
+        TypeDescriptor::FixedAscii(n) | TypeDescriptor::FixedUnicode(n) => n,
+        ref other => return Err(Error::format(path, format!("{what}: expected a fixed-length string, found {other}"))),
+    };
+    let mem = single_field_type(path, field, field.ty.clone(), n)?;
+    let bytes = read_raw_bytes(path, ds, &what, &mem, n, range)?;
+    Ok(bytes.chunks(n.max(1)).map(fixed_to_string).collect())
+}
+
+/// Reads one numeric field of a compound dataset as f64 (HDF5 converts the field's type).
+pub fn read_compound_f64(
+    path: &Path,
+    ds: &Dataset,
+    field: &CompoundField,
+    range: Option<Range<usize>>,
+) -> Result<Vec<f64>> {
+    let what = format!("field '{}' of {}", field.name, ds.name());
+    let mem = single_field_type(path, field, TypeDescriptor::Float(FloatSize::U8), 8)?;
+    let bytes = read_raw_bytes(path, ds, &what, &mem, 8, range)?;
+    Ok(bytes.chunks_exact(8).map(|b| f64::from_ne_bytes(b.try_into().expect("8-byte chunk"))).collect())
+}
+
+fn single_field_type(path: &Path, field: &CompoundField, ty: TypeDescriptor, size: usize) -> Result<Datatype> {
+    let desc = TypeDescriptor::Compound(CompoundType { fields: vec![CompoundField::new(&field.name, ty, 0, 0)], size });
+    Datatype::from_descriptor(&desc).map_err(|e| Error::hdf5(path, format!("memory type for field '{}'", field.name), e))
+}
+
+/// Reads elements of `ds` (all, or a 1-d slice) converted to the memory type `mem` of
+/// `elem_size` bytes, into a flat byte buffer.
+fn read_raw_bytes(
+    path: &Path,
+    ds: &Dataset,
+    what: &str,
+    mem: &Datatype,
+    elem_size: usize,
+    range: Option<Range<usize>>,
+) -> Result<Vec<u8>> {
+    let space = ds.space().map_err(|e| Error::hdf5(path, what, e))?;
+    let total = space.size();
+    let range = range.unwrap_or(0..total);
+    if range.end > total || range.start > range.end {
+        return Err(Error::format(path, format!("{what}: rows {range:?} outside 0..{total}")));
+    }
+    let n = range.len();
+    let mut buf = vec![0u8; n * elem_size];
+    if n == 0 {
+        return Ok(buf);
+    }
+    let fspace = space.select(range).map_err(|e| Error::hdf5(path, what, e))?;
+    let mspace = hdf5::Dataspace::try_new(n).map_err(|e| Error::hdf5(path, what, e))?;
+    let status = hdf5::sync::sync(|| unsafe {
+        hdf5_sys::h5d::H5Dread(
+            ds.id(),
+            mem.id(),
+            mspace.id(),
+            fspace.id(),
+            hdf5_sys::h5p::H5P_DEFAULT,
+            buf.as_mut_ptr().cast(),
+        )
+    });
+    if status < 0 {
+        return Err(Error::format(path, format!("{what}: HDF5 read failed (truncated or corrupt data?)")));
+    }
+    Ok(buf)
+}

@@ -1,0 +1,144 @@
+//! AnnData (`.h5ad`) files, current and legacy layouts.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::h5;
+use super::matrix::{CountsMatrix, DenseRows, SparseCols, SparseRows};
+use super::obs::{Column, ColumnReader};
+use super::{CellChunk, CellSource, CountsSource, ObsField, ReadOptions};
+use crate::error::{Error, Result};
+
+pub struct H5adSource {
+    path: PathBuf,
+    _file: hdf5::File,
+    matrix: CountsMatrix,
+    n_cells: usize,
+    genes: Vec<String>,
+    index: ColumnReader,
+    obs: Vec<ColumnReader>,
+    obs_fields: Vec<ObsField>,
+}
+
+impl H5adSource {
+    pub fn open(path: &Path, file: hdf5::File, opts: &ReadOptions) -> Result<Self> {
+        let has = |p: &str| file.link_exists(p);
+        let (matrix_path, var_path) = match &opts.counts {
+            CountsSource::X => ("X".to_string(), "var".to_string()),
+            CountsSource::Raw if has("raw") && file.link_exists("raw/X") => ("raw/X".into(), "raw/var".into()),
+            CountsSource::Raw if has("raw.X") => ("raw.X".into(), "raw.var".into()),
+            CountsSource::Raw => return Err(Error::format(path, "--counts raw: the file has no raw/X (nor legacy raw.X)")),
+            CountsSource::Layer(name) => {
+                let p = format!("layers/{name}");
+                if !(has("layers") && file.link_exists(&p)) {
+                    let layers = file.group("layers").and_then(|g| g.member_names()).unwrap_or_default();
+                    return Err(Error::format(path, format!("no layer '{name}' (layers: {})", layers.join(", "))));
+                }
+                (p, "var".into())
+            }
+        };
+        if !has(matrix_path.split('/').next().unwrap_or("X")) || !file.link_exists(&matrix_path) {
+            return Err(Error::format(path, format!("no '{matrix_path}' matrix: not an AnnData file?")));
+        }
+        let (matrix, n_cells, n_genes) = open_matrix(path, &file, &matrix_path, opts)?;
+
+        let gene_col = opts.gene_column.as_deref().map_or(Column::Index, Column::Named);
+        let genes = ColumnReader::open(path, &file, &var_path, gene_col)?;
+        if genes.len() != n_genes {
+            return Err(Error::format(
+                path,
+                format!("shape mismatch: {matrix_path} has {n_genes} genes but {var_path} has {} rows", genes.len()),
+            ));
+        }
+        let genes = genes.read(None)?.into_strings();
+
+        let index = ColumnReader::open(path, &file, "obs", Column::Index)?;
+        if index.len() != n_cells {
+            return Err(Error::format(
+                path,
+                format!("shape mismatch: {matrix_path} has {n_cells} cells but obs has {} rows", index.len()),
+            ));
+        }
+        let obs = opts
+            .obs_columns
+            .iter()
+            .map(|c| ColumnReader::open(path, &file, "obs", Column::Named(c)))
+            .collect::<Result<Vec<_>>>()?;
+        let obs_fields = opts.obs_columns.iter().zip(&obs).map(|(n, r)| ObsField { name: n.clone(), kind: r.kind() }).collect();
+        Ok(Self { path: path.to_path_buf(), _file: file, matrix, n_cells, genes, index, obs, obs_fields })
+    }
+}
+
+fn open_matrix(path: &Path, file: &hdf5::File, at: &str, opts: &ReadOptions) -> Result<(CountsMatrix, usize, usize)> {
+    if let Ok(ds) = file.dataset(at) {
+        let enc = h5::attr_string(&ds, "encoding-type").unwrap_or_else(|| "array".into());
+        if enc != "array" {
+            return Err(Error::format(path, format!("{at} has encoding-type '{enc}', expected array for a dense matrix")));
+        }
+        let (m, rows, cols) = DenseRows::open(path, at, ds)?;
+        return Ok((CountsMatrix::Dense(m), rows, cols));
+    }
+    let group = file.group(at).map_err(|e| Error::hdf5(path, format!("opening {at}"), e))?;
+    let (format, shape) = if let Some(enc) = h5::attr_string(&group, "encoding-type") {
+        (enc, h5::attr_usizes(&group, "shape"))
+    } else if let Some(fmt) = h5::attr_string(&group, "h5sparse_format") {
+        (format!("{fmt}_matrix"), h5::attr_usizes(&group, "h5sparse_shape"))
+    } else {
+        return Err(Error::format(path, format!("{at} is a group without encoding-type or h5sparse_format attribute")));
+    };
+    let shape = match shape.as_deref() {
+        Some(&[r, c]) => (r, c),
+        other => return Err(Error::format(path, format!("{at}: shape attribute must hold 2 integers, found {other:?}"))),
+    };
+    match format.as_str() {
+        "csr_matrix" => Ok((CountsMatrix::Rows(SparseRows::open(path, at, &group, shape.0, shape.1)?), shape.0, shape.1)),
+        "csc_matrix" => {
+            let m = SparseCols::open(path, at, &group, shape.0, shape.1, opts.chunk_cells, &opts.scratch_dir)?;
+            Ok((CountsMatrix::Cols(m), shape.0, shape.1))
+        }
+        other => Err(Error::format(
+            path,
+            format!("{at} has encoding-type '{other}', expected csr_matrix, csc_matrix or a dense array"),
+        )),
+    }
+}
+
+impl CellSource for H5adSource {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn n_cells(&self) -> usize {
+        self.n_cells
+    }
+
+    fn gene_ids(&self) -> &[String] {
+        &self.genes
+    }
+
+    fn obs_fields(&self) -> &[ObsField] {
+        &self.obs_fields
+    }
+
+    fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
+        let m = self.matrix.read(rows.clone())?;
+        let cell_ids = self.index.read(Some(rows.clone()))?.into_strings();
+        let obs = self.obs.iter().map(|c| c.read(Some(rows.clone()))).collect::<Result<_>>()?;
+        Ok(CellChunk { first_cell: rows.start, indptr: m.indptr, genes: m.cols, values: m.values, cell_ids, obs })
+    }
+
+    fn format(&self) -> &'static str {
+        match self.matrix {
+            CountsMatrix::Rows(_) => "h5ad (csr)",
+            CountsMatrix::Dense(_) => "h5ad (dense)",
+            CountsMatrix::Cols(_) => "h5ad (csc)",
+        }
+    }
+}
+
+impl H5adSource {
+    /// Whether the counts are stored with an integer type.
+    pub fn integer_storage(&self) -> bool {
+        self.matrix.is_integer()
+    }
+}

@@ -1,0 +1,260 @@
+//! The counts matrix of a file, read by cell ranges whatever its storage: compressed by cell
+//! (h5ad CSR, 10x), dense, or compressed by gene (h5ad CSC, transposed out of core).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use hdf5::Dataset;
+
+use super::h5::{self, NumKind};
+use super::transpose::{BucketWriter, RowBuckets, SparseRowsData};
+use crate::error::{Error, Result};
+
+/// Entries read per HDF5 call when streaming a gene-compressed matrix or a dense slab.
+const BLOCK_ENTRIES: usize = 1 << 22;
+
+/// A sparse matrix whose compressed axis is the cell axis.
+pub struct SparseRows {
+    path: PathBuf,
+    what: String,
+    data: Dataset,
+    indices: Dataset,
+    indptr: Dataset,
+    kind: NumKind,
+    n_rows: usize,
+    n_cols: usize,
+    nnz: usize,
+}
+
+impl SparseRows {
+    /// `what` names the matrix in messages (e.g. `X`, `matrix`).
+    pub fn open(path: &Path, what: &str, group: &hdf5::Group, n_rows: usize, n_cols: usize) -> Result<Self> {
+        let (data, indices, indptr) = sparse_parts(path, what, group)?;
+        let kind = h5::num_kind(path, &data, &format!("{what}/data"))?;
+        let nnz = data.size();
+        check_sparse_lengths(path, what, &indices, &indptr, nnz, n_rows)?;
+        Ok(Self { path: path.to_path_buf(), what: what.to_string(), data, indices, indptr, kind, n_rows, n_cols, nnz })
+    }
+
+    pub fn is_integer(&self) -> bool {
+        self.kind.is_integer()
+    }
+
+    pub fn read(&self, rows: Range<usize>) -> Result<SparseRowsData> {
+        let (path, what) = (self.path.as_path(), self.what.as_str());
+        if rows.end > self.n_rows {
+            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.n_rows)));
+        }
+        let ptr = h5::read_i64(path, &self.indptr, &format!("{what}/indptr"), Some(rows.start..rows.end + 1))?;
+        let (start, end) = (ptr[0], ptr[ptr.len() - 1]);
+        if ptr.windows(2).any(|w| w[1] < w[0]) || start < 0 || end as usize > self.nnz {
+            return Err(Error::format(
+                path,
+                format!("{what}/indptr is not non-decreasing within 0..={} near cells {rows:?}", self.nnz),
+            ));
+        }
+        let range = start as usize..end as usize;
+        let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
+        let cols = to_cols(path, what, h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?, self.n_cols)?;
+        let indptr = ptr.iter().map(|&p| (p - start) as usize).collect();
+        Ok(SparseRowsData { indptr, cols, values })
+    }
+}
+
+/// A dense 2-d matrix with cells as rows.
+pub struct DenseRows {
+    path: PathBuf,
+    what: String,
+    ds: Dataset,
+    kind: NumKind,
+    n_cols: usize,
+}
+
+impl DenseRows {
+    pub fn open(path: &Path, what: &str, ds: Dataset) -> Result<(Self, usize, usize)> {
+        let shape = ds.shape();
+        if shape.len() != 2 {
+            return Err(Error::format(path, format!("{what}: dense matrix must be 2-d, found shape {shape:?}")));
+        }
+        let kind = h5::num_kind(path, &ds, what)?;
+        Ok((Self { path: path.to_path_buf(), what: what.to_string(), ds, kind, n_cols: shape[1] }, shape[0], shape[1]))
+    }
+
+    pub fn is_integer(&self) -> bool {
+        self.kind.is_integer()
+    }
+
+    pub fn read(&self, rows: Range<usize>) -> Result<SparseRowsData> {
+        let mut out = SparseRowsData { indptr: vec![0], ..Default::default() };
+        let step = (BLOCK_ENTRIES / self.n_cols.max(1)).max(1);
+        let mut r = rows.start;
+        while r < rows.end {
+            let r1 = (r + step).min(rows.end);
+            let slab = self
+                .ds
+                .read_slice_2d::<f64, _>(ndarray::s![r..r1, ..])
+                .map_err(|e| Error::hdf5(&self.path, format!("reading rows {r}..{r1} of {}", self.what), e))?;
+            for row in slab.rows() {
+                for (c, &v) in row.iter().enumerate() {
+                    if v != 0.0 {
+                        out.cols.push(c as u32);
+                        out.values.push(v);
+                    }
+                }
+                out.indptr.push(out.cols.len());
+            }
+            r = r1;
+        }
+        Ok(out)
+    }
+}
+
+/// A sparse matrix compressed by gene; transposed into row buckets on first read.
+pub struct SparseCols {
+    path: PathBuf,
+    what: String,
+    data: Dataset,
+    indices: Dataset,
+    indptr: Dataset,
+    kind: NumKind,
+    n_rows: usize,
+    n_cols: usize,
+    nnz: usize,
+    chunk_cells: usize,
+    scratch: PathBuf,
+    buckets: Option<RowBuckets>,
+}
+
+impl SparseCols {
+    pub fn open(
+        path: &Path,
+        what: &str,
+        group: &hdf5::Group,
+        n_rows: usize,
+        n_cols: usize,
+        chunk_cells: usize,
+        scratch: &Path,
+    ) -> Result<Self> {
+        let (data, indices, indptr) = sparse_parts(path, what, group)?;
+        let kind = h5::num_kind(path, &data, &format!("{what}/data"))?;
+        let nnz = data.size();
+        check_sparse_lengths(path, what, &indices, &indptr, nnz, n_cols)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            what: what.to_string(),
+            data,
+            indices,
+            indptr,
+            kind,
+            n_rows,
+            n_cols,
+            nnz,
+            chunk_cells,
+            scratch: scratch.to_path_buf(),
+            buckets: None,
+        })
+    }
+
+    pub fn is_integer(&self) -> bool {
+        self.kind.is_integer()
+    }
+
+    fn transpose(&self) -> Result<RowBuckets> {
+        let (path, what) = (self.path.as_path(), self.what.as_str());
+        tracing::info!(file = %path.display(), "transposing gene-compressed {what} out of core");
+        let ptr = h5::read_i64(path, &self.indptr, &format!("{what}/indptr"), None)?;
+        if ptr.windows(2).any(|w| w[1] < w[0]) || ptr[0] < 0 || ptr[self.n_cols] as usize > self.nnz {
+            return Err(Error::format(path, format!("{what}/indptr is not non-decreasing within 0..={}", self.nnz)));
+        }
+        let mut writer = BucketWriter::new(&self.scratch, self.n_rows, self.chunk_cells)?;
+        let mut col = 0usize;
+        while col < self.n_cols {
+            // A block of whole columns with about BLOCK_ENTRIES entries.
+            let start = ptr[col] as usize;
+            let mut end_col = col + 1;
+            while end_col < self.n_cols && (ptr[end_col + 1] as usize) - start <= BLOCK_ENTRIES {
+                end_col += 1;
+            }
+            let range = start..ptr[end_col] as usize;
+            let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
+            let rows = to_cols(path, what, h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?, self.n_rows)?;
+            for c in col..end_col {
+                for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
+                    writer.push(rows[k], c as u32, values[k])?;
+                }
+            }
+            col = end_col;
+        }
+        writer.finish()
+    }
+
+    pub fn read(&mut self, rows: Range<usize>) -> Result<SparseRowsData> {
+        if self.buckets.is_none() {
+            self.buckets = Some(self.transpose()?);
+        }
+        self.buckets.as_mut().expect("transposed above").read(rows)
+    }
+}
+
+/// The counts matrix in whichever storage the file uses.
+pub enum CountsMatrix {
+    Rows(SparseRows),
+    Dense(DenseRows),
+    Cols(SparseCols),
+}
+
+impl CountsMatrix {
+    pub fn read(&mut self, rows: Range<usize>) -> Result<SparseRowsData> {
+        match self {
+            Self::Rows(m) => m.read(rows),
+            Self::Dense(m) => m.read(rows),
+            Self::Cols(m) => m.read(rows),
+        }
+    }
+
+    /// Whether the stored type is an integer type (so counts are integers by construction).
+    pub fn is_integer(&self) -> bool {
+        match self {
+            Self::Rows(m) => m.is_integer(),
+            Self::Dense(m) => m.is_integer(),
+            Self::Cols(m) => m.is_integer(),
+        }
+    }
+}
+
+fn sparse_parts(path: &Path, what: &str, group: &hdf5::Group) -> Result<(Dataset, Dataset, Dataset)> {
+    let part = |n: &str| {
+        group.dataset(n).map_err(|_| Error::format(path, format!("sparse matrix {what} has no '{n}' dataset")))
+    };
+    Ok((part("data")?, part("indices")?, part("indptr")?))
+}
+
+fn check_sparse_lengths(
+    path: &Path,
+    what: &str,
+    indices: &Dataset,
+    indptr: &Dataset,
+    nnz: usize,
+    n_major: usize,
+) -> Result<()> {
+    if indices.size() != nnz {
+        return Err(Error::format(
+            path,
+            format!("shape mismatch: {what}/data has {nnz} entries but {what}/indices has {}", indices.size()),
+        ));
+    }
+    if indptr.size() != n_major + 1 {
+        return Err(Error::format(
+            path,
+            format!("shape mismatch: {what}/indptr has {} entries, expected {} for its shape", indptr.size(), n_major + 1),
+        ));
+    }
+    Ok(())
+}
+
+fn to_cols(path: &Path, what: &str, idx: Vec<i64>, bound: usize) -> Result<Vec<u32>> {
+    if let Some(bad) = idx.iter().find(|&&i| i < 0 || i as usize >= bound) {
+        return Err(Error::format(path, format!("{what}/indices: index {bad} outside 0..{bound}")));
+    }
+    Ok(idx.into_iter().map(|i| i as u32).collect())
+}

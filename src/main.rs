@@ -1,0 +1,269 @@
+//! The `corrflow` command line.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use corrflow::config::{Config, ModelVersion};
+use corrflow::ingest::{run_ingest, CountsSource, IngestRequest, ReadOptions};
+use corrflow::tokenize::{TokenizeOptions, ValueTransform};
+use corrflow::vocab::{build_vocabulary, VocabBuildOptions, Vocabulary};
+use corrflow_operators::SequenceLayout;
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "corrflow", version, about = "Single-cell atlases to CorrMask-pretrained, servable foundation models")]
+struct Cli {
+    /// TOML config (presets in configs/); command-line flags override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print a machine-readable JSON summary as the last line.
+    #[arg(long, global = true)]
+    json: bool,
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline on the bundled dataset (1,000 real PBMCs), offline.
+    Demo {
+        /// Output directory (recreated on each run).
+        #[arg(long, default_value = "corrflow-demo")]
+        out: PathBuf,
+    },
+    /// Tokenize single-cell files into a token-shard corpus.
+    Ingest(IngestArgs),
+    /// Gene vocabularies.
+    #[command(subcommand)]
+    Vocab(VocabCommand),
+    /// Export a corpus to other formats.
+    #[command(subcommand)]
+    Export(ExportCommand),
+}
+
+#[derive(Args, Clone)]
+struct ReadArgs {
+    /// var column with gene ids (default: the var index; 10x/mtx: 'id' or 'name').
+    #[arg(long, value_name = "COL")]
+    gene_column: Option<String>,
+    /// Where counts are: X, raw (raw/X) or layer:NAME.
+    #[arg(long, default_value = "X", value_parser = clap::value_parser!(CountsSource))]
+    counts: CountsSource,
+    /// Accept non-integer values (normalized data; tokens are invariant to per-cell scaling).
+    #[arg(long)]
+    allow_normalized: bool,
+    /// Values are log1p-transformed: apply expm1 first (implies --allow-normalized).
+    #[arg(long)]
+    log1p: bool,
+}
+
+impl ReadArgs {
+    fn read_options(&self, cfg: &Config, obs_columns: Vec<String>) -> ReadOptions {
+        ReadOptions {
+            counts: self.counts.clone(),
+            gene_column: self.gene_column.clone(),
+            obs_columns,
+            chunk_cells: cfg.ingest.chunk_cells,
+            scratch_dir: std::env::temp_dir(),
+        }
+    }
+
+    fn transform(&self) -> ValueTransform {
+        if self.log1p { ValueTransform::Expm1 } else { ValueTransform::None }
+    }
+}
+
+#[derive(Args)]
+struct IngestArgs {
+    /// Vocabulary: a built-in name (geneformer-v1) or a directory from `vocab build`.
+    #[arg(long, default_value = corrflow::vocab::BUILTIN)]
+    vocab: String,
+    /// Atlas name (one corpus holds many atlases).
+    #[arg(long)]
+    atlas: String,
+    /// Corpus directory.
+    #[arg(long, value_name = "CORPUS")]
+    out: PathBuf,
+    #[command(flatten)]
+    read: ReadArgs,
+    /// obs columns to carry into the shards (comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
+    obs_columns: Vec<String>,
+    /// Geneformer layout: v1 (2,048 genes) or v2 (<cls> 4,094 genes <eos>).
+    #[arg(long, value_enum)]
+    version: Option<ModelVersion>,
+    /// Also write the atlas in Hugging Face `save_to_disk` layout here.
+    #[arg(long, value_name = "DIR")]
+    hf: Option<PathBuf>,
+    /// Discard an interrupted ingest of this atlas instead of resuming it.
+    #[arg(long)]
+    restart: bool,
+    /// Input files: .h5ad, 10x .h5, or MatrixMarket directories.
+    #[arg(required = true, value_name = "FILE")]
+    inputs: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum VocabCommand {
+    /// Compute a vocabulary (tokens + medians of nonzero normalized expression) in one pass.
+    Build {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Name recorded for the vocabulary (default: the output directory's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Relative error bound of the medians.
+        #[arg(long)]
+        alpha: Option<f64>,
+        /// Leave out genes expressed in fewer cells.
+        #[arg(long)]
+        min_cells: Option<u64>,
+        #[command(flatten)]
+        read: ReadArgs,
+        #[arg(required = true, value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExportCommand {
+    /// Hugging Face `datasets` save_to_disk layout (Arrow IPC stream files).
+    Hf {
+        #[arg(long, value_name = "CORPUS")]
+        corpus: PathBuf,
+        /// Atlases to export (default: all).
+        #[arg(long, value_delimiter = ',')]
+        atlas: Vec<String>,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+fn print_summary<T: Serialize>(json: bool, human: &str, summary: &T) -> Result<()> {
+    println!("{human}");
+    if json {
+        println!("{}", serde_json::to_string(summary)?);
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let default_level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let cfg = match &cli.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let progress = !cli.json;
+    match cli.command {
+        Command::Demo { out } => {
+            let s = corrflow::demo::run_demo(&out, &cfg, progress)?;
+            let human = format!(
+                "demo: ingested {} of {} bundled PBMCs into {} ({} shards, {:.0} tokens/cell, {:.0} cells/s)\n\
+                 first cell's top genes: {}",
+                s.ingest.cells_kept,
+                s.ingest.cells_read,
+                out.join("corpus").display(),
+                s.ingest.shards,
+                s.mean_tokens_per_cell,
+                s.ingest.cells_per_s,
+                s.first_cell_top_genes.join(" ")
+            );
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Ingest(a) => {
+            let version = a.version.unwrap_or(cfg.ingest.version);
+            let mut vocab = Vocabulary::resolve(&a.vocab)?;
+            let mut layout = match version {
+                ModelVersion::V1 => SequenceLayout::v1(),
+                ModelVersion::V2 => {
+                    vocab = vocab.with_v2_specials();
+                    SequenceLayout::v2(vocab.cls.context("v2 vocabulary has <cls>")?, vocab.eos.context("v2 vocabulary has <eos>")?)
+                }
+            };
+            if let Some(m) = cfg.ingest.max_genes {
+                layout.max_genes = m;
+            }
+            let req = IngestRequest {
+                corpus: a.out.clone(),
+                atlas: a.atlas.clone(),
+                inputs: a.inputs.clone(),
+                vocab,
+                read: a.read.read_options(&cfg, a.obs_columns.clone()),
+                tokenize: TokenizeOptions {
+                    layout,
+                    allow_normalized: a.read.allow_normalized || a.read.log1p,
+                    transform: a.read.transform(),
+                },
+                shard_cells: cfg.ingest.shard_cells,
+                zstd_level: cfg.ingest.zstd_level,
+                restart: a.restart,
+                show_progress: progress,
+            };
+            let s = run_ingest(&req)?;
+            let mut human = format!(
+                "ingest: atlas '{}': {} cells read, {} kept, {} dropped (no vocabulary gene), {} tokens, {} shards in {:.2}s ({:.0} cells/s, {:.1} MB/s)",
+                s.atlas, s.cells_read, s.cells_kept, s.dropped.total(), s.tokens, s.shards, s.seconds, s.cells_per_s, s.mb_per_s
+            );
+            if let Some(hf) = &a.hf {
+                let dir = corrflow::corpus::atlas_dir(&a.out, &a.atlas);
+                let rows = corrflow::corpus::export_hf(&[dir], hf)?;
+                human.push_str(&format!("\nexported {rows} cells to {} (Hugging Face save_to_disk layout)", hf.display()));
+            }
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Vocab(VocabCommand::Build { out, name, alpha, min_cells, read, inputs }) => {
+            let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
+            let opts = VocabBuildOptions {
+                name,
+                read: read.read_options(&cfg, Vec::new()),
+                values: TokenizeOptions {
+                    layout: SequenceLayout::v1(),
+                    allow_normalized: read.allow_normalized || read.log1p,
+                    transform: read.transform(),
+                },
+                alpha: alpha.unwrap_or(cfg.vocab.alpha),
+                min_cells: min_cells.unwrap_or(cfg.vocab.min_cells),
+            };
+            let (_, s) = build_vocabulary(&inputs, &out, &opts)?;
+            let human = format!(
+                "vocab build: {} genes from {} cells, medians within {:.3}% relative error, written to {}",
+                s.genes,
+                s.cells,
+                s.alpha * 100.0,
+                out.display()
+            );
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Export(ExportCommand::Hf { corpus, atlas, out }) => {
+            let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };
+            anyhow::ensure!(!names.is_empty(), "{}: no finished atlas in this corpus", corpus.display());
+            let dirs: Vec<_> = names.iter().map(|n| corrflow::corpus::atlas_dir(&corpus, n)).collect();
+            let rows = corrflow::corpus::export_hf(&dirs, &out)?;
+            let summary = serde_json::json!({"command": "export hf", "out": out, "atlases": names, "cells": rows});
+            print_summary(cli.json, &format!("exported {rows} cells from {} atlases to {}", names.len(), out.display()), &summary)
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Tokenization of cell chunks: map file genes to the vocabulary, validate counts, normalize,
+//! and rank-value encode each cell (the pure encoding lives in `corrflow_operators::rank`).
+
+use std::path::Path;
+
+use corrflow_operators::{normalized_expression, rank_value_encode, SequenceLayout};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ingest::CellChunk;
+use crate::vocab::{GeneMatch, Vocabulary};
+
+/// How a file's genes map onto the vocabulary.
+#[derive(Clone, Debug)]
+pub struct GeneMapper {
+    token_of_column: Vec<Option<u32>>,
+    /// Whether several columns map to the same token (their counts are summed).
+    has_duplicates: bool,
+    pub stats: MappingStats,
+}
+
+/// Counts of how a file's genes matched the vocabulary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappingStats {
+    pub genes_in_file: usize,
+    pub matched_by_id: usize,
+    pub matched_by_unversioned_id: usize,
+    pub matched_by_symbol: usize,
+    pub not_in_vocabulary: usize,
+    /// Columns whose token another column already has (summed).
+    pub duplicate_columns: usize,
+}
+
+impl GeneMapper {
+    pub fn new(vocab: &Vocabulary, gene_ids: &[String]) -> Self {
+        let mut stats = MappingStats { genes_in_file: gene_ids.len(), ..Default::default() };
+        let mut seen = vec![false; vocab.len()];
+        let token_of_column = gene_ids
+            .iter()
+            .map(|g| {
+                let m = vocab.lookup(g);
+                match m {
+                    Some(GeneMatch::Exact(_)) => stats.matched_by_id += 1,
+                    Some(GeneMatch::Unversioned(_)) => stats.matched_by_unversioned_id += 1,
+                    Some(GeneMatch::Symbol(_)) => stats.matched_by_symbol += 1,
+                    None => stats.not_in_vocabulary += 1,
+                }
+                let t = m.map(GeneMatch::token)?;
+                if std::mem::replace(&mut seen[t as usize], true) {
+                    stats.duplicate_columns += 1;
+                }
+                Some(t)
+            })
+            .collect();
+        Self { token_of_column, has_duplicates: stats.duplicate_columns > 0, stats }
+    }
+
+    pub fn n_matched(&self) -> usize {
+        self.token_of_column.iter().filter(|t| t.is_some()).count()
+    }
+}
+
+/// What the stored values are and how to turn them into counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueTransform {
+    /// Values are counts (or scaled counts with `allow_normalized`).
+    #[default]
+    None,
+    /// Values are `log1p` of (normalized) counts; `expm1` restores a per-cell scaling of them.
+    Expm1,
+}
+
+/// Tokenization settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenizeOptions {
+    pub layout: SequenceLayout,
+    /// Accept non-integer values (normalized data); rank-value tokens are invariant to per-cell
+    /// scaling, so normalized counts give the same tokens as raw ones.
+    pub allow_normalized: bool,
+    pub transform: ValueTransform,
+}
+
+/// The tokens of the kept cells of a chunk.
+#[derive(Debug, Default)]
+pub struct TokenizedChunk {
+    /// Index within the chunk of each kept cell.
+    pub kept: Vec<usize>,
+    /// Offsets into `tokens`, one more than `kept`.
+    pub offsets: Vec<usize>,
+    pub tokens: Vec<u32>,
+    /// Cells with no vocabulary gene expressed.
+    pub dropped_no_vocab_genes: usize,
+}
+
+enum CellOutcome {
+    Tokens(Vec<u32>),
+    NoVocabGenes,
+}
+
+/// Tokenizes every cell of `chunk`, in parallel, validating each stored value.
+pub fn tokenize_chunk(
+    path: &Path,
+    chunk: &CellChunk,
+    gene_ids: &[String],
+    mapper: &GeneMapper,
+    vocab: &Vocabulary,
+    opts: &TokenizeOptions,
+) -> Result<TokenizedChunk> {
+    let outcomes: Vec<CellOutcome> = (0..chunk.n_cells())
+        .into_par_iter()
+        .map_init(
+            || (Vec::new(), Vec::new(), Vec::new()),
+            |(pairs, scratch, out), i| {
+                tokenize_cell(path, chunk, i, gene_ids, mapper, vocab, opts, pairs, scratch, out).map(|has| {
+                    if has {
+                        CellOutcome::Tokens(out.clone())
+                    } else {
+                        CellOutcome::NoVocabGenes
+                    }
+                })
+            },
+        )
+        .collect::<Result<_>>()?;
+    let mut t = TokenizedChunk { offsets: vec![0], ..Default::default() };
+    for (i, o) in outcomes.into_iter().enumerate() {
+        match o {
+            CellOutcome::Tokens(tokens) => {
+                t.kept.push(i);
+                t.tokens.extend_from_slice(&tokens);
+                t.offsets.push(t.tokens.len());
+            }
+            CellOutcome::NoVocabGenes => t.dropped_no_vocab_genes += 1,
+        }
+    }
+    Ok(t)
+}
+
+/// Validates and transforms the stored values of cell `i` of `chunk`, calls `f(column, count)`
+/// for each count > 0 and returns the cell's total count over all of the file's genes.
+///
+/// Values must be finite and ≥ 0 and, unless `allow_normalized`, integers; the error names
+/// the file, the cell and the gene.
+pub fn cell_counts(
+    path: &Path,
+    chunk: &CellChunk,
+    i: usize,
+    gene_ids: &[String],
+    opts: &TokenizeOptions,
+    mut f: impl FnMut(u32, f64),
+) -> Result<f64> {
+    let (cols, values) = chunk.cell(i);
+    let mut n_counts = 0.0f64;
+    for (&col, &raw) in cols.iter().zip(values) {
+        let v = match opts.transform {
+            ValueTransform::None => raw,
+            ValueTransform::Expm1 => raw.exp_m1(),
+        };
+        if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && v.fract() != 0.0) {
+            let what = if !v.is_finite() {
+                "a non-finite value"
+            } else if v < 0.0 {
+                "a negative count"
+            } else {
+                "a non-integer count (normalized data? pass --allow-normalized, or read raw counts with --counts raw)"
+            };
+            let cell = chunk.first_cell + i;
+            let id = chunk.cell_ids.get(i).map_or("", String::as_str);
+            let gene = gene_ids.get(col as usize).map_or("?", String::as_str);
+            return Err(Error::invalid(path, format!("cell {cell} ('{id}'), gene '{gene}': {what}: {raw}")));
+        }
+        n_counts += v;
+        if v > 0.0 {
+            f(col, v);
+        }
+    }
+    Ok(n_counts)
+}
+
+/// Tokenizes cell `i` of `chunk` into `out`; returns whether it has any vocabulary gene.
+#[allow(clippy::too_many_arguments)]
+fn tokenize_cell(
+    path: &Path,
+    chunk: &CellChunk,
+    i: usize,
+    gene_ids: &[String],
+    mapper: &GeneMapper,
+    vocab: &Vocabulary,
+    opts: &TokenizeOptions,
+    pairs: &mut Vec<(u32, f64)>,
+    scratch: &mut Vec<u128>,
+    out: &mut Vec<u32>,
+) -> Result<bool> {
+    pairs.clear();
+    let n_counts = cell_counts(path, chunk, i, gene_ids, opts, |col, v| {
+        if let Some(t) = mapper.token_of_column[col as usize] {
+            pairs.push((t, v));
+        }
+    })?;
+    if pairs.is_empty() || n_counts <= 0.0 {
+        out.clear();
+        return Ok(false);
+    }
+    if mapper.has_duplicates {
+        pairs.sort_unstable_by_key(|p| p.0);
+        pairs.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 += b.1;
+            }
+            same
+        });
+    }
+    for p in pairs.iter_mut() {
+        let median = vocab.median(p.0).expect("mapped tokens are genes with medians");
+        p.1 = normalized_expression(p.1, n_counts, median);
+    }
+    rank_value_encode(pairs, &opts.layout, scratch, out);
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::BUILTIN;
+
+    fn chunk(rows: &[&[(u32, f64)]]) -> CellChunk {
+        let mut c = CellChunk { indptr: vec![0], ..Default::default() };
+        for (i, r) in rows.iter().enumerate() {
+            for &(g, v) in *r {
+                c.genes.push(g);
+                c.values.push(v);
+            }
+            c.indptr.push(c.genes.len());
+            c.cell_ids.push(format!("c{i}"));
+        }
+        c
+    }
+
+    fn v1() -> TokenizeOptions {
+        TokenizeOptions { layout: SequenceLayout::v1(), allow_normalized: false, transform: ValueTransform::None }
+    }
+
+    #[test]
+    fn duplicate_genes_are_summed_and_unknown_genes_count_only_in_total() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        // Column 0 and 1 are the same gene; column 2 is unknown; column 3 another gene.
+        let genes: Vec<String> =
+            ["ENSG00000000003", "ENSG00000000003.7", "nope", "ENSG00000000005"].map(String::from).to_vec();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        assert_eq!(mapper.stats.duplicate_columns, 1);
+        assert_eq!(mapper.stats.not_in_vocabulary, 1);
+        let c = chunk(&[&[(0, 1.0), (1, 1.0), (2, 100.0), (3, 2.0)]]);
+        let t = tokenize_chunk(Path::new("x"), &c, &genes, &mapper, &vocab, &v1()).unwrap();
+        let n = 104.0;
+        let x3 = normalized_expression(2.0, n, vocab.median(2).unwrap());
+        let x5 = normalized_expression(2.0, n, vocab.median(3).unwrap());
+        let expected = if x3 > x5 || (x3 == x5) { vec![2, 3] } else { vec![3, 2] };
+        assert_eq!(t.tokens, expected);
+    }
+
+    #[test]
+    fn cells_without_vocabulary_genes_are_dropped_and_counted() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = ["nope", "ENSG00000000003"].map(String::from).to_vec();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let c = chunk(&[&[(0, 5.0)], &[(1, 1.0)], &[]]);
+        let t = tokenize_chunk(Path::new("x"), &c, &genes, &mapper, &vocab, &v1()).unwrap();
+        assert_eq!(t.kept, vec![1]);
+        assert_eq!(t.dropped_no_vocab_genes, 2);
+    }
+
+    #[test]
+    fn bad_values_are_errors_naming_file_cell_and_gene() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = vec!["ENSG00000000003".into()];
+        let mapper = GeneMapper::new(&vocab, &genes);
+        for (v, needle) in [(-1.0, "negative"), (f64::NAN, "non-finite"), (1.5, "non-integer")] {
+            let c = chunk(&[&[(0, v)]]);
+            let e = tokenize_chunk(Path::new("f.h5ad"), &c, &genes, &mapper, &vocab, &v1()).unwrap_err().to_string();
+            assert!(e.contains("f.h5ad") && e.contains("c0") && e.contains("ENSG00000000003") && e.contains(needle), "{e}");
+        }
+        let lenient = TokenizeOptions { allow_normalized: true, ..v1() };
+        let c = chunk(&[&[(0, 1.5)]]);
+        assert!(tokenize_chunk(Path::new("f"), &c, &genes, &mapper, &vocab, &lenient).is_ok());
+    }
+
+    #[test]
+    fn expm1_of_log1p_values_gives_the_tokens_of_the_counts() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = (2..40).map(|t| vocab.token(t).unwrap().to_string()).collect();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let counts: Vec<(u32, f64)> = (0..38).map(|g| (g, f64::from(g % 7 + 1))).collect();
+        let logs: Vec<(u32, f64)> = counts.iter().map(|&(g, v)| (g, (v / 3.0).ln_1p())).collect();
+        let a = tokenize_chunk(Path::new("x"), &chunk(&[&counts]), &genes, &mapper, &vocab, &v1()).unwrap();
+        let opts = TokenizeOptions { allow_normalized: true, transform: ValueTransform::Expm1, ..v1() };
+        let b = tokenize_chunk(Path::new("x"), &chunk(&[&logs]), &genes, &mapper, &vocab, &opts).unwrap();
+        assert_eq!(a.tokens, b.tokens);
+    }
+}

@@ -1,0 +1,63 @@
+//! Writes that are either complete or absent: data goes to a temporary file in the target's
+//! directory, is synced, and is renamed over the target.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+
+/// The temporary path a file is written under before being renamed into place.
+pub fn temp_path(target: &Path) -> PathBuf {
+    let mut name = target.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!(".{}.tmp", std::process::id()));
+    target.with_file_name(name)
+}
+
+/// Writes `bytes` to `target` atomically.
+pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temp_path(target);
+    let result = (|| {
+        let mut f = File::create(&tmp).at(&tmp)?;
+        f.write_all(bytes).at(&tmp)?;
+        f.sync_all().at(&tmp)?;
+        commit(&tmp, target)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Renames a finished temporary file into place and syncs the directory entry.
+pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
+    std::fs::rename(tmp, target).at(target)?;
+    if let Some(dir) = target.parent() {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Serializes `value` as pretty JSON and writes it atomically.
+pub fn write_json_atomic<T: serde::Serialize>(target: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| crate::error::Error::io(target, e.into()))?;
+    bytes.push(b'\n');
+    write_atomic(target, &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_content_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

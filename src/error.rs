@@ -9,11 +9,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in corrflow's stages.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    // The underlying errors are part of the message, not a `source`, so `{:#}` prints them once.
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
 
-    #[error("{}: {what}: {source}", path.display())]
-    Hdf5 { path: PathBuf, what: String, source: hdf5::Error },
+    #[error("{}: {what}: {err}", path.display())]
+    Hdf5 { path: PathBuf, what: String, err: hdf5::Error },
 
     /// The file is readable but its structure is not what its format requires.
     #[error("{}: {msg}", path.display())]
@@ -42,7 +43,7 @@ pub enum Error {
 
 impl Error {
     pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
-        Self::Io { path: path.as_ref().to_path_buf(), source }
+        Self::Io { path: path.as_ref().to_path_buf(), err: source }
     }
 
     pub fn format(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
@@ -54,7 +55,7 @@ impl Error {
     }
 
     pub fn hdf5(path: impl AsRef<Path>, what: impl Into<String>, source: hdf5::Error) -> Self {
-        Self::Hdf5 { path: path.as_ref().to_path_buf(), what: what.into(), source }
+        Self::Hdf5 { path: path.as_ref().to_path_buf(), what: what.into(), err: source }
     }
 
     pub fn parquet(path: impl AsRef<Path>, err: impl std::fmt::Display) -> Self {

@@ -136,9 +136,3 @@ impl CellSource for H5adSource {
     }
 }
 
-impl H5adSource {
-    /// Whether the counts are stored with an integer type.
-    pub fn integer_storage(&self) -> bool {
-        self.matrix.is_integer()
-    }
-}

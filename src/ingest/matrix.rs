@@ -36,9 +36,6 @@ impl SparseRows {
         Ok(Self { path: path.to_path_buf(), what: what.to_string(), data, indices, indptr, kind, n_rows, n_cols, nnz })
     }
 
-    pub fn is_integer(&self) -> bool {
-        self.kind.is_integer()
-    }
 
     pub fn read(&self, rows: Range<usize>) -> Result<SparseRowsData> {
         let (path, what) = (self.path.as_path(), self.what.as_str());
@@ -66,7 +63,6 @@ pub struct DenseRows {
     path: PathBuf,
     what: String,
     ds: Dataset,
-    kind: NumKind,
     n_cols: usize,
 }
 
@@ -76,13 +72,10 @@ impl DenseRows {
         if shape.len() != 2 {
             return Err(Error::format(path, format!("{what}: dense matrix must be 2-d, found shape {shape:?}")));
         }
-        let kind = h5::num_kind(path, &ds, what)?;
-        Ok((Self { path: path.to_path_buf(), what: what.to_string(), ds, kind, n_cols: shape[1] }, shape[0], shape[1]))
+        h5::num_kind(path, &ds, what)?; // dense data must be numeric
+        Ok((Self { path: path.to_path_buf(), what: what.to_string(), ds, n_cols: shape[1] }, shape[0], shape[1]))
     }
 
-    pub fn is_integer(&self) -> bool {
-        self.kind.is_integer()
-    }
 
     pub fn read(&self, rows: Range<usize>) -> Result<SparseRowsData> {
         let mut out = SparseRowsData { indptr: vec![0], ..Default::default() };
@@ -155,9 +148,6 @@ impl SparseCols {
         })
     }
 
-    pub fn is_integer(&self) -> bool {
-        self.kind.is_integer()
-    }
 
     fn transpose(&self) -> Result<RowBuckets> {
         let (path, what) = (self.path.as_path(), self.what.as_str());
@@ -212,14 +202,6 @@ impl CountsMatrix {
         }
     }
 
-    /// Whether the stored type is an integer type (so counts are integers by construction).
-    pub fn is_integer(&self) -> bool {
-        match self {
-            Self::Rows(m) => m.is_integer(),
-            Self::Dense(m) => m.is_integer(),
-            Self::Cols(m) => m.is_integer(),
-        }
-    }
 }
 
 fn sparse_parts(path: &Path, what: &str, group: &hdf5::Group) -> Result<(Dataset, Dataset, Dataset)> {

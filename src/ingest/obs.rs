@@ -178,10 +178,6 @@ impl ColumnReader {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     pub fn kind(&self) -> ObsKind {
         match &self.source {
             ColumnSource::Strings(_)

@@ -189,6 +189,11 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     let result = pipeline(req, &mut opened, resume_at, &mut writer, &mut done, &progress_path, &fingerprint, &bar);
     if result.is_err() {
         writer.abandon();
+        // Nothing finished: leave no trace. Finished shards stay (hidden) for a resume.
+        if done.is_empty() {
+            drop(writer);
+            let _ = std::fs::remove_dir_all(&stage);
+        }
     }
     result?;
     bar.finish_and_clear();
@@ -316,6 +321,7 @@ fn pipeline(
                     if let Some(info) = writer.finish_shard(msg.next)? {
                         done.push(info);
                         write_json_atomic(progress_path, &Progress { fingerprint: fingerprint.to_string(), shards: done.clone() })?;
+                        crash_for_tests(done.len());
                     }
                 }
             }
@@ -355,6 +361,17 @@ fn pipeline(
         let write_result = writer_thread.join().unwrap_or_else(|_| Err(Error::Usage("shard writer thread panicked".into())));
         tokenize_result.and(write_result)
     })
+}
+
+/// Test hook: `CORRFLOW_TEST_CRASH_AFTER_SHARDS=N` aborts the process (no unwinding, no
+/// cleanup, like `kill -9`) right after the N-th shard of this run is committed, so tests can
+/// check that an interrupted ingest resumes to the same result.
+fn crash_for_tests(shards_done: usize) {
+    if let Some(n) = std::env::var("CORRFLOW_TEST_CRASH_AFTER_SHARDS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        if shards_done >= n {
+            std::process::abort();
+        }
+    }
 }
 
 fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {

@@ -1,0 +1,106 @@
+//! Shared helpers of the integration tests: the binary, the Python venv, fixtures, data.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `corrflow` with `args`.
+pub fn corrflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corrflow")).args(args).output().expect("run corrflow")
+}
+
+pub fn corrflow_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_corrflow"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run corrflow")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Asserts success and returns the JSON summary (last stdout line).
+pub fn ok_json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "corrflow failed: {}", stderr(o));
+    let out = stdout(o);
+    let last = out.lines().last().expect("a summary line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+}
+
+/// A prerequisite is missing: fail under CI (which must provide everything), skip otherwise.
+pub fn missing(what: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{what} is missing, and CI must provide it (run `make test`)");
+    }
+    eprintln!("SKIPPED: {what} is missing (run `make test` to set it up)");
+}
+
+/// The test venv's Python (made by scripts/python-env.sh), if present.
+pub fn python() -> Option<PathBuf> {
+    let p = std::env::var_os("CORRFLOW_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        home.join(".cache/corrflow/test-venv/bin/python")
+    });
+    if p.exists() {
+        Some(p)
+    } else {
+        missing(&format!("the test Python venv ({})", p.display()));
+        None
+    }
+}
+
+/// A real dataset fetched by datasets/fetch.sh, if present.
+pub fn data(name: &str) -> Option<PathBuf> {
+    let p = repo().join("datasets/data").join(name);
+    if p.exists() {
+        Some(p)
+    } else {
+        missing(&format!("dataset {} (run datasets/fetch.sh)", p.display()));
+        None
+    }
+}
+
+pub fn bundled() -> PathBuf {
+    repo().join("datasets/default/pbmc1k.h5ad")
+}
+
+/// Fixtures made by tests/python/make_fixtures.py, generated once per test binary.
+pub fn fixtures() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let py = python()?;
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fixtures-{}", std::process::id()));
+        let out = Command::new(py)
+            .arg(repo().join("tests/python/make_fixtures.py"))
+            .arg(bundled())
+            .arg(&dir)
+            .output()
+            .expect("run make_fixtures.py");
+        assert!(out.status.success(), "make_fixtures.py failed: {}", stderr(&out));
+        Some(dir)
+    })
+    .clone()
+}
+
+/// Runs a Python script of tests/python with the venv's Python.
+pub fn run_python(py: &Path, script: &str, args: &[&str]) -> Output {
+    Command::new(py).arg(repo().join("tests/python").join(script)).args(args).output().expect("run python")
+}
+
+/// Reads an atlas' tokens back (cell id, tokens), in order.
+pub fn atlas_tokens(corpus: &Path, atlas: &str) -> Vec<(String, Vec<u32>)> {
+    let cells = corrflow::corpus::read_atlas_tokens(&corrflow::corpus::atlas_dir(corpus, atlas)).expect("read atlas");
+    cells.cell_ids.into_iter().zip(cells.input_ids).collect()
+}

@@ -1,0 +1,119 @@
+//! Bad input gets a clear error naming the file and the problem, a non-zero exit, no panic,
+//! and leaves nothing in the corpus that looks complete.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// Every manifest.json and shard file under `dir`.
+fn complete_looking_files(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                stack.push(p);
+            } else if name == "manifest.json" || name.ends_with(".parquet") || name == "corpus.json" {
+                found.push(p.display().to_string());
+            }
+        }
+    }
+    found
+}
+
+fn expect_failure(args: &[&str], file_hint: &str, needle: &str, corpus: &Path) {
+    let o = corrflow(args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "expected failure for {args:?}");
+    assert!(!err.contains("panicked"), "panic for {args:?}: {err}");
+    assert!(err.contains(file_hint), "error does not name {file_hint}: {err}");
+    assert!(err.contains(needle), "error does not say '{needle}': {err}");
+    assert!(complete_looking_files(corpus).is_empty(), "left files behind: {:?}", complete_looking_files(corpus));
+}
+
+#[test]
+fn malformed_inputs_fail_cleanly() {
+    let Some(fx) = fixtures() else { return };
+    let bad = fx.join("bad");
+    let cases = [
+        ("truncated.h5ad", "truncated"),
+        ("empty.h5ad", "file is empty"),
+        ("not_hdf5.h5ad", "not an HDF5 file"),
+        ("wrong_encoding.h5ad", "encoding-type 'coo_matrix'"),
+        ("shape_mismatch.h5ad", "shape mismatch"),
+        ("negative.h5ad", "negative count"),
+        ("nan.h5ad", "non-finite"),
+        ("non_integer.h5ad", "non-integer count"),
+        ("bad_indices.h5ad", "outside"),
+        ("no_vocab_genes.h5ad", "is in vocabulary"),
+        ("truncated.mtx", "truncated"),
+    ];
+    for (file, needle) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let corpus = tmp.path().join("corpus");
+        let path = bad.join(file);
+        let args = ["ingest", "--atlas", "a", "--out", corpus.to_str().unwrap(), "--gene-column", "gene_ids", path.to_str().unwrap()];
+        let args: Vec<&str> = if file.ends_with(".mtx") {
+            args.iter().copied().filter(|a| *a != "--gene-column" && *a != "gene_ids").collect()
+        } else {
+            args.to_vec()
+        };
+        expect_failure(&args, file, needle, &corpus);
+    }
+}
+
+#[test]
+fn unreadable_path_missing_gene_column_and_bad_options_fail_cleanly() {
+    let Some(fx) = fixtures() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    let c = corpus.to_str().unwrap();
+    expect_failure(&["ingest", "--atlas", "a", "--out", c, "/no/such/file.h5ad"], "/no/such/file.h5ad", "No such file", &corpus);
+    let good = fx.join("good/csr.h5ad");
+    let g = good.to_str().unwrap();
+    expect_failure(&["ingest", "--atlas", "a", "--out", c, "--gene-column", "ensembl", g], "csr.h5ad", "no column 'ensembl'", &corpus);
+    expect_failure(&["ingest", "--atlas", "a", "--out", c, "--counts", "raw", g], "csr.h5ad", "no raw/X", &corpus);
+    expect_failure(&["ingest", "--atlas", "a", "--out", c, "--counts", "layer:spliced", g], "csr.h5ad", "no layer 'spliced'", &corpus);
+    expect_failure(&["ingest", "--atlas", "../evil", "--out", c, g], "", "atlas name", &corpus);
+    // A directory where a file is expected is another unreadable input.
+    expect_failure(&["ingest", "--atlas", "a", "--out", c, tmp.path().to_str().unwrap()], tmp.path().to_str().unwrap(), "matrix.mtx", &corpus);
+}
+
+#[test]
+fn duplicate_atlas_name_is_refused_and_the_existing_atlas_is_untouched() {
+    let Some(fx) = fixtures() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    let c = corpus.to_str().unwrap();
+    let good = fx.join("good/csr.h5ad");
+    let g = good.to_str().unwrap();
+    ok_json(&corrflow(&["ingest", "--json", "--atlas", "a", "--out", c, g]));
+    let manifest = corpus.join("atlases/a/manifest.json");
+    let before = std::fs::read(&manifest).unwrap();
+    let o = corrflow(&["ingest", "--atlas", "a", "--out", c, g]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&manifest).unwrap(), before);
+    // A different sequence layout cannot join the same corpus.
+    let o = corrflow(&["ingest", "--atlas", "b", "--version", "v2", "--out", c, g]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("corpus uses vocabulary"), "{}", stderr(&o));
+    assert!(!corpus.join("atlases/b").exists());
+}
+
+#[test]
+fn bad_config_is_rejected_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("bad.toml");
+    std::fs::write(&cfg, "[ingest]\nshard_cels = 5\n").unwrap();
+    let corpus = tmp.path().join("c");
+    let b = bundled();
+    let o = corrflow(&["ingest", "--config", cfg.to_str().unwrap(), "--atlas", "a", "--out", corpus.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bad.toml") && stderr(&o).contains("unknown field"), "{}", stderr(&o));
+    assert!(!corpus.exists());
+}

@@ -1,0 +1,43 @@
+//! `vocab build` medians stay within their documented relative error (alpha) of the exact
+//! numpy medians of the nonzero normalized expression, on real data.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn streaming_medians_are_within_alpha_of_exact_medians() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("vocab");
+    let b = bundled();
+    let s = ok_json(&corrflow(&["vocab", "build", "--json", "--alpha", "0.001", "--gene-column", "gene_ids", "--out", out.to_str().unwrap(), b.to_str().unwrap()]));
+    assert!(s["genes"].as_u64().unwrap() > 10_000, "{s}");
+    let script = r#"
+import sys, csv, numpy as np, anndata as ad, scipy.sparse as sp
+a = ad.read_h5ad(sys.argv[1]); X = sp.csr_matrix(a.X, dtype=np.float64)
+n = np.asarray(X.sum(axis=1)).ravel()
+N = sp.diags(1e4 / n) @ X
+N = N.tocsc()
+ids = list(a.var["gene_ids"])
+est = {g: float(m) for g, m in list(csv.reader(open(sys.argv[2] + "/gene_median_dictionary.tsv"), delimiter="\t"))[1:]}
+worst, checked = 0.0, 0
+for j, g in enumerate(ids):
+    v = N.data[N.indptr[j]:N.indptr[j + 1]]
+    v = v[v > 0]
+    if len(v) == 0:
+        assert g not in est, g
+        continue
+    exact = float(np.median(v)); checked += 1
+    worst = max(worst, abs(est[g] - exact) / exact)
+print(checked, worst)
+assert checked == len(est), (checked, len(est))
+assert worst <= 0.001 * (1 + 1e-9), worst
+"#;
+    let o = std::process::Command::new(py).args(["-c", script, b.to_str().unwrap(), out.to_str().unwrap()]).output().unwrap();
+    println!("genes checked, worst relative error: {}", stdout(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The built vocabulary tokenizes the same file.
+    let corpus = tmp.path().join("c");
+    ok_json(&corrflow(&["ingest", "--json", "--vocab", out.to_str().unwrap(), "--gene-column", "gene_ids", "--atlas", "a", "--out", corpus.to_str().unwrap(), b.to_str().unwrap()]));
+}

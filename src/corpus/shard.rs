@@ -119,11 +119,18 @@ pub struct TokenShardWriter {
 
 impl TokenShardWriter {
     /// `first_index` continues numbering after shards already finished (resume).
-    pub fn new(dir: &Path, atlas: &str, schema: SchemaRef, zstd_level: i32, first_index: usize) -> Result<Self> {
+    pub fn new(
+        dir: &Path,
+        atlas: &str,
+        schema: SchemaRef,
+        zstd_level: i32,
+        row_group_cells: usize,
+        first_index: usize,
+    ) -> Result<Self> {
         let level = ZstdLevel::try_new(zstd_level).map_err(|e| Error::Usage(format!("zstd level: {e}")))?;
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(level))
-            .set_max_row_group_row_count(Some(16 * 1024))
+            .set_max_row_group_row_count(Some(row_group_cells))
             // Token ids are high-cardinality; dictionary pages would only be discarded.
             .set_column_dictionary_enabled(ColumnPath::from(vec!["input_ids".into(), "list".into(), "item".into()]), false)
             .build();

@@ -185,7 +185,7 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     bar.set_position(done.iter().map(|s| s.cells_read).sum());
 
     let schema = corpus::token_schema(opened[0].source.obs_fields());
-    let mut writer = TokenShardWriter::new(&stage, &req.atlas, schema, req.zstd_level, done.len())?;
+    let mut writer = TokenShardWriter::new(&stage, &req.atlas, schema, req.zstd_level, req.read.chunk_cells.max(1), done.len())?;
     let result = pipeline(req, &mut opened, resume_at, &mut writer, &mut done, &progress_path, &fingerprint, &bar);
     if result.is_err() {
         writer.abandon();
@@ -283,8 +283,8 @@ fn pipeline(
     bar: &indicatif::ProgressBar,
 ) -> Result<()> {
     let chunk_cells = req.read.chunk_cells.max(1);
-    let (read_tx, read_rx) = crossbeam_channel::bounded::<Result<ReadMsg>>(2);
-    let (write_tx, write_rx) = crossbeam_channel::bounded::<WriteMsg>(2);
+    let (read_tx, read_rx) = crossbeam_channel::bounded::<Result<ReadMsg>>(1);
+    let (write_tx, write_rx) = crossbeam_channel::bounded::<WriteMsg>(1);
     let n_files = opened.len();
     let gene_ids: Vec<Vec<String>> = opened.iter().map(|o| o.source.gene_ids().to_vec()).collect();
     let (sources, mappers): (Vec<_>, Vec<_>) = opened.iter_mut().map(|o| (&mut o.source, &o.mapper)).unzip();

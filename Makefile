@@ -1,0 +1,27 @@
+# The two commands of README: `make demo` and `make test`. Both install what they need.
+# The cargo target dir lives outside the clone so fresh clones reuse the build.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/corrflow/target
+CARGO ?= cargo
+
+.PHONY: demo test deps data pyenv build bench
+
+deps:
+	@scripts/bootstrap.sh
+
+build: deps
+	$(CARGO) build --release --bins
+
+demo: build
+	$(CARGO_TARGET_DIR)/release/corrflow demo
+
+data:
+	@datasets/fetch.sh
+
+pyenv:
+	@scripts/python-env.sh >/dev/null
+
+test: deps data pyenv
+	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace
+
+bench: build data
+	benches/ingest.sh

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what corrflow needs on a fresh Debian machine: the HDF5 C library (for the
+# hdf5-metno crate) and pkg-config. Idempotent and quiet when everything is present.
+set -euo pipefail
+need=()
+[ -e /usr/include/hdf5/serial/hdf5.h ] || [ -e /usr/include/hdf5.h ] || need+=(libhdf5-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v unzip >/dev/null || need+=(unzip)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${need[*]}" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi

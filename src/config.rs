@@ -42,7 +42,7 @@ pub struct IngestConfig {
 
 impl Default for IngestConfig {
     fn default() -> Self {
-        Self { chunk_cells: 512, shard_cells: 100_000, zstd_level: 3, version: ModelVersion::V1, max_genes: None }
+        Self { chunk_cells: 512, shard_cells: 100_000, zstd_level: 1, version: ModelVersion::V1, max_genes: None }
     }
 }
 

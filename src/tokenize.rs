@@ -157,7 +157,7 @@ pub fn cell_counts(
             ValueTransform::None => raw,
             ValueTransform::Expm1 => raw.exp_m1(),
         };
-        if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && v.fract() != 0.0) {
+        if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && !is_integer(v)) {
             let what = if !v.is_finite() {
                 "a non-finite value"
             } else if v < 0.0 {
@@ -178,6 +178,13 @@ pub fn cell_counts(
     Ok(n_counts)
 }
 
+/// Whether a finite, non-negative value is an integer (a cast round trip is much cheaper
+/// than `f64::fract`, which is a libm call; values ≥ 2^53 are all integers).
+#[inline]
+fn is_integer(v: f64) -> bool {
+    v >= 9_007_199_254_740_992.0 || (v as u64) as f64 == v
+}
+
 /// Tokenizes cell `i` of `chunk` into `out`; returns whether it has any vocabulary gene.
 #[allow(clippy::too_many_arguments)]
 fn tokenize_cell(
@@ -189,7 +196,7 @@ fn tokenize_cell(
     vocab: &Vocabulary,
     opts: &TokenizeOptions,
     pairs: &mut Vec<(u32, f64)>,
-    scratch: &mut Vec<u128>,
+    scratch: &mut Vec<(u64, u32)>,
     out: &mut Vec<u32>,
 ) -> Result<bool> {
     pairs.clear();

@@ -9,7 +9,7 @@ use arrow_array::{ArrayRef, Int32Array, ListArray, RecordBatch, StringArray};
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
@@ -36,6 +36,10 @@ pub fn token_schema(obs: &[ObsField]) -> SchemaRef {
         fields.push(Field::new(&f.name, dt, true));
     }
     Arc::new(Schema::new(fields))
+}
+
+fn ids_path() -> ColumnPath {
+    ColumnPath::from(vec!["input_ids".into(), "list".into(), "item".into()])
 }
 
 /// Tokenized cells ready to be written.
@@ -132,7 +136,8 @@ impl TokenShardWriter {
             .set_compression(Compression::ZSTD(level))
             .set_max_row_group_row_count(Some(row_group_cells))
             // Token ids are high-cardinality; dictionary pages would only be discarded.
-            .set_column_dictionary_enabled(ColumnPath::from(vec!["input_ids".into(), "list".into(), "item".into()]), false)
+            .set_column_dictionary_enabled(ids_path(), false)
+            .set_column_encoding(ids_path(), Encoding::DELTA_BINARY_PACKED)
             .build();
         Ok(Self { dir: dir.to_path_buf(), atlas: atlas.to_string(), schema, props, next_index: first_index, open: None })
     }

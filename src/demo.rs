@@ -77,7 +77,12 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
     let first_cell_top_genes = cells
         .input_ids
         .first()
-        .map(|t| t.iter().take(10).map(|&id| symbols.get(&id).cloned().unwrap_or_else(|| vocab.token(id).unwrap_or("?").to_string())).collect())
+        .map(|t| {
+            t.iter()
+                .take(10)
+                .map(|&id| symbols.get(&id).cloned().unwrap_or_else(|| vocab.token(id).unwrap_or("?").to_string()))
+                .collect()
+        })
         .unwrap_or_default();
     let total: usize = cells.input_ids.iter().map(Vec::len).sum();
     Ok(DemoSummary {

@@ -73,7 +73,11 @@ impl ReadArgs {
     }
 
     fn transform(&self) -> ValueTransform {
-        if self.log1p { ValueTransform::Expm1 } else { ValueTransform::None }
+        if self.log1p {
+            ValueTransform::Expm1
+        } else {
+            ValueTransform::None
+        }
     }
 }
 
@@ -200,7 +204,10 @@ fn run(cli: Cli) -> Result<()> {
                 ModelVersion::V1 => SequenceLayout::v1(),
                 ModelVersion::V2 => {
                     vocab = vocab.with_v2_specials();
-                    SequenceLayout::v2(vocab.cls.context("v2 vocabulary has <cls>")?, vocab.eos.context("v2 vocabulary has <eos>")?)
+                    SequenceLayout::v2(
+                        vocab.cls.context("v2 vocabulary has <cls>")?,
+                        vocab.eos.context("v2 vocabulary has <eos>")?,
+                    )
                 }
             };
             if let Some(m) = cfg.ingest.max_genes {
@@ -230,12 +237,16 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(hf) = &a.hf {
                 let dir = corrflow::corpus::atlas_dir(&a.out, &a.atlas);
                 let rows = corrflow::corpus::export_hf(&[dir], hf)?;
-                human.push_str(&format!("\nexported {rows} cells to {} (Hugging Face save_to_disk layout)", hf.display()));
+                human.push_str(&format!(
+                    "\nexported {rows} cells to {} (Hugging Face save_to_disk layout)",
+                    hf.display()
+                ));
             }
             print_summary(cli.json, &human, &s)
         }
         Command::Vocab(VocabCommand::Build { out, name, alpha, min_cells, read, inputs }) => {
-            let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
+            let name =
+                name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
             let opts = VocabBuildOptions {
                 name,
                 read: read.read_options(&cfg, Vec::new()),
@@ -263,7 +274,11 @@ fn run(cli: Cli) -> Result<()> {
             let dirs: Vec<_> = names.iter().map(|n| corrflow::corpus::atlas_dir(&corpus, n)).collect();
             let rows = corrflow::corpus::export_hf(&dirs, &out)?;
             let summary = serde_json::json!({"command": "export hf", "out": out, "atlases": names, "cells": rows});
-            print_summary(cli.json, &format!("exported {rows} cells from {} atlases to {}", names.len(), out.display()), &summary)
+            print_summary(
+                cli.json,
+                &format!("exported {rows} cells from {} atlases to {}", names.len(), out.display()),
+                &summary,
+            )
         }
     }
 }

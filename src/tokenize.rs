@@ -220,7 +220,7 @@ fn tokenize_cell(
         });
     }
     for p in pairs.iter_mut() {
-        let median = vocab.median(p.0).expect("mapped tokens are genes with medians");
+        let median = vocab.median(p.0).expect("mapped tokens are genes with medians"); // ok: invariant
         p.1 = normalized_expression(p.1, n_counts, median);
     }
     rank_value_encode(pairs, &opts.layout, scratch, out);
@@ -286,7 +286,10 @@ mod tests {
         for (v, needle) in [(-1.0, "negative"), (f64::NAN, "non-finite"), (1.5, "non-integer")] {
             let c = chunk(&[&[(0, v)]]);
             let e = tokenize_chunk(Path::new("f.h5ad"), &c, &genes, &mapper, &vocab, &v1()).unwrap_err().to_string();
-            assert!(e.contains("f.h5ad") && e.contains("c0") && e.contains("ENSG00000000003") && e.contains(needle), "{e}");
+            assert!(
+                e.contains("f.h5ad") && e.contains("c0") && e.contains("ENSG00000000003") && e.contains(needle),
+                "{e}"
+            );
         }
         let lenient = TokenizeOptions { allow_normalized: true, ..v1() };
         let c = chunk(&[&[(0, 1.5)]]);

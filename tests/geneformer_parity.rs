@@ -13,14 +13,16 @@ fn check(h5ad: &Path, gene_column: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("c");
     let hf = tmp.path().join("hf");
-    let mut args = vec!["ingest", "--json", "--atlas", "a", "--out", corpus.to_str().unwrap(), "--hf", hf.to_str().unwrap()];
+    let mut args =
+        vec!["ingest", "--json", "--atlas", "a", "--out", corpus.to_str().unwrap(), "--hf", hf.to_str().unwrap()];
     if let Some(g) = gene_column {
         args.extend(["--gene-column", g]);
     }
     args.push(h5ad.to_str().unwrap());
     ok_json(&corrflow(&args));
     let atlas = corpus.join("atlases/a");
-    let mut pargs = vec!["--h5ad", h5ad.to_str().unwrap(), "--atlas-dir", atlas.to_str().unwrap(), "--hf", hf.to_str().unwrap()];
+    let mut pargs =
+        vec!["--h5ad", h5ad.to_str().unwrap(), "--atlas-dir", atlas.to_str().unwrap(), "--hf", hf.to_str().unwrap()];
     if let Some(g) = gene_column {
         pargs.extend(["--gene-column", g]);
     }

@@ -7,7 +7,19 @@ use common::*;
 
 fn peak_mb(input: &std::path::Path, cfg: &str, tmp: &std::path::Path, atlas: &str) -> f64 {
     let out = tmp.join(atlas);
-    let s = ok_json(&corrflow(&["ingest", "--json", "--config", cfg, "--atlas", atlas, "--gene-column", "gene_ids", "--out", out.to_str().unwrap(), input.to_str().unwrap()]));
+    let s = ok_json(&corrflow(&[
+        "ingest",
+        "--json",
+        "--config",
+        cfg,
+        "--atlas",
+        atlas,
+        "--gene-column",
+        "gene_ids",
+        "--out",
+        out.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]));
     s["peak_rss_mb"].as_f64().expect("peak RSS is reported on Linux")
 }
 

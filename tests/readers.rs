@@ -10,7 +10,8 @@ fn ingest(corpus: &std::path::Path, atlas: &str, extra: &[&str], file: &std::pat
     let mut args = vec!["ingest", "--json", "--config", "configs/tiny.toml", "--atlas", atlas, "--out", c];
     args.extend_from_slice(extra);
     args.push(file.to_str().unwrap());
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow")).current_dir(repo()).args(&args).output().unwrap();
+    let o =
+        std::process::Command::new(env!("CARGO_BIN_EXE_corrflow")).current_dir(repo()).args(&args).output().unwrap();
     ok_json(&o)
 }
 
@@ -49,8 +50,18 @@ fn obs_columns_pass_through_with_their_types() {
     let Some(py) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let good = fx.join("good");
-    ingest(tmp.path(), "new", &["--gene-column", "gene_ids", "--obs-columns", "cell_type,score,batch,flag"], &good.join("csr.h5ad"));
-    ingest(tmp.path(), "legacy", &["--gene-column", "gene_ids", "--obs-columns", "cell_type,score"], &good.join("legacy.h5ad"));
+    ingest(
+        tmp.path(),
+        "new",
+        &["--gene-column", "gene_ids", "--obs-columns", "cell_type,score,batch,flag"],
+        &good.join("csr.h5ad"),
+    );
+    ingest(
+        tmp.path(),
+        "legacy",
+        &["--gene-column", "gene_ids", "--obs-columns", "cell_type,score"],
+        &good.join("legacy.h5ad"),
+    );
     let script = r#"
 import sys, anndata as ad, pyarrow.parquet as pq, numpy as np
 a = ad.read_h5ad(sys.argv[1])

@@ -15,7 +15,14 @@ fn interrupted_ingest_resumes_to_the_same_result() {
     let cfg = cfg.to_str().unwrap();
     // 512 cells, 128-cell chunks, 256-cell shards → 2 shards; a 64-cell shard size gives 8.
     let small = tmp.path().join("small.toml");
-    std::fs::write(&small, std::fs::read_to_string(cfg).unwrap().replace("shard_cells = 256", "shard_cells = 64").replace("chunk_cells = 128", "chunk_cells = 64")).unwrap();
+    std::fs::write(
+        &small,
+        std::fs::read_to_string(cfg)
+            .unwrap()
+            .replace("shard_cells = 256", "shard_cells = 64")
+            .replace("chunk_cells = 128", "chunk_cells = 64"),
+    )
+    .unwrap();
     let small = small.to_str().unwrap();
 
     let full = tmp.path().join("full");
@@ -23,11 +30,18 @@ fn interrupted_ingest_resumes_to_the_same_result() {
 
     let crashed = tmp.path().join("crashed");
     let c = crashed.to_str().unwrap();
-    let o = corrflow_env(&["ingest", "--config", small, "--atlas", "a", "--out", c, i], &[("CORRFLOW_TEST_CRASH_AFTER_SHARDS", "3")]);
+    let o = corrflow_env(
+        &["ingest", "--config", small, "--atlas", "a", "--out", c, i],
+        &[("CORRFLOW_TEST_CRASH_AFTER_SHARDS", "3")],
+    );
     assert!(!o.status.success(), "the crash hook should abort the run");
     assert!(!crashed.join("atlases/a").exists(), "an interrupted atlas must not look complete");
     let stage = crashed.join("atlases/.a.partial");
-    let shards = std::fs::read_dir(&stage).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".parquet")).count();
+    let shards = std::fs::read_dir(&stage)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+        .count();
     assert_eq!(shards, 3);
 
     // Different options refuse to resume someone else's partial ingest.
@@ -41,7 +55,11 @@ fn interrupted_ingest_resumes_to_the_same_result() {
     assert_eq!(atlas_tokens(&crashed, "a"), atlas_tokens(&full, "a"));
     for n in 0..8 {
         let name = format!("atlases/a/shard-{n:05}.parquet");
-        assert_eq!(std::fs::read(full.join(&name)).unwrap(), std::fs::read(crashed.join(&name)).unwrap(), "{name} differs");
+        assert_eq!(
+            std::fs::read(full.join(&name)).unwrap(),
+            std::fs::read(crashed.join(&name)).unwrap(),
+            "{name} differs"
+        );
     }
     let m = corrflow::corpus::AtlasManifest::load(&crashed.join("atlases/a")).unwrap();
     m.verify(&crashed.join("atlases/a")).unwrap();
@@ -53,8 +71,21 @@ fn same_input_and_options_give_byte_identical_shards() {
     let b = bundled();
     for run in ["one", "two"] {
         let out = tmp.path().join(run);
-        ok_json(&corrflow(&["ingest", "--json", "--atlas", "a", "--gene-column", "gene_ids", "--out", out.to_str().unwrap(), b.to_str().unwrap()]));
+        ok_json(&corrflow(&[
+            "ingest",
+            "--json",
+            "--atlas",
+            "a",
+            "--gene-column",
+            "gene_ids",
+            "--out",
+            out.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ]));
     }
     let shard = "atlases/a/shard-00000.parquet";
-    assert_eq!(std::fs::read(tmp.path().join("one").join(shard)).unwrap(), std::fs::read(tmp.path().join("two").join(shard)).unwrap());
+    assert_eq!(
+        std::fs::read(tmp.path().join("one").join(shard)).unwrap(),
+        std::fs::read(tmp.path().join("two").join(shard)).unwrap()
+    );
 }

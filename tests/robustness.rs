@@ -56,7 +56,16 @@ fn malformed_inputs_fail_cleanly() {
         let tmp = tempfile::tempdir().unwrap();
         let corpus = tmp.path().join("corpus");
         let path = bad.join(file);
-        let args = ["ingest", "--atlas", "a", "--out", corpus.to_str().unwrap(), "--gene-column", "gene_ids", path.to_str().unwrap()];
+        let args = [
+            "ingest",
+            "--atlas",
+            "a",
+            "--out",
+            corpus.to_str().unwrap(),
+            "--gene-column",
+            "gene_ids",
+            path.to_str().unwrap(),
+        ];
         let args: Vec<&str> = if file.ends_with(".mtx") {
             args.iter().copied().filter(|a| *a != "--gene-column" && *a != "gene_ids").collect()
         } else {
@@ -72,15 +81,35 @@ fn unreadable_path_missing_gene_column_and_bad_options_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("c");
     let c = corpus.to_str().unwrap();
-    expect_failure(&["ingest", "--atlas", "a", "--out", c, "/no/such/file.h5ad"], "/no/such/file.h5ad", "No such file", &corpus);
+    expect_failure(
+        &["ingest", "--atlas", "a", "--out", c, "/no/such/file.h5ad"],
+        "/no/such/file.h5ad",
+        "No such file",
+        &corpus,
+    );
     let good = fx.join("good/csr.h5ad");
     let g = good.to_str().unwrap();
-    expect_failure(&["ingest", "--atlas", "a", "--out", c, "--gene-column", "ensembl", g], "csr.h5ad", "no column 'ensembl'", &corpus);
+    expect_failure(
+        &["ingest", "--atlas", "a", "--out", c, "--gene-column", "ensembl", g],
+        "csr.h5ad",
+        "no column 'ensembl'",
+        &corpus,
+    );
     expect_failure(&["ingest", "--atlas", "a", "--out", c, "--counts", "raw", g], "csr.h5ad", "no raw/X", &corpus);
-    expect_failure(&["ingest", "--atlas", "a", "--out", c, "--counts", "layer:spliced", g], "csr.h5ad", "no layer 'spliced'", &corpus);
+    expect_failure(
+        &["ingest", "--atlas", "a", "--out", c, "--counts", "layer:spliced", g],
+        "csr.h5ad",
+        "no layer 'spliced'",
+        &corpus,
+    );
     expect_failure(&["ingest", "--atlas", "../evil", "--out", c, g], "", "atlas name", &corpus);
     // A directory where a file is expected is another unreadable input.
-    expect_failure(&["ingest", "--atlas", "a", "--out", c, tmp.path().to_str().unwrap()], tmp.path().to_str().unwrap(), "matrix.mtx", &corpus);
+    expect_failure(
+        &["ingest", "--atlas", "a", "--out", c, tmp.path().to_str().unwrap()],
+        tmp.path().to_str().unwrap(),
+        "matrix.mtx",
+        &corpus,
+    );
 }
 
 #[test]
@@ -112,7 +141,16 @@ fn bad_config_is_rejected_before_any_work() {
     std::fs::write(&cfg, "[ingest]\nshard_cels = 5\n").unwrap();
     let corpus = tmp.path().join("c");
     let b = bundled();
-    let o = corrflow(&["ingest", "--config", cfg.to_str().unwrap(), "--atlas", "a", "--out", corpus.to_str().unwrap(), b.to_str().unwrap()]);
+    let o = corrflow(&[
+        "ingest",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--atlas",
+        "a",
+        "--out",
+        corpus.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("bad.toml") && stderr(&o).contains("unknown field"), "{}", stderr(&o));
     assert!(!corpus.exists());

@@ -11,7 +11,18 @@ fn streaming_medians_are_within_alpha_of_exact_medians() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("vocab");
     let b = bundled();
-    let s = ok_json(&corrflow(&["vocab", "build", "--json", "--alpha", "0.001", "--gene-column", "gene_ids", "--out", out.to_str().unwrap(), b.to_str().unwrap()]));
+    let s = ok_json(&corrflow(&[
+        "vocab",
+        "build",
+        "--json",
+        "--alpha",
+        "0.001",
+        "--gene-column",
+        "gene_ids",
+        "--out",
+        out.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]));
     assert!(s["genes"].as_u64().unwrap() > 10_000, "{s}");
     let script = r#"
 import sys, csv, numpy as np, anndata as ad, scipy.sparse as sp
@@ -34,10 +45,25 @@ print(checked, worst)
 assert checked == len(est), (checked, len(est))
 assert worst <= 0.001 * (1 + 1e-9), worst
 "#;
-    let o = std::process::Command::new(py).args(["-c", script, b.to_str().unwrap(), out.to_str().unwrap()]).output().unwrap();
+    let o = std::process::Command::new(py)
+        .args(["-c", script, b.to_str().unwrap(), out.to_str().unwrap()])
+        .output()
+        .unwrap();
     println!("genes checked, worst relative error: {}", stdout(&o));
     assert!(o.status.success(), "{}", stderr(&o));
     // The built vocabulary tokenizes the same file.
     let corpus = tmp.path().join("c");
-    ok_json(&corrflow(&["ingest", "--json", "--vocab", out.to_str().unwrap(), "--gene-column", "gene_ids", "--atlas", "a", "--out", corpus.to_str().unwrap(), b.to_str().unwrap()]));
+    ok_json(&corrflow(&[
+        "ingest",
+        "--json",
+        "--vocab",
+        out.to_str().unwrap(),
+        "--gene-column",
+        "gene_ids",
+        "--atlas",
+        "a",
+        "--out",
+        corpus.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]));
 }

@@ -50,10 +50,7 @@ impl LogQuantileSketch {
 
     /// Adds all of `other`'s values. Both sketches must share `alpha`.
     pub fn merge(&mut self, other: &Self) {
-        assert!(
-            (self.ln_gamma - other.ln_gamma).abs() < 1e-15,
-            "cannot merge sketches with different alpha"
-        );
+        assert!((self.ln_gamma - other.ln_gamma).abs() < 1e-15, "cannot merge sketches with different alpha");
         for (&k, &n) in &other.buckets {
             *self.buckets.entry(k).or_insert(0) += n;
         }
@@ -124,7 +121,11 @@ mod tests {
             (LogQuantileSketch::new(0.01), LogQuantileSketch::new(0.01), LogQuantileSketch::new(0.01));
         for i in 1..100 {
             let x = f64::from(i) * 0.37;
-            if i % 3 == 0 { a.add(x) } else { b.add(x) }
+            if i % 3 == 0 {
+                a.add(x)
+            } else {
+                b.add(x)
+            }
             all.add(x);
         }
         a.merge(&b);

@@ -85,14 +85,14 @@ pub fn export_hf(atlas_dirs: &[PathBuf], out: &Path) -> Result<u64> {
                 writer = Some((w, path, 0));
                 written.push(name);
             }
-            let (w, path, n) = writer.as_mut().expect("opened above");
-            let schema = hf_schema.clone().expect("set with the writer");
+            let (w, path, n) = writer.as_mut().expect("opened above"); // ok: invariant
+            let schema = hf_schema.clone().expect("set with the writer"); // ok: invariant
             let rb = rb.clone().with_schema(schema).map_err(|e| Error::parquet(&*path, e))?;
             w.write(&rb).map_err(|e| Error::parquet(&*path, e))?;
             *n += rb.num_rows() as u64;
             shard_rows += rb.num_rows() as u64;
             if shard_rows >= target_rows[shard_idx] {
-                let (w, path, n) = writer.take().expect("open");
+                let (w, path, n) = writer.take().expect("open"); // ok: invariant
                 finish(w, &path)?;
                 rows += n;
                 shard_rows = 0;

@@ -36,8 +36,14 @@ pub fn read_atlas_tokens(atlas_dir: &Path) -> Result<AtlasCells> {
     let mut cells = AtlasCells::default();
     for_each_batch(atlas_dir, |rb| {
         let bad = |c: &str| Error::format(atlas_dir, format!("shard column '{c}' has an unexpected type"));
-        let ids = rb.column_by_name("input_ids").and_then(|c| c.as_any().downcast_ref::<ListArray>()).ok_or_else(|| bad("input_ids"))?;
-        let cell = rb.column_by_name("cell_id").and_then(|c| c.as_any().downcast_ref::<StringArray>()).ok_or_else(|| bad("cell_id"))?;
+        let ids = rb
+            .column_by_name("input_ids")
+            .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+            .ok_or_else(|| bad("input_ids"))?;
+        let cell = rb
+            .column_by_name("cell_id")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| bad("cell_id"))?;
         for i in 0..rb.num_rows() {
             let v = ids.value(i);
             let v = v.as_any().downcast_ref::<Int32Array>().ok_or_else(|| bad("input_ids"))?;

@@ -139,7 +139,14 @@ impl TokenShardWriter {
             .set_column_dictionary_enabled(ids_path(), false)
             .set_column_encoding(ids_path(), Encoding::DELTA_BINARY_PACKED)
             .build();
-        Ok(Self { dir: dir.to_path_buf(), atlas: atlas.to_string(), schema, props, next_index: first_index, open: None })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            atlas: atlas.to_string(),
+            schema,
+            props,
+            next_index: first_index,
+            open: None,
+        })
     }
 
     pub fn shard_name(index: usize) -> String {
@@ -154,9 +161,17 @@ impl TokenShardWriter {
             let file = File::create(&tmp).at(&tmp)?;
             let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
                 .map_err(|e| Error::parquet(&tmp, e))?;
-            self.open = Some(OpenShard { writer, tmp, target, cells: 0, tokens: 0, cells_read: 0, dropped: DropCounts::default() });
+            self.open = Some(OpenShard {
+                writer,
+                tmp,
+                target,
+                cells: 0,
+                tokens: 0,
+                cells_read: 0,
+                dropped: DropCounts::default(),
+            });
         }
-        let shard = self.open.as_mut().expect("opened above");
+        let shard = self.open.as_mut().expect("opened above"); // ok: invariant
         if batch.n_cells() > 0 {
             let rb = batch.to_record_batch(&self.schema, &self.atlas)?;
             shard.writer.write(&rb).map_err(|e| Error::parquet(&shard.tmp, e))?;
@@ -183,7 +198,7 @@ impl TokenShardWriter {
         self.next_index += 1;
         let bytes = std::fs::metadata(&shard.target).at(&shard.target)?.len();
         Ok(Some(ShardInfo {
-            file: shard.target.file_name().expect("shard file name").to_string_lossy().into_owned(),
+            file: shard.target.file_name().expect("shard file name").to_string_lossy().into_owned(), // ok: invariant
             cells: shard.cells,
             tokens: shard.tokens,
             bytes,

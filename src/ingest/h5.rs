@@ -28,9 +28,8 @@ pub fn open(path: &Path) -> Result<hdf5::File> {
         }
     }
     hdf5::silence_errors(true);
-    hdf5::File::open(path).map_err(|e| {
-        Error::format(path, format!("cannot open as HDF5 (truncated or corrupt file?): {e}"))
-    })
+    hdf5::File::open(path)
+        .map_err(|e| Error::format(path, format!("cannot open as HDF5 (truncated or corrupt file?): {e}")))
 }
 
 /// Reads a string attribute of any HDF5 string type; `None` when absent or not a string.
@@ -46,9 +45,8 @@ pub fn attr_string(obj: &Location, name: &str) -> Option<String> {
             let dtype = attr.dtype().ok()?;
             let total = n * attr.shape().iter().product::<usize>().max(1);
             let mut buf = vec![0u8; total];
-            let status = hdf5::sync::sync(|| unsafe {
-                hdf5_sys::h5a::H5Aread(attr.id(), dtype.id(), buf.as_mut_ptr().cast())
-            });
+            let status =
+                hdf5::sync::sync(|| unsafe { hdf5_sys::h5a::H5Aread(attr.id(), dtype.id(), buf.as_mut_ptr().cast()) });
             (status >= 0).then(|| fixed_to_string(&buf[..n]))
         }
         _ => None,
@@ -114,9 +112,7 @@ pub fn num_kind(path: &Path, ds: &Dataset, what: &str) -> Result<NumKind> {
 }
 
 pub fn descriptor(path: &Path, ds: &Dataset, what: &str) -> Result<TypeDescriptor> {
-    ds.dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| Error::hdf5(path, format!("reading the type of {what}"), e))
+    ds.dtype().and_then(|t| t.to_descriptor()).map_err(|e| Error::hdf5(path, format!("reading the type of {what}"), e))
 }
 
 fn read_vec<T: H5Type>(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<T>> {
@@ -228,11 +224,13 @@ pub fn read_compound_f64(
     let mem = single_field_type(path, field, TypeDescriptor::Float(FloatSize::U8), 8)?;
     let bytes = read_raw_bytes(path, ds, &what, &mem, 8, range)?;
     Ok(bytes.chunks_exact(8).map(|b| f64::from_ne_bytes(b.try_into().expect("8-byte chunk"))).collect())
+    // ok: invariant
 }
 
 fn single_field_type(path: &Path, field: &CompoundField, ty: TypeDescriptor, size: usize) -> Result<Datatype> {
     let desc = TypeDescriptor::Compound(CompoundType { fields: vec![CompoundField::new(&field.name, ty, 0, 0)], size });
-    Datatype::from_descriptor(&desc).map_err(|e| Error::hdf5(path, format!("memory type for field '{}'", field.name), e))
+    Datatype::from_descriptor(&desc)
+        .map_err(|e| Error::hdf5(path, format!("memory type for field '{}'", field.name), e))
 }
 
 /// Reads elements of `ds` (all, or a 1-d slice) converted to the memory type `mem` of

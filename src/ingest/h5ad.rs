@@ -27,7 +27,9 @@ impl H5adSource {
             CountsSource::X => ("X".to_string(), "var".to_string()),
             CountsSource::Raw if has("raw") && file.link_exists("raw/X") => ("raw/X".into(), "raw/var".into()),
             CountsSource::Raw if has("raw.X") => ("raw.X".into(), "raw.var".into()),
-            CountsSource::Raw => return Err(Error::format(path, "--counts raw: the file has no raw/X (nor legacy raw.X)")),
+            CountsSource::Raw => {
+                return Err(Error::format(path, "--counts raw: the file has no raw/X (nor legacy raw.X)"))
+            }
             CountsSource::Layer(name) => {
                 let p = format!("layers/{name}");
                 if !(has("layers") && file.link_exists(&p)) {
@@ -64,7 +66,8 @@ impl H5adSource {
             .iter()
             .map(|c| ColumnReader::open(path, &file, "obs", Column::Named(c)))
             .collect::<Result<Vec<_>>>()?;
-        let obs_fields = opts.obs_columns.iter().zip(&obs).map(|(n, r)| ObsField { name: n.clone(), kind: r.kind() }).collect();
+        let obs_fields =
+            opts.obs_columns.iter().zip(&obs).map(|(n, r)| ObsField { name: n.clone(), kind: r.kind() }).collect();
         Ok(Self { path: path.to_path_buf(), _file: file, matrix, n_cells, genes, index, obs, obs_fields })
     }
 }
@@ -73,7 +76,10 @@ fn open_matrix(path: &Path, file: &hdf5::File, at: &str, opts: &ReadOptions) -> 
     if let Ok(ds) = file.dataset(at) {
         let enc = h5::attr_string(&ds, "encoding-type").unwrap_or_else(|| "array".into());
         if enc != "array" {
-            return Err(Error::format(path, format!("{at} has encoding-type '{enc}', expected array for a dense matrix")));
+            return Err(Error::format(
+                path,
+                format!("{at} has encoding-type '{enc}', expected array for a dense matrix"),
+            ));
         }
         let (m, rows, cols) = DenseRows::open(path, at, ds)?;
         return Ok((CountsMatrix::Dense(m), rows, cols));
@@ -88,10 +94,14 @@ fn open_matrix(path: &Path, file: &hdf5::File, at: &str, opts: &ReadOptions) -> 
     };
     let shape = match shape.as_deref() {
         Some(&[r, c]) => (r, c),
-        other => return Err(Error::format(path, format!("{at}: shape attribute must hold 2 integers, found {other:?}"))),
+        other => {
+            return Err(Error::format(path, format!("{at}: shape attribute must hold 2 integers, found {other:?}")))
+        }
     };
     match format.as_str() {
-        "csr_matrix" => Ok((CountsMatrix::Rows(SparseRows::open(path, at, &group, shape.0, shape.1)?), shape.0, shape.1)),
+        "csr_matrix" => {
+            Ok((CountsMatrix::Rows(SparseRows::open(path, at, &group, shape.0, shape.1)?), shape.0, shape.1))
+        }
         "csc_matrix" => {
             let m = SparseCols::open(path, at, &group, shape.0, shape.1, opts.chunk_cells, &opts.scratch_dir)?;
             Ok((CountsMatrix::Cols(m), shape.0, shape.1))
@@ -135,4 +145,3 @@ impl CellSource for H5adSource {
         }
     }
 }
-

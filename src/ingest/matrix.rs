@@ -36,7 +36,6 @@ impl SparseRows {
         Ok(Self { path: path.to_path_buf(), what: what.to_string(), data, indices, indptr, kind, n_rows, n_cols, nnz })
     }
 
-
     pub fn read(&self, rows: Range<usize>) -> Result<SparseRowsData> {
         let (path, what) = (self.path.as_path(), self.what.as_str());
         if rows.end > self.n_rows {
@@ -52,7 +51,12 @@ impl SparseRows {
         }
         let range = start as usize..end as usize;
         let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
-        let cols = to_cols(path, what, h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?, self.n_cols)?;
+        let cols = to_cols(
+            path,
+            what,
+            h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?,
+            self.n_cols,
+        )?;
         let indptr = ptr.iter().map(|&p| (p - start) as usize).collect();
         Ok(SparseRowsData { indptr, cols, values })
     }
@@ -75,7 +79,6 @@ impl DenseRows {
         h5::num_kind(path, &ds, what)?; // dense data must be numeric
         Ok((Self { path: path.to_path_buf(), what: what.to_string(), ds, n_cols: shape[1] }, shape[0], shape[1]))
     }
-
 
     pub fn read(&self, rows: Range<usize>) -> Result<SparseRowsData> {
         let mut out = SparseRowsData { indptr: vec![0], ..Default::default() };
@@ -148,7 +151,6 @@ impl SparseCols {
         })
     }
 
-
     fn transpose(&self) -> Result<RowBuckets> {
         let (path, what) = (self.path.as_path(), self.what.as_str());
         tracing::info!(file = %path.display(), "transposing gene-compressed {what} out of core");
@@ -167,7 +169,12 @@ impl SparseCols {
             }
             let range = start..ptr[end_col] as usize;
             let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
-            let rows = to_cols(path, what, h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?, self.n_rows)?;
+            let rows = to_cols(
+                path,
+                what,
+                h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?,
+                self.n_rows,
+            )?;
             for c in col..end_col {
                 for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
                     writer.push(rows[k], c as u32, values[k])?;
@@ -182,7 +189,7 @@ impl SparseCols {
         if self.buckets.is_none() {
             self.buckets = Some(self.transpose()?);
         }
-        self.buckets.as_mut().expect("transposed above").read(rows)
+        self.buckets.as_mut().expect("transposed above").read(rows) // ok: invariant
     }
 }
 
@@ -201,7 +208,6 @@ impl CountsMatrix {
             Self::Cols(m) => m.read(rows),
         }
     }
-
 }
 
 fn sparse_parts(path: &Path, what: &str, group: &hdf5::Group) -> Result<(Dataset, Dataset, Dataset)> {
@@ -228,7 +234,11 @@ fn check_sparse_lengths(
     if indptr.size() != n_major + 1 {
         return Err(Error::format(
             path,
-            format!("shape mismatch: {what}/indptr has {} entries, expected {} for its shape", indptr.size(), n_major + 1),
+            format!(
+                "shape mismatch: {what}/indptr has {} entries, expected {} for its shape",
+                indptr.size(),
+                n_major + 1
+            ),
         ));
     }
     Ok(())

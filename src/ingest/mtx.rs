@@ -52,13 +52,19 @@ fn read_header(path: &Path, reader: &mut dyn BufRead) -> Result<(usize, usize, u
     let banner: Vec<String> = line.split_whitespace().map(str::to_lowercase).collect();
     let ok = banner.len() >= 4 && banner[0] == "%%matrixmarket" && banner[1] == "matrix" && banner[2] == "coordinate";
     if !ok {
-        return Err(Error::format(path, "not a coordinate MatrixMarket file (expected '%%MatrixMarket matrix coordinate ...')"));
+        return Err(Error::format(
+            path,
+            "not a coordinate MatrixMarket file (expected '%%MatrixMarket matrix coordinate ...')",
+        ));
     }
     if !matches!(banner[3].as_str(), "integer" | "real" | "double") {
         return Err(Error::format(path, format!("MatrixMarket field '{}' is not integer or real counts", banner[3])));
     }
     if banner.get(4).is_some_and(|s| s != "general") {
-        return Err(Error::format(path, format!("MatrixMarket symmetry '{}' is not supported (expected general)", banner[4])));
+        return Err(Error::format(
+            path,
+            format!("MatrixMarket symmetry '{}' is not supported (expected general)", banner[4]),
+        ));
     }
     loop {
         line.clear();
@@ -69,9 +75,11 @@ fn read_header(path: &Path, reader: &mut dyn BufRead) -> Result<(usize, usize, u
             break;
         }
     }
-    let dims: Vec<usize> = line.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| {
-        Error::format(path, format!("size line '{}' is not three integers", line.trim()))
-    })?;
+    let dims: Vec<usize> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|_| Error::format(path, format!("size line '{}' is not three integers", line.trim())))?;
     match dims.as_slice() {
         &[r, c, n] => Ok((r, c, n)),
         _ => Err(Error::format(path, format!("size line '{}' is not three integers", line.trim()))),
@@ -81,15 +89,16 @@ fn read_header(path: &Path, reader: &mut dyn BufRead) -> Result<(usize, usize, u
 impl MtxSource {
     pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
         let (dir, matrix) = if path.is_dir() {
-            let m = find(path, &["matrix.mtx"]).ok_or_else(|| Error::format(path, "directory has no matrix.mtx[.gz]"))?;
+            let m =
+                find(path, &["matrix.mtx"]).ok_or_else(|| Error::format(path, "directory has no matrix.mtx[.gz]"))?;
             (path.to_path_buf(), m)
         } else {
             (path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf), path.to_path_buf())
         };
         let features = find(&dir, &["features.tsv", "genes.tsv"])
             .ok_or_else(|| Error::format(&dir, "no features.tsv[.gz] or genes.tsv[.gz] beside the matrix"))?;
-        let barcodes_path =
-            find(&dir, &["barcodes.tsv"]).ok_or_else(|| Error::format(&dir, "no barcodes.tsv[.gz] beside the matrix"))?;
+        let barcodes_path = find(&dir, &["barcodes.tsv"])
+            .ok_or_else(|| Error::format(&dir, "no barcodes.tsv[.gz] beside the matrix"))?;
         let col = match opts.gene_column.as_deref().unwrap_or("id") {
             "id" | "gene_ids" => 0,
             "name" | "gene_symbols" => 1,
@@ -155,19 +164,26 @@ impl MtxSource {
             if n == 0 {
                 break;
             }
-            let text = std::str::from_utf8(&line).map_err(|_| Error::format(path, format!("entry {} is not text", seen + 1)))?;
+            let text = std::str::from_utf8(&line)
+                .map_err(|_| Error::format(path, format!("entry {} is not text", seen + 1)))?;
             let mut it = text.split_ascii_whitespace();
             let (Some(i), Some(j), Some(v)) = (it.next(), it.next(), it.next()) else {
                 if text.trim().is_empty() {
                     continue;
                 }
-                return Err(Error::format(path, format!("entry {}: expected 'row col value', got '{}'", seen + 1, text.trim())));
+                return Err(Error::format(
+                    path,
+                    format!("entry {}: expected 'row col value', got '{}'", seen + 1, text.trim()),
+                ));
             };
             let bad = || Error::format(path, format!("entry {}: cannot parse '{}'", seen + 1, text.trim()));
             let (i, j): (usize, usize) = (i.parse().map_err(|_| bad())?, j.parse().map_err(|_| bad())?);
             let v: f64 = v.parse().map_err(|_| bad())?;
             if i == 0 || j == 0 || i > rows || j > cols {
-                return Err(Error::format(path, format!("entry {}: position ({i}, {j}) outside {rows} × {cols}", seen + 1)));
+                return Err(Error::format(
+                    path,
+                    format!("entry {}: position ({i}, {j}) outside {rows} × {cols}", seen + 1),
+                ));
             }
             let (feature, cell) = if self.genes_by_cells { (i - 1, j - 1) } else { (j - 1, i - 1) };
             if let Some(g) = self.remap[feature] {
@@ -203,9 +219,16 @@ impl CellSource for MtxSource {
         if self.buckets.is_none() {
             self.buckets = Some(self.transpose()?);
         }
-        let m = self.buckets.as_mut().expect("transposed above").read(rows.clone())?;
+        let m = self.buckets.as_mut().expect("transposed above").read(rows.clone())?; // ok: invariant
         let cell_ids = self.barcodes[rows.clone()].to_vec();
-        Ok(CellChunk { first_cell: rows.start, indptr: m.indptr, genes: m.cols, values: m.values, cell_ids, obs: Vec::new() })
+        Ok(CellChunk {
+            first_cell: rows.start,
+            indptr: m.indptr,
+            genes: m.cols,
+            values: m.values,
+            cell_ids,
+            obs: Vec::new(),
+        })
     }
 
     fn format(&self) -> &'static str {

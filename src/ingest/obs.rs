@@ -99,10 +99,7 @@ impl ColumnReader {
                 Column::Named(n) => n.to_string(),
             };
             if !group.link_exists(&name) {
-                return Err(fmt_err(format!(
-                    "{frame} has no column '{name}' (columns: {})",
-                    member_list(&group)
-                )));
+                return Err(fmt_err(format!("{frame} has no column '{name}' (columns: {})", member_list(&group))));
             }
             let what = format!("{frame}/{name}");
             let source = Self::open_new_layout(path, file, &group, frame, &name)?;
@@ -127,7 +124,8 @@ impl ColumnReader {
         let source = match NumKind::of(&field.ty) {
             Some(kind) => {
                 let cats_name = format!("uns/{name}_categories");
-                if kind.is_integer() && kind != NumKind::Bool && file.link_exists("uns") && file.link_exists(&cats_name) {
+                if kind.is_integer() && kind != NumKind::Bool && file.link_exists("uns") && file.link_exists(&cats_name)
+                {
                     let cats = file.dataset(&cats_name).map_err(|e| Error::hdf5(path, &cats_name, e))?;
                     let categories = read_category_labels(path, &cats, &cats_name)?;
                     ColumnSource::CompoundCategorical { table, field, categories }
@@ -153,7 +151,8 @@ impl ColumnReader {
                 }
                 "nullable-integer" | "nullable-boolean" | "nullable-string-array" => {
                     let values = ds("values")?;
-                    let kind = if enc == "nullable-string-array" { None } else { Some(h5::num_kind(path, &values, &what)?) };
+                    let kind =
+                        if enc == "nullable-string-array" { None } else { Some(h5::num_kind(path, &values, &what)?) };
                     Ok(ColumnSource::Nullable { values, mask: ds("mask")?, kind })
                 }
                 other => Err(Error::format(path, format!("{what}: unsupported column encoding-type '{other}'"))),
@@ -168,9 +167,9 @@ impl ColumnReader {
             return Ok(ColumnSource::Categorical { codes: ds, categories });
         }
         let _ = file;
-        match h5::descriptor(path, &ds, &what)? {
-            d if NumKind::of(&d).is_some() => Ok(ColumnSource::Numbers(ds, NumKind::of(&d).expect("checked"))),
-            _ => Ok(ColumnSource::Strings(ds)),
+        match NumKind::of(&h5::descriptor(path, &ds, &what)?) {
+            Some(kind) => Ok(ColumnSource::Numbers(ds, kind)),
+            None => Ok(ColumnSource::Strings(ds)),
         }
     }
 
@@ -194,7 +193,9 @@ impl ColumnReader {
     pub fn read(&self, rows: Option<Range<usize>>) -> Result<ObsValues> {
         let (path, what) = (self.path.as_path(), self.what.as_str());
         Ok(match &self.source {
-            ColumnSource::Strings(ds) => ObsValues::Utf8(h5::read_strings(path, ds, what, rows)?.into_iter().map(Some).collect()),
+            ColumnSource::Strings(ds) => {
+                ObsValues::Utf8(h5::read_strings(path, ds, what, rows)?.into_iter().map(Some).collect())
+            }
             ColumnSource::Numbers(ds, kind) => numbers(h5::read_f64(path, ds, what, *kind, rows)?, *kind, None),
             ColumnSource::Categorical { codes, categories } => {
                 let codes = h5::read_i64(path, codes, what, rows)?;
@@ -216,9 +217,12 @@ impl ColumnReader {
             ColumnSource::CompoundStrings(ds, f) => {
                 ObsValues::Utf8(h5::read_compound_strings(path, ds, f, rows)?.into_iter().map(Some).collect())
             }
-            ColumnSource::CompoundNumbers(ds, f, kind) => numbers(h5::read_compound_f64(path, ds, f, rows)?, *kind, None),
+            ColumnSource::CompoundNumbers(ds, f, kind) => {
+                numbers(h5::read_compound_f64(path, ds, f, rows)?, *kind, None)
+            }
             ColumnSource::CompoundCategorical { table, field, categories } => {
-                let codes: Vec<i64> = h5::read_compound_f64(path, table, field, rows)?.into_iter().map(|c| c as i64).collect();
+                let codes: Vec<i64> =
+                    h5::read_compound_f64(path, table, field, rows)?.into_iter().map(|c| c as i64).collect();
                 ObsValues::Utf8(decode_categories(path, what, &codes, categories)?)
             }
         })
@@ -236,7 +240,9 @@ fn num_obs_kind(k: NumKind) -> ObsKind {
 fn numbers(values: Vec<f64>, kind: NumKind, mask: Option<&[i64]>) -> ObsValues {
     let missing = |i: usize| mask.is_some_and(|m| m.get(i).is_some_and(|&x| x != 0));
     match num_obs_kind(kind) {
-        ObsKind::Float64 => ObsValues::Float64(values.into_iter().enumerate().map(|(i, v)| (!missing(i)).then_some(v)).collect()),
+        ObsKind::Float64 => {
+            ObsValues::Float64(values.into_iter().enumerate().map(|(i, v)| (!missing(i)).then_some(v)).collect())
+        }
         ObsKind::Boolean => {
             ObsValues::Boolean(values.into_iter().enumerate().map(|(i, v)| (!missing(i)).then_some(v != 0.0)).collect())
         }
@@ -258,12 +264,9 @@ fn decode_categories(path: &Path, what: &str, codes: &[i64], categories: &[Strin
 
 /// Category labels may be strings or numbers; both become strings.
 fn read_category_labels(path: &Path, ds: &Dataset, what: &str) -> Result<Vec<String>> {
-    match h5::descriptor(path, ds, what)? {
-        d if NumKind::of(&d).is_some() => Ok(h5::read_f64(path, ds, what, NumKind::of(&d).expect("checked"), None)?
-            .into_iter()
-            .map(|v| v.to_string())
-            .collect()),
-        _ => h5::read_strings(path, ds, what, None),
+    match NumKind::of(&h5::descriptor(path, ds, what)?) {
+        Some(kind) => Ok(h5::read_f64(path, ds, what, kind, None)?.into_iter().map(|v| v.to_string()).collect()),
+        None => h5::read_strings(path, ds, what, None),
     }
 }
 

@@ -10,9 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{open, CellSource, ReadOptions};
-use crate::corpus::{
-    self, AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo, TokenBatch, TokenShardWriter,
-};
+use crate::corpus::{self, AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo, TokenBatch, TokenShardWriter};
 use crate::error::{Error, IoContext, Result};
 use crate::tokenize::{tokenize_chunk, GeneMapper, TokenizeOptions};
 use crate::util::atomic::write_json_atomic;
@@ -71,7 +69,9 @@ pub fn validate_atlas_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Usage(format!("atlas name '{name}' must be 1-128 characters of A-Z a-z 0-9 . _ - and not start with '.'")))
+        Err(Error::Usage(format!(
+            "atlas name '{name}' must be 1-128 characters of A-Z a-z 0-9 . _ - and not start with '.'"
+        )))
     }
 }
 
@@ -185,7 +185,8 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     bar.set_position(done.iter().map(|s| s.cells_read).sum());
 
     let schema = corpus::token_schema(opened[0].source.obs_fields());
-    let mut writer = TokenShardWriter::new(&stage, &req.atlas, schema, req.zstd_level, req.read.chunk_cells.max(1), done.len())?;
+    let mut writer =
+        TokenShardWriter::new(&stage, &req.atlas, schema, req.zstd_level, req.read.chunk_cells.max(1), done.len())?;
     let result = pipeline(req, &mut opened, resume_at, &mut writer, &mut done, &progress_path, &fingerprint, &bar);
     if result.is_err() {
         writer.abandon();
@@ -320,7 +321,10 @@ fn pipeline(
                 if writer.open_cells_read() >= req.shard_cells as u64 || at_end {
                     if let Some(info) = writer.finish_shard(msg.next)? {
                         done.push(info);
-                        write_json_atomic(progress_path, &Progress { fingerprint: fingerprint.to_string(), shards: done.clone() })?;
+                        write_json_atomic(
+                            progress_path,
+                            &Progress { fingerprint: fingerprint.to_string(), shards: done.clone() },
+                        )?;
                         crash_for_tests(done.len());
                     }
                 }
@@ -337,7 +341,14 @@ fn pipeline(
                 let msg = msg?;
                 let source_path = req.inputs[msg.file].as_path();
                 let chunk = &msg.chunk;
-                let t = tokenize_chunk(source_path, chunk, &gene_ids[msg.file], mappers[msg.file], &req.vocab, &req.tokenize)?;
+                let t = tokenize_chunk(
+                    source_path,
+                    chunk,
+                    &gene_ids[msg.file],
+                    mappers[msg.file],
+                    &req.vocab,
+                    &req.tokenize,
+                )?;
                 let batch = TokenBatch {
                     offsets: t.offsets,
                     tokens: t.tokens,
@@ -358,7 +369,8 @@ fn pipeline(
             Ok(())
         })();
         drop(write_tx);
-        let write_result = writer_thread.join().unwrap_or_else(|_| Err(Error::Usage("shard writer thread panicked".into())));
+        let write_result =
+            writer_thread.join().unwrap_or_else(|_| Err(Error::Usage("shard writer thread panicked".into())));
         tokenize_result.and(write_result)
     })
 }
@@ -381,7 +393,7 @@ fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} ingest [{bar:30}] {pos}/{len} cells {per_sec} eta {eta}")
-            .expect("static template")
+            .expect("static template") // ok: invariant
             .progress_chars("=> "),
     );
     bar

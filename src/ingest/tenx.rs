@@ -55,7 +55,9 @@ impl TenxSource {
             (true, "name" | "gene_symbols") => strings("features/name")?,
             (false, "id" | "gene_ids") => strings("genes")?,
             (false, "name" | "gene_symbols") => strings("gene_names")?,
-            (_, other) => return Err(Error::format(path, format!("10x files have gene columns 'id' and 'name', not '{other}'"))),
+            (_, other) => {
+                return Err(Error::format(path, format!("10x files have gene columns 'id' and 'name', not '{other}'")))
+            }
         };
         if ids.len() != n_features {
             return Err(Error::format(

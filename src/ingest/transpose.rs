@@ -92,14 +92,15 @@ impl RowBuckets {
             let mut entries: Vec<(u32, u32, f64)> = bytes
                 .chunks_exact(RECORD)
                 .map(|r| {
-                    let u = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
+                    let u = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes")); // ok: invariant
                     (u(0), u(4), f64::from_le_bytes(r[8..16].try_into().expect("8 bytes")))
+                    // ok: invariant
                 })
                 .collect();
             entries.sort_unstable_by_key(|e| (e.0, e.1));
             self.cached = Some((b, entries));
         }
-        let entries = &self.cached.as_ref().expect("just cached").1;
+        let entries = &self.cached.as_ref().expect("just cached").1; // ok: invariant
         let lo = entries.partition_point(|e| (e.0 as usize) < rows.start);
         let hi = entries.partition_point(|e| (e.0 as usize) < rows.end);
         let slice = &entries[lo..hi];

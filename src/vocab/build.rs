@@ -100,7 +100,11 @@ impl MedianEstimator {
 }
 
 /// Builds a vocabulary from `inputs` and writes it to `out`.
-pub fn build_vocabulary(inputs: &[PathBuf], out: &Path, opts: &VocabBuildOptions) -> Result<(Vocabulary, VocabBuildSummary)> {
+pub fn build_vocabulary(
+    inputs: &[PathBuf],
+    out: &Path,
+    opts: &VocabBuildOptions,
+) -> Result<(Vocabulary, VocabBuildSummary)> {
     let started = Instant::now();
     if !(opts.alpha > 0.0 && opts.alpha < 0.5) {
         return Err(Error::Usage(format!("--alpha must be in (0, 0.5), got {}", opts.alpha)));
@@ -117,7 +121,9 @@ pub fn build_vocabulary(inputs: &[PathBuf], out: &Path, opts: &VocabBuildOptions
             let chunk = source.read_chunk(start..(start + step).min(n))?;
             for i in 0..chunk.n_cells() {
                 counts.clear();
-                let total = cell_counts(path, &chunk, i, &gene_ids, &opts.values, |col, v| counts.push((slots[col as usize], v)))?;
+                let total = cell_counts(path, &chunk, i, &gene_ids, &opts.values, |col, v| {
+                    counts.push((slots[col as usize], v))
+                })?;
                 counts.sort_unstable_by_key(|c| c.0);
                 counts.dedup_by(|b, a| {
                     let same = a.0 == b.0;

@@ -105,7 +105,8 @@ impl Vocabulary {
             if token.is_empty() {
                 return Err(err(format!("{TOKEN_FILE} line {line}: empty token")));
             }
-            let id: u32 = id.parse().map_err(|_| err(format!("{TOKEN_FILE} line {line}: id '{id}' is not an integer")))?;
+            let id: u32 =
+                id.parse().map_err(|_| err(format!("{TOKEN_FILE} line {line}: id '{id}' is not an integer")))?;
             if by_id.len() <= id as usize {
                 by_id.resize(id as usize + 1, None);
             }
@@ -126,7 +127,9 @@ impl Vocabulary {
                 .parse()
                 .map_err(|_| err(format!("{MEDIAN_FILE} line {line}: median '{value}' is not a number")))?;
             if !(value.is_finite() && value > 0.0) {
-                return Err(err(format!("{MEDIAN_FILE} line {line}: median of {gene} must be finite and > 0, got {value}")));
+                return Err(err(format!(
+                    "{MEDIAN_FILE} line {line}: median of {gene} must be finite and > 0, got {value}"
+                )));
             }
             // Medians of genes missing from the token dictionary cannot be used; skip them.
             if let Some(&id) = token_of.get(gene) {
@@ -137,7 +140,9 @@ impl Vocabulary {
         let mut symbol_map = HashMap::new();
         if let Some(symbols) = symbols {
             // Geneformer's table has a row with an empty symbol; such rows map nothing.
-            for (_, (symbol, gene)) in parse_tsv(symbols, SYMBOL_FILE).map_err(err)?.into_iter().filter(|r| !r.1 .0.is_empty()) {
+            for (_, (symbol, gene)) in
+                parse_tsv(symbols, SYMBOL_FILE).map_err(err)?.into_iter().filter(|r| !r.1 .0.is_empty())
+            {
                 symbol_map.entry(symbol.to_string()).or_insert_with(|| gene.to_string());
             }
         }
@@ -348,8 +353,8 @@ mod tests {
 
     #[test]
     fn rejects_non_positive_medians() {
-        let e = Vocabulary::from_tables("t", "token\tid\n<pad>\t0\n<mask>\t1\nG\t2\n", "g\tm\nG\t0\n", None)
-            .unwrap_err();
+        let e =
+            Vocabulary::from_tables("t", "token\tid\n<pad>\t0\n<mask>\t1\nG\t2\n", "g\tm\nG\t0\n", None).unwrap_err();
         assert!(e.to_string().contains("must be finite and > 0"), "{e}");
     }
 }

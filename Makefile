@@ -21,7 +21,7 @@ pyenv:
 	@scripts/python-env.sh >/dev/null
 
 test: deps data pyenv
-	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace
+	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --lib --bins --tests
 
 bench: build data
 	benches/ingest.sh

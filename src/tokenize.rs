@@ -94,11 +94,6 @@ pub struct TokenizedChunk {
     pub dropped_no_vocab_genes: usize,
 }
 
-enum CellOutcome {
-    Tokens(Vec<u32>),
-    NoVocabGenes,
-}
-
 /// Tokenizes every cell of `chunk`, in parallel, validating each stored value.
 pub fn tokenize_chunk(
     path: &Path,
@@ -108,31 +103,39 @@ pub fn tokenize_chunk(
     vocab: &Vocabulary,
     opts: &TokenizeOptions,
 ) -> Result<TokenizedChunk> {
-    let outcomes: Vec<CellOutcome> = (0..chunk.n_cells())
+    // Blocks of cells rather than single cells per task: each block fills one flat token
+    // buffer, so there is no allocation per cell and one copy per block when joining.
+    const BLOCK: usize = 64;
+    let n = chunk.n_cells();
+    let blocks: Vec<TokenizedChunk> = (0..n.div_ceil(BLOCK))
         .into_par_iter()
         .map_init(
             || (Vec::new(), Vec::new(), Vec::new()),
-            |(pairs, scratch, out), i| {
-                tokenize_cell(path, chunk, i, gene_ids, mapper, vocab, opts, pairs, scratch, out).map(|has| {
-                    if has {
-                        CellOutcome::Tokens(out.clone())
+            |(pairs, scratch, out), b| {
+                let mut t = TokenizedChunk { offsets: vec![0], ..Default::default() };
+                for i in b * BLOCK..((b + 1) * BLOCK).min(n) {
+                    if tokenize_cell(path, chunk, i, gene_ids, mapper, vocab, opts, pairs, scratch, out)? {
+                        t.kept.push(i);
+                        t.tokens.extend_from_slice(out);
+                        t.offsets.push(t.tokens.len());
                     } else {
-                        CellOutcome::NoVocabGenes
+                        t.dropped_no_vocab_genes += 1;
                     }
-                })
+                }
+                Ok(t)
             },
         )
         .collect::<Result<_>>()?;
-    let mut t = TokenizedChunk { offsets: vec![0], ..Default::default() };
-    for (i, o) in outcomes.into_iter().enumerate() {
-        match o {
-            CellOutcome::Tokens(tokens) => {
-                t.kept.push(i);
-                t.tokens.extend_from_slice(&tokens);
-                t.offsets.push(t.tokens.len());
-            }
-            CellOutcome::NoVocabGenes => t.dropped_no_vocab_genes += 1,
-        }
+    let total: usize = blocks.iter().map(|b| b.tokens.len()).sum();
+    let mut t =
+        TokenizedChunk { offsets: Vec::with_capacity(n + 1), tokens: Vec::with_capacity(total), ..Default::default() };
+    t.offsets.push(0);
+    for b in blocks {
+        let base = t.tokens.len();
+        t.tokens.extend_from_slice(&b.tokens);
+        t.offsets.extend(b.offsets[1..].iter().map(|o| o + base));
+        t.kept.extend(b.kept);
+        t.dropped_no_vocab_genes += b.dropped_no_vocab_genes;
     }
     Ok(t)
 }

@@ -3,6 +3,7 @@
 //! Nothing here does I/O or knows about dataflow; the `corrflow` crate wires these into readers,
 //! writers and timely/differential operators. Each algorithm is unit-tested on its own.
 
+pub mod graph;
 pub mod quantile;
 pub mod rank;
 

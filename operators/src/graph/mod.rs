@@ -1,0 +1,22 @@
+//! CorrMask Algorithm 1 (the gene dependency graph) as pure functions over plain data.
+//!
+//! A cell is reduced to the *position scores* of the graph-vocabulary genes among its first
+//! `L_max` tokens (`s = L_max − pos`, absent = 0). Everything the graph needs is then additive
+//! and exact in integers: per-gene score histograms ([`ScoreHistograms`]), and per-pair sums
+//! under per-gene *rank maps* ([`RankMaps`]: twice the mid-rank of each score, zeros included)
+//! accumulated batch by batch with dense matrix products ([`PairSums`]). When the maps come
+//! from the same cells, the correlations derived from them are exactly Spearman's ρ with average
+//! ranks; when the maps are frozen and cells are added or retracted, sums stay exact under the
+//! frozen maps (the incremental design of DESIGN.md §3).
+
+mod params;
+mod scores;
+mod select;
+mod spearman;
+mod stats;
+
+pub use params::GraphParams;
+pub use scores::{count_presence, GraphVocab, ScoredCell};
+pub use select::{candidate_pairs, GraphEdge};
+pub use spearman::{spearman_average_ranks, OverlapScratch};
+pub use stats::{global_correlations, PairSums, RankMaps, ScoreHistograms};

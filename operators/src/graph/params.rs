@@ -1,0 +1,47 @@
+use serde::{Deserialize, Serialize};
+
+/// Parameters of Algorithm 1 (defaults: the CorrMask paper's Table 4).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GraphParams {
+    /// Cells sampled for the graph (`N_sub`); `None` = all cells.
+    pub n_sub: Option<u64>,
+    /// Positions scored per cell (`L_max`).
+    pub l_max: usize,
+    /// Genes present in fewer cells are left out.
+    pub min_presence: u64,
+    /// Graph vocabulary: the most present genes, at most this many.
+    pub max_genes: usize,
+    /// `ρ_min`: candidates with smaller |ρ_global| are dropped.
+    pub rho_min: f64,
+    /// `M_min`: candidates co-present in fewer cells are dropped.
+    pub m_min: u64,
+    /// `N_neigh`: candidates per gene, by |ρ_global|.
+    pub n_neigh: usize,
+    /// Seed of the `N_sub` sample.
+    pub seed: u64,
+}
+
+impl Default for GraphParams {
+    fn default() -> Self {
+        Self { n_sub: Some(100_000), l_max: 2048, min_presence: 50, max_genes: 2000, rho_min: 0.2, m_min: 200, n_neigh: 50, seed: 0 }
+    }
+}
+
+impl GraphParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.l_max == 0 || self.l_max > u16::MAX as usize {
+            return Err(format!("graph.l_max must be in 1..=65535, got {}", self.l_max));
+        }
+        if self.max_genes == 0 || self.n_neigh == 0 {
+            return Err("graph.max_genes and graph.n_neigh must be > 0".into());
+        }
+        if !(0.0..=1.0).contains(&self.rho_min) {
+            return Err(format!("graph.rho_min must be in [0, 1], got {}", self.rho_min));
+        }
+        if self.n_sub == Some(0) {
+            return Err("graph.n_sub must be > 0 (omit it to use all cells)".into());
+        }
+        Ok(())
+    }
+}

@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 pub struct Config {
     pub ingest: IngestConfig,
     pub vocab: VocabConfig,
+    /// CorrMask Algorithm 1 (defaults: the paper's Table 4).
+    pub graph: corrflow_operators::graph::GraphParams,
 }
 
 /// Which Geneformer sequence layout to produce.
@@ -85,6 +87,7 @@ impl Config {
         if i.max_genes == Some(0) {
             return Err("ingest.max_genes must be > 0".into());
         }
+        self.graph.validate()?;
         if !(self.vocab.alpha > 0.0 && self.vocab.alpha < 0.5) {
             return Err(format!("vocab.alpha must be in (0, 0.5), got {}", self.vocab.alpha));
         }

@@ -73,7 +73,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
     };
     let ingest = run_ingest(&req)?;
     let cells = read_atlas_tokens(&corpus::atlas_dir(&corpus_dir, "pbmc1k"))?;
-    let symbols = symbol_names(&vocab);
+    let symbols = vocab.symbols_by_token();
     let first_cell_top_genes = cells
         .input_ids
         .first()
@@ -92,15 +92,4 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         ingest,
         first_cell_top_genes,
     })
-}
-
-/// Token id → a gene symbol, for display.
-fn symbol_names(vocab: &Vocabulary) -> std::collections::HashMap<u32, String> {
-    let (_, _, symbols) = vocab.to_tables();
-    symbols
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once('\t'))
-        .filter_map(|(s, g)| vocab.lookup(g).map(|m| (m.token(), s.to_string())))
-        .collect()
 }

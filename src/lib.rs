@@ -8,6 +8,7 @@ pub mod config;
 pub mod corpus;
 pub mod demo;
 pub mod error;
+pub mod graph;
 pub mod ingest;
 pub mod tokenize;
 pub mod util;

@@ -43,6 +43,44 @@ enum Command {
     /// Export a corpus to other formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// The gene dependency graph (CorrMask Algorithm 1).
+    #[command(subcommand)]
+    Graph(GraphCommand),
+}
+
+#[derive(Subcommand)]
+enum GraphCommand {
+    /// Build the graph from a corpus, exactly as Algorithm 1 defines it.
+    Build {
+        #[arg(long, value_name = "CORPUS")]
+        corpus: PathBuf,
+        #[arg(long, value_name = "GRAPH")]
+        out: PathBuf,
+        /// Atlases to include (default: all).
+        #[arg(long, value_delimiter = ',')]
+        atlas: Vec<String>,
+        /// Cells sampled (N_sub); 0 = all cells.
+        #[arg(long)]
+        n_sub: Option<u64>,
+        /// Seed of the N_sub sample.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Graph vocabulary size (most present genes).
+        #[arg(long)]
+        max_genes: Option<usize>,
+    },
+    /// Print size, degree distribution and a gene's neighbours.
+    Show {
+        graph: PathBuf,
+        /// Gene symbol or Ensembl id whose neighbours to list.
+        #[arg(long)]
+        gene: Option<String>,
+        /// Vocabulary for gene names (default: the built-in one).
+        #[arg(long, default_value = corrflow::vocab::BUILTIN)]
+        vocab: String,
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -267,6 +305,28 @@ fn run(cli: Cli) -> Result<()> {
                 out.display()
             );
             print_summary(cli.json, &human, &s)
+        }
+        Command::Graph(GraphCommand::Build { corpus, out, atlas, n_sub, seed, max_genes }) => {
+            let mut params = cfg.graph.clone();
+            params.n_sub = n_sub.unwrap_or(params.n_sub);
+            params.seed = seed.unwrap_or(params.seed);
+            params.max_genes = max_genes.unwrap_or(params.max_genes);
+            let (mut graph, mut s) = corrflow::graph::build_exact(&corpus, &atlas, &params)?;
+            corrflow::graph::write_graph(&out, &mut graph)?;
+            s.out = out.display().to_string();
+            let human = format!(
+                "graph build: {} genes, {} edges ({} candidates) from {} cells in {:.2}s (statistics {:.2}s, local Spearman {:.2}s) -> {}",
+                s.genes, s.edges, s.candidates, s.cells, s.seconds, s.seconds_statistics, s.seconds_local, out.display()
+            );
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Graph(GraphCommand::Show { graph, gene, vocab, top }) => {
+            let g = corrflow::graph::read_graph(&graph)?;
+            let vocab = Vocabulary::resolve(&vocab).ok();
+            let report =
+                corrflow::graph::show_graph(&g, vocab.as_ref(), gene.as_deref(), top).map_err(anyhow::Error::msg)?;
+            let summary = serde_json::json!({"command": "graph show", "info": g.info});
+            print_summary(cli.json, report.trim_end(), &summary)
         }
         Command::Export(ExportCommand::Hf { corpus, atlas, out }) => {
             let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };

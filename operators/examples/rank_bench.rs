@@ -19,7 +19,8 @@ fn main() {
             while genes.len() < 655 {
                 let g = (next() % 25_000) as u32;
                 if seen.insert(g) {
-                    let c = 1 + (next() % 100).leading_zeros().min(6) as u64 % 4 + (next() % 3 == 0) as u64 * (next() % 20);
+                    let c =
+                        1 + (next() % 100).leading_zeros().min(6) as u64 % 4 + (next() % 3 == 0) as u64 * (next() % 20);
                     genes.push((g, c as f64));
                 }
             }

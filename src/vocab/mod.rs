@@ -249,6 +249,13 @@ impl Vocabulary {
         self.is_gene(t).then_some(GeneMatch::Symbol(t))
     }
 
+    /// A display name per gene token: its symbol where the symbol table has one.
+    pub fn symbols_by_token(&self) -> HashMap<u32, String> {
+        let mut pairs: Vec<(&String, &String)> = self.symbols.iter().collect();
+        pairs.sort();
+        pairs.into_iter().filter_map(|(s, g)| self.lookup(g).map(|m| (m.token(), s.clone()))).collect()
+    }
+
     /// The vocabulary's tables in their TSV layout.
     pub fn to_tables(&self) -> (String, String, String) {
         let mut tokens = String::from("token\tid\n");

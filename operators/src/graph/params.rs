@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GraphParams {
-    /// Cells sampled for the graph (`N_sub`); `None` = all cells.
-    pub n_sub: Option<u64>,
+    /// Cells sampled for the graph (`N_sub`); 0 = all cells.
+    pub n_sub: u64,
     /// Positions scored per cell (`L_max`).
     pub l_max: usize,
     /// Genes present in fewer cells are left out.
@@ -24,7 +24,16 @@ pub struct GraphParams {
 
 impl Default for GraphParams {
     fn default() -> Self {
-        Self { n_sub: Some(100_000), l_max: 2048, min_presence: 50, max_genes: 2000, rho_min: 0.2, m_min: 200, n_neigh: 50, seed: 0 }
+        Self {
+            n_sub: 100_000,
+            l_max: 2048,
+            min_presence: 50,
+            max_genes: 2000,
+            rho_min: 0.2,
+            m_min: 200,
+            n_neigh: 50,
+            seed: 0,
+        }
     }
 }
 
@@ -38,9 +47,6 @@ impl GraphParams {
         }
         if !(0.0..=1.0).contains(&self.rho_min) {
             return Err(format!("graph.rho_min must be in [0, 1], got {}", self.rho_min));
-        }
-        if self.n_sub == Some(0) {
-            return Err("graph.n_sub must be > 0 (omit it to use all cells)".into());
         }
         Ok(())
     }

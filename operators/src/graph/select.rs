@@ -67,7 +67,10 @@ mod tests {
         let mut low = co.clone();
         low[0 * 4 + 2] = 10;
         low[2 * 4 + 0] = 10;
-        assert_eq!(candidate_pairs(&rho, &low, 4, &GraphParams { n_neigh: 1, rho_min: 0.2, ..GraphParams::default() }), vec![(0, 1), (1, 3)]);
+        assert_eq!(
+            candidate_pairs(&rho, &low, 4, &GraphParams { n_neigh: 1, rho_min: 0.2, ..GraphParams::default() }),
+            vec![(0, 1), (1, 3)]
+        );
     }
 
     #[test]

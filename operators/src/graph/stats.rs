@@ -84,7 +84,11 @@ impl RankMaps {
 
     /// Largest |y| any cell can have: bounds the batch size of exact products.
     pub fn max_abs_y(&self) -> i64 {
-        (0..self.n_genes).flat_map(|u| (0..self.l_max).map(move |s| (u, s))).map(|(u, s)| self.y(u, s).abs()).max().unwrap_or(0)
+        (0..self.n_genes)
+            .flat_map(|u| (0..self.l_max).map(move |s| (u, s)))
+            .map(|(u, s)| self.y(u, s).abs())
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -287,7 +291,10 @@ mod tests {
         sums.add_cells(&cells(), &maps, 1, 1);
         let rho = global_correlations(&h, &maps, &sums);
         let col = |u: u32| -> Vec<f64> {
-            cells().iter().map(|c| c.genes.iter().position(|&x| x == u).map_or(0.0, |i| f64::from(c.scores[i]))).collect()
+            cells()
+                .iter()
+                .map(|c| c.genes.iter().position(|&x| x == u).map_or(0.0, |i| f64::from(c.scores[i])))
+                .collect()
         };
         for u in 0..3 {
             for v in 0..3 {

@@ -1,0 +1,275 @@
+//! Exact build: Algorithm 1 over (a seeded sample of) the corpus' cells.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use arrow_array::{Array, Int32Array, ListArray};
+use corrflow_operators::graph::{
+    candidate_pairs, count_presence, global_correlations, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab,
+    OverlapScratch, PairSums, RankMaps, ScoreHistograms, ScoredCell,
+};
+use rand::SeedableRng;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::files::{Graph, GraphInfo};
+use crate::corpus::{self, for_each_batch, CorpusInfo};
+use crate::error::{Error, IoContext, Result};
+use crate::vocab::Vocabulary;
+
+/// The sampled cells of a corpus, as gene-token sequences (special tokens removed, first
+/// `L_max` kept), in corpus order.
+#[derive(Debug, Default)]
+pub struct CorpusCells {
+    pub offsets: Vec<usize>,
+    pub tokens: Vec<u32>,
+    pub atlases: Vec<String>,
+    /// Cells in the corpus (before sampling).
+    pub total_cells: u64,
+}
+
+impl CorpusCells {
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn cell(&self, i: usize) -> &[u32] {
+        &self.tokens[self.offsets[i]..self.offsets[i + 1]]
+    }
+}
+
+/// What `graph build --json` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BuildSummary {
+    pub command: String,
+    pub out: String,
+    pub cells: u64,
+    pub genes: usize,
+    pub edges: usize,
+    pub candidates: usize,
+    pub seconds: f64,
+    pub seconds_statistics: f64,
+    pub seconds_local: f64,
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// Loads the corpus' vocabulary and info.
+pub fn load_corpus_meta(corpus: &Path) -> Result<(CorpusInfo, Vocabulary)> {
+    let info_path = corpus.join(corpus::CORPUS_INFO);
+    let text = std::fs::read_to_string(&info_path).at(&info_path)?;
+    let info: CorpusInfo =
+        serde_json::from_str(&text).map_err(|e| Error::format(&info_path, format!("invalid corpus info: {e}")))?;
+    let vocab = Vocabulary::load_dir(&corpus.join("vocab"))?;
+    let vocab = if info.layout.cls.is_some() { vocab.with_v2_specials() } else { vocab };
+    if vocab.hash() != info.vocab_hash {
+        return Err(Error::format(corpus.join("vocab"), "vocabulary does not match corpus.json (hash differs)"));
+    }
+    Ok((info, vocab))
+}
+
+/// Reads the cells of `atlas_dirs` (all, or a sample of `n_sub` chosen with `seed`).
+pub fn load_corpus_cells(
+    atlas_dirs: &[PathBuf],
+    vocab: &Vocabulary,
+    l_max: usize,
+    n_sub: u64,
+    seed: u64,
+) -> Result<CorpusCells> {
+    let mut total = 0u64;
+    for dir in atlas_dirs {
+        let m = corpus::AtlasManifest::load(dir)?;
+        m.verify(dir)?;
+        total += m.cells;
+    }
+    let sample: Option<Vec<u64>> = (n_sub > 0 && n_sub < total).then(|| {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut idx: Vec<u64> =
+            rand::seq::index::sample(&mut rng, total as usize, n_sub as usize).into_iter().map(|i| i as u64).collect();
+        idx.sort_unstable();
+        idx
+    });
+    let mut cells = CorpusCells { offsets: vec![0], total_cells: total, ..Default::default() };
+    let mut next = 0u64;
+    let mut k = 0usize;
+    for dir in atlas_dirs {
+        let manifest = for_each_batch(dir, |rb| {
+            let ids = rb
+                .column_by_name("input_ids")
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+                .ok_or_else(|| Error::format(dir, "shard has no list<int32> input_ids column"))?;
+            for i in 0..rb.num_rows() {
+                let index = next;
+                next += 1;
+                if let Some(s) = &sample {
+                    if k >= s.len() || s[k] != index {
+                        continue;
+                    }
+                    k += 1;
+                }
+                let v = ids.value(i);
+                let v = v
+                    .as_any()
+                    .downcast_ref::<Int32Array>()
+                    .ok_or_else(|| Error::format(dir, "input_ids are not int32"))?;
+                let genes = v.values().iter().map(|&t| t as u32).filter(|&t| vocab.is_gene(t)).take(l_max);
+                cells.tokens.extend(genes);
+                cells.offsets.push(cells.tokens.len());
+            }
+            Ok(())
+        })?;
+        cells.atlases.push(manifest.atlas);
+    }
+    Ok(cells)
+}
+
+/// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
+/// Spearman on the co-present cells for ρ_local.
+pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) -> Result<(Graph, BuildSummary)> {
+    let started = Instant::now();
+    params.validate().map_err(Error::Usage)?;
+    let (_, vocab) = load_corpus_meta(corpus_dir)?;
+    let names = if atlases.is_empty() { corpus::list_atlases(corpus_dir) } else { atlases.to_vec() };
+    if names.is_empty() {
+        return Err(Error::format(corpus_dir, "no finished atlas in this corpus"));
+    }
+    let dirs: Vec<PathBuf> = names.iter().map(|n| corpus::atlas_dir(corpus_dir, n)).collect();
+    check_memory(params)?;
+    let cells = load_corpus_cells(&dirs, &vocab, params.l_max, params.n_sub, params.seed)?;
+
+    let mut presence = vec![0u64; vocab.len()];
+    for i in 0..cells.len() {
+        count_presence(cells.cell(i), params.l_max, &mut presence);
+    }
+    let gv = GraphVocab::select(&presence, params.min_presence, params.max_genes, |t| vocab.is_gene(t));
+    let g = gv.len();
+    let scored: Vec<ScoredCell> = (0..cells.len())
+        .into_par_iter()
+        .map(|i| {
+            let mut c = ScoredCell::default();
+            gv.score(cells.cell(i), params.l_max, &mut c);
+            c
+        })
+        .collect();
+    drop(cells.tokens);
+
+    let t_stats = Instant::now();
+    let mut hist = ScoreHistograms::new(g, params.l_max);
+    scored.iter().for_each(|c| hist.add_cell(c, 1));
+    let maps = RankMaps::from_histograms(&hist);
+    let mut sums = PairSums::new(g);
+    sums.add_cells(&scored, &maps, 1, rayon::current_num_threads());
+    let rho = global_correlations(&hist, &maps, &sums);
+    let pairs = candidate_pairs(&rho, &sums.co, g, params);
+    let seconds_statistics = t_stats.elapsed().as_secs_f64();
+
+    let t_local = Instant::now();
+    let postings = postings(&scored, g);
+    let edges: Vec<GraphEdge> = pairs
+        .par_iter()
+        .map_init(
+            || (Vec::new(), OverlapScratch::default()),
+            |(overlap, scratch), &(u, v)| {
+                intersect(&postings[u], &postings[v], overlap);
+                let r = spearman_average_ranks(overlap, params.l_max, scratch);
+                (!r.is_nan()).then(|| GraphEdge {
+                    u: gv.token(u),
+                    v: gv.token(v),
+                    rho: r,
+                    rho_global: rho[u * g + v],
+                    co_count: sums.co[u * g + v] as u64,
+                })
+            },
+        )
+        .flatten()
+        .collect();
+    let seconds_local = t_local.elapsed().as_secs_f64();
+
+    let genes: Vec<(u32, String, u64)> = (0..g)
+        .map(|i| (gv.token(i), vocab.token(gv.token(i)).unwrap_or("?").to_string(), hist.presence(i) as u64))
+        .collect();
+    let graph = Graph {
+        info: GraphInfo {
+            format_version: 1,
+            mode: "exact".into(),
+            params: params.clone(),
+            cells: cells.offsets.len() as u64 - 1,
+            corpus_cells: cells.total_cells,
+            atlases: cells.atlases.clone(),
+            vocab_hash: vocab.hash().to_string(),
+            genes: g,
+            edges: edges.len(),
+            content_hash: String::new(),
+        },
+        genes,
+        edges,
+    };
+    let summary = BuildSummary {
+        command: "graph build".into(),
+        out: String::new(),
+        cells: graph.info.cells,
+        genes: g,
+        edges: graph.edges.len(),
+        candidates: pairs.len(),
+        seconds: started.elapsed().as_secs_f64(),
+        seconds_statistics,
+        seconds_local,
+        peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
+    };
+    Ok((graph, summary))
+}
+
+/// Per gene, the (cell, score) pairs where it is present, in cell order.
+fn postings(cells: &[ScoredCell], g: usize) -> Vec<Vec<(u32, u16)>> {
+    let mut p = vec![Vec::new(); g];
+    for (i, c) in cells.iter().enumerate() {
+        for (&u, &s) in c.genes.iter().zip(&c.scores) {
+            p[u as usize].push((i as u32, s));
+        }
+    }
+    p
+}
+
+/// Score pairs of the cells where both genes are present.
+fn intersect(a: &[(u32, u16)], b: &[(u32, u16)], out: &mut Vec<(u16, u16)>) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].0.cmp(&b[j].0) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                out.push((a[i].1, b[j].1));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+}
+
+/// The statistics hold a few G × G matrices; refuse clearly rather than run out of memory.
+fn check_memory(params: &GraphParams) -> Result<()> {
+    let g = params.max_genes as u64;
+    // i128 + i64 accumulators, two f64 products, one f64 correlation matrix.
+    let bytes = g * g * (16 + 8 + 8 + 8 + 8) + g * params.l_max as u64 * 16;
+    let available = available_memory().unwrap_or(u64::MAX);
+    if bytes > available / 2 {
+        return Err(Error::Usage(format!(
+            "graph.max_genes = {} needs about {:.1} GB for its statistics, more than half of the {:.1} GB available; \
+             lower graph.max_genes",
+            params.max_genes,
+            bytes as f64 / 1e9,
+            available as f64 / 1e9
+        )));
+    }
+    Ok(())
+}
+
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}

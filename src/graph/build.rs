@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use arrow_array::{Array, Int32Array, ListArray};
 use corrflow_operators::graph::{
-    candidate_pairs, count_presence, global_correlations, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab,
-    OverlapScratch, PairSums, RankMaps, ScoreHistograms, ScoredCell,
+    approx_correlations, co_presence, count_presence, screened_candidate_pairs, spearman_average_ranks, GeneMoments,
+    GraphEdge, GraphParams, GraphVocab, OverlapScratch, RankMaps, ScoreHistograms, ScoredCell,
 };
 use rand::SeedableRng;
 use rayon::prelude::*;
@@ -156,32 +156,62 @@ pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) 
         .collect();
     drop(cells.tokens);
 
+    // ρ_global for every pair is screened with single-precision products and settled exactly
+    // (integer sums over co-present cells) wherever the screening could change a decision;
+    // every reported ρ_global is exact.
     let t_stats = Instant::now();
+    let threads = rayon::current_num_threads();
     let mut hist = ScoreHistograms::new(g, params.l_max);
     scored.iter().for_each(|c| hist.add_cell(c, 1));
     let maps = RankMaps::from_histograms(&hist);
-    let mut sums = PairSums::new(g);
-    sums.add_cells(&scored, &maps, 1, rayon::current_num_threads());
-    let rho = global_correlations(&hist, &maps, &sums);
-    let pairs = candidate_pairs(&rho, &sums.co, g, params);
+    let moments = GeneMoments::new(&hist, &maps);
+    let co = co_presence(&scored, g);
+    let (approx, bound) = approx_correlations(&scored, &maps, &moments, threads);
+    let postings = postings(&scored, g);
+    let exact_rho = |u: usize, v: usize| moments.rho_exact(u, v, exact_yy(&postings[u], &postings[v], &maps, u, v));
+    let pairs = screened_candidate_pairs(&approx, bound, &co, g, params, exact_rho);
+    drop(approx);
     let seconds_statistics = t_stats.elapsed().as_secs_f64();
 
     let t_local = Instant::now();
-    let postings = postings(&scored, g);
-    let edges: Vec<GraphEdge> = pairs
+    let n_cells = scored.len();
+    // Pairs grouped by their first gene: its scores are scattered into a dense per-cell array
+    // once, and each partner's cells are looked up in it (no branchy list merging).
+    let mut groups: Vec<&[(usize, usize)]> = Vec::new();
+    let mut rest = pairs.as_slice();
+    while let Some(&(u, _)) = rest.first() {
+        let len = rest.iter().take_while(|p| p.0 == u).count();
+        groups.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    let edges: Vec<GraphEdge> = groups
         .par_iter()
         .map_init(
-            || (Vec::new(), OverlapScratch::default()),
-            |(overlap, scratch), &(u, v)| {
-                intersect(&postings[u], &postings[v], overlap);
-                let r = spearman_average_ranks(overlap, params.l_max, scratch);
-                (!r.is_nan()).then(|| GraphEdge {
-                    u: gv.token(u),
-                    v: gv.token(v),
-                    rho: r,
-                    rho_global: rho[u * g + v],
-                    co_count: sums.co[u * g + v] as u64,
-                })
+            || (vec![u16::MAX; n_cells], Vec::new(), OverlapScratch::default()),
+            |(dense, overlap, scratch), group| {
+                let u = group[0].0;
+                for &(cell, s) in &postings[u] {
+                    dense[cell as usize] = s;
+                }
+                let mut out = Vec::with_capacity(group.len());
+                for &(_, v) in *group {
+                    overlap_scores(dense, &postings[v], overlap);
+                    let yy = dot_y(overlap, &maps, u, v);
+                    let r = spearman_average_ranks(overlap, params.l_max, scratch);
+                    if !r.is_nan() {
+                        out.push(GraphEdge {
+                            u: gv.token(u),
+                            v: gv.token(v),
+                            rho: r,
+                            rho_global: moments.rho_exact(u, v, yy),
+                            co_count: co[u * g + v] as u64,
+                        });
+                    }
+                }
+                for &(cell, _) in &postings[u] {
+                    dense[cell as usize] = u16::MAX;
+                }
+                out
             },
         )
         .flatten()
@@ -231,6 +261,40 @@ fn postings(cells: &[ScoredCell], g: usize) -> Vec<Vec<(u32, u16)>> {
         }
     }
     p
+}
+
+/// (score of u, score of v) for the cells of `b` where u is present (`dense[cell]` ≠ MAX);
+/// written without a data-dependent branch.
+fn overlap_scores(dense: &[u16], b: &[(u32, u16)], out: &mut Vec<(u16, u16)>) {
+    out.clear();
+    out.resize(b.len(), (0, 0));
+    let mut len = 0;
+    for &(cell, s) in b {
+        let su = dense[cell as usize];
+        out[len] = (su, s);
+        len += usize::from(su != u16::MAX);
+    }
+    out.truncate(len);
+}
+
+/// Exact `Σ y_u·y_v` over all cells (y is 0 where a gene is absent, so over co-present cells).
+fn exact_yy(a: &[(u32, u16)], b: &[(u32, u16)], maps: &RankMaps, u: usize, v: usize) -> i128 {
+    let mut overlap = Vec::new();
+    intersect(a, b, &mut overlap);
+    dot_y(&overlap, maps, u, v)
+}
+
+/// `Σ y_u(a)·y_v(b)` over score pairs, exactly: in i64 while the worst case fits (|y| ≤ 2N, so
+/// up to ~1.3 M cells), in i128 beyond.
+fn dot_y(overlap: &[(u16, u16)], maps: &RankMaps, u: usize, v: usize) -> i128 {
+    let (yu, yv) = (&maps.t2[u * maps.l_max..(u + 1) * maps.l_max], &maps.t2[v * maps.l_max..(v + 1) * maps.l_max]);
+    let (cu, cv) = (yu[0], yv[0]);
+    let n = maps.n_cells.max(1) as i128;
+    if overlap.len() as i128 * (2 * n) * (2 * n) < i128::from(i64::MAX) {
+        overlap.iter().map(|&(a, b)| (yu[usize::from(a)] - cu) * (yv[usize::from(b)] - cv)).sum::<i64>().into()
+    } else {
+        overlap.iter().map(|&(a, b)| i128::from(yu[usize::from(a)] - cu) * i128::from(yv[usize::from(b)] - cv)).sum()
+    }
 }
 
 /// Score pairs of the cells where both genes are present.

@@ -45,6 +45,86 @@ pub fn candidate_pairs(rho: &[f64], co: &[i64], n_genes: usize, params: &GraphPa
     pairs
 }
 
+/// [`candidate_pairs`] from approximate correlations `approx` with |ρ̃ − ρ| ≤ `bound`: a pair
+/// whose fate depends on where the exact value falls (near its gene's `N_neigh`-th |ρ̃|, or near
+/// `ρ_min`) is decided with `exact(u, v)`; all others are decided by ρ̃ with certainty. Returns
+/// the same pairs as [`candidate_pairs`] on exact correlations.
+pub fn screened_candidate_pairs(
+    approx: &[f64],
+    bound: f64,
+    co: &[i64],
+    n_genes: usize,
+    params: &GraphParams,
+    exact: impl Fn(usize, usize) -> f64 + Sync,
+) -> Vec<(usize, usize)> {
+    use rayon::prelude::*;
+    let g = n_genes;
+    let n = params.n_neigh;
+    let per_gene: Vec<Vec<(usize, usize)>> = (0..g)
+        .into_par_iter()
+        .map(|u| {
+            let mut row: Vec<(f64, usize)> = (0..g)
+                .filter(|&v| v != u)
+                .filter_map(|v| {
+                    let r = approx[u * g + v];
+                    (!r.is_nan()).then_some((r.abs(), v))
+                })
+                .collect();
+            let desc = |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+            // The N-th largest |ρ̃| (none when every partner fits).
+            let tau = (row.len() > n).then(|| {
+                row.select_nth_unstable_by(n - 1, desc);
+                row[n - 1].0
+            });
+            let mut exact_of: Vec<(usize, f64)> = Vec::new();
+            let exact_abs = |v: usize, cache: &mut Vec<(usize, f64)>| -> f64 {
+                if let Some(&(_, x)) = cache.iter().find(|c| c.0 == v) {
+                    return x;
+                }
+                let x = exact(u, v).abs();
+                cache.push((v, x));
+                x
+            };
+            let mut selected: Vec<(f64, usize)> = Vec::new();
+            match tau {
+                None => selected.extend(row.iter().copied()),
+                Some(tau) => {
+                    let margin = 2.0 * bound;
+                    let mut ambiguous: Vec<(f64, usize)> = Vec::new();
+                    for &(a, v) in &row {
+                        if a > tau + margin {
+                            selected.push((a, v));
+                        } else if a >= tau - margin {
+                            ambiguous.push((exact_abs(v, &mut exact_of), v));
+                        }
+                    }
+                    ambiguous.sort_by(desc);
+                    let room = n.saturating_sub(selected.len());
+                    selected.extend(ambiguous.into_iter().take(room));
+                }
+            }
+            selected
+                .into_iter()
+                .filter(|&(a, v)| {
+                    let keep_rho = if a > params.rho_min + bound {
+                        true
+                    } else if a < params.rho_min - bound {
+                        false
+                    } else {
+                        exact_abs(v, &mut exact_of) >= params.rho_min
+                    };
+                    keep_rho && co[u * g + v] >= params.m_min as i64
+                })
+                .map(|(_, v)| (u.min(v), u.max(v)))
+                .collect()
+        })
+        .collect();
+    let mut pairs: Vec<(usize, usize)> = per_gene.into_iter().flatten().collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +151,30 @@ mod tests {
             candidate_pairs(&rho, &low, 4, &GraphParams { n_neigh: 1, rho_min: 0.2, ..GraphParams::default() }),
             vec![(0, 1), (1, 3)]
         );
+    }
+
+    #[test]
+    fn screening_with_exact_fallback_equals_exact_selection() {
+        // Exact correlations of 30 genes, and an approximation off by up to `bound`.
+        let g = 30;
+        let mut exact = vec![0.0; g * g];
+        let mut approx = vec![0.0; g * g];
+        let bound = 0.01;
+        for u in 0..g {
+            for v in 0..g {
+                let x = if u == v { 1.0 } else { (((u * 7 + v * 7) % 23) as f64 / 23.0 - 0.4) * 0.9 };
+                exact[u * g + v] = x;
+                let wobble = (((u * 13 + v * 29) % 11) as f64 / 10.0 - 0.5) * 2.0 * bound;
+                approx[u * g + v] = if u == v { 1.0 } else { x + wobble };
+            }
+        }
+        let co = vec![1000; g * g];
+        for n_neigh in [1, 3, 5, 40] {
+            let p = GraphParams { n_neigh, rho_min: 0.2, ..GraphParams::default() };
+            let want = candidate_pairs(&exact, &co, g, &p);
+            let got = screened_candidate_pairs(&approx, bound, &co, g, &p, |u, v| exact[u * g + v]);
+            assert_eq!(got, want, "n_neigh {n_neigh}");
+        }
     }
 
     #[test]

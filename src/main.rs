@@ -315,8 +315,8 @@ fn run(cli: Cli) -> Result<()> {
             corrflow::graph::write_graph(&out, &mut graph)?;
             s.out = out.display().to_string();
             let human = format!(
-                "graph build: {} genes, {} edges ({} candidates) from {} cells in {:.2}s (statistics {:.2}s, local Spearman {:.2}s) -> {}",
-                s.genes, s.edges, s.candidates, s.cells, s.seconds, s.seconds_statistics, s.seconds_local, out.display()
+                "graph build: {} genes, {} edges from {} cells in {:.2}s (load {:.2}s, statistics {:.2}s incl. screening products {:.2}s at {:.0} GFLOP/s, exact ρ {:.2}s) -> {}",
+                s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_screening, s.screening_gflops, s.seconds_local, out.display()
             );
             print_summary(cli.json, &human, &s)
         }

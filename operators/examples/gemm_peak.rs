@@ -12,7 +12,27 @@ fn main() {
         for _ in 0..reps {
             // SAFETY: pointers and strides describe live buffers of the right sizes.
             unsafe {
-                gemm::gemm(m, m, k, c64.as_mut_ptr(), 1, m as isize, false, a64.as_ptr(), m as isize, 1, a64.as_ptr(), 1, m as isize, 0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(threads));
+                gemm::gemm(
+                    m,
+                    m,
+                    k,
+                    c64.as_mut_ptr(),
+                    1,
+                    m as isize,
+                    false,
+                    a64.as_ptr(),
+                    m as isize,
+                    1,
+                    a64.as_ptr(),
+                    1,
+                    m as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::Rayon(threads),
+                );
             }
         }
         let f64_rate = 2.0 * (m * m * k * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;
@@ -20,7 +40,27 @@ fn main() {
         for _ in 0..reps {
             // SAFETY: as above.
             unsafe {
-                gemm::gemm(m, m, k, c32.as_mut_ptr(), 1, m as isize, false, a32.as_ptr(), m as isize, 1, a32.as_ptr(), 1, m as isize, 0.0, 1.0, false, false, false, gemm::Parallelism::Rayon(threads));
+                gemm::gemm(
+                    m,
+                    m,
+                    k,
+                    c32.as_mut_ptr(),
+                    1,
+                    m as isize,
+                    false,
+                    a32.as_ptr(),
+                    m as isize,
+                    1,
+                    a32.as_ptr(),
+                    1,
+                    m as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::Rayon(threads),
+                );
             }
         }
         let f32_rate = 2.0 * (m * m * k * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;

@@ -19,4 +19,6 @@ pub use params::GraphParams;
 pub use scores::{count_presence, GraphVocab, ScoredCell};
 pub use select::{candidate_pairs, screened_candidate_pairs, GraphEdge};
 pub use spearman::{spearman_average_ranks, OverlapScratch};
-pub use stats::{approx_correlations, co_presence, global_correlations, GeneMoments, PairSums, RankMaps, ScoreHistograms};
+pub use stats::{
+    approx_correlations, co_presence, global_correlations, GeneMoments, PairSums, RankMaps, ScoreHistograms,
+};

@@ -92,27 +92,54 @@ impl RankMaps {
     }
 }
 
-/// Pair sums under a set of rank maps: `yy[u*G+v] = Σ_cells y_u·y_v` and
-/// `co[u*G+v]` = cells where both are present. Exact (integers); cells can be retracted.
+/// Pair sums under a set of rank maps, all row-major `G × G`, exact (integers), so cells can be
+/// added and retracted without drift:
+/// `yy[u,v] = Σ y_u·y_v`, `co[u,v]` = cells where both are present,
+/// `yp[u,v] = Σ_{both present} y_u`, `y2p[u,v] = Σ_{both present} y_u²`.
+/// Global correlations need `yy`; correlations on the co-present cells need all four.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PairSums {
     pub n_genes: usize,
     pub n_cells: i64,
     pub yy: Vec<i128>,
     pub co: Vec<i64>,
+    pub yp: Vec<i128>,
+    pub y2p: Vec<i128>,
 }
 
 const EXACT_F64: f64 = 9_007_199_254_740_992.0; // 2^53
 
 impl PairSums {
     pub fn new(n_genes: usize) -> Self {
-        Self { n_genes, n_cells: 0, yy: vec![0; n_genes * n_genes], co: vec![0; n_genes * n_genes] }
+        let gg = n_genes * n_genes;
+        Self { n_genes, n_cells: 0, yy: vec![0; gg], co: vec![0; gg], yp: vec![0; gg], y2p: vec![0; gg] }
     }
 
-    /// Cells per dense batch such that every f64 partial sum of the products is an exact integer.
+    /// Cells per dense batch such that every f64 partial sum of the products is an exact
+    /// integer (the largest product is y², in `yy` and `y2p`).
     pub fn exact_batch(max_abs_y: i64) -> usize {
         let per = (max_abs_y.max(1) as f64).powi(2);
         ((EXACT_F64 / per) as usize).clamp(1, 4096)
+    }
+
+    /// Pearson correlation of the rank-mapped scores of `u` and `v` over the cells where both
+    /// are present (the rank-map estimate of ρ_local); NaN with fewer than 2 such cells or a
+    /// constant side.
+    pub fn local_correlation(&self, u: usize, v: usize) -> f64 {
+        let g = self.n_genes;
+        let n = i128::from(self.co[u * g + v]);
+        if n < 2 {
+            return f64::NAN;
+        }
+        // Pearson is shift-invariant, so y (= w − c) stands in for the mapped value w.
+        let (su, sv) = (self.yp[u * g + v], self.yp[v * g + u]);
+        let cov = n * self.yy[u * g + v] - su * sv;
+        let var_u = n * self.y2p[u * g + v] - su * su;
+        let var_v = n * self.y2p[v * g + u] - sv * sv;
+        if var_u <= 0 || var_v <= 0 {
+            return f64::NAN;
+        }
+        cov as f64 / ((var_u as f64).sqrt() * (var_v as f64).sqrt())
     }
 
     /// Adds (`sign = 1`) or retracts (`sign = -1`) cells: dense batch matrices and f64 matrix
@@ -120,29 +147,31 @@ impl PairSums {
     pub fn add_cells(&mut self, cells: &[ScoredCell], maps: &RankMaps, sign: i64, threads: usize) {
         let g = self.n_genes;
         let batch = Self::exact_batch(maps.max_abs_y());
-        let mut ymat = Vec::new();
-        let mut pmat = Vec::new();
-        let mut out_y = vec![0f64; g * g];
-        let mut out_p = vec![0f64; g * g];
+        let (mut ymat, mut y2mat, mut pmat) = (Vec::new(), Vec::new(), Vec::new());
+        let mut out = vec![0f64; g * g];
         for block in cells.chunks(batch) {
             let b = block.len();
-            ymat.clear();
-            ymat.resize(b * g, 0f64);
-            pmat.clear();
-            pmat.resize(b * g, 0f64);
+            for m in [&mut ymat, &mut y2mat, &mut pmat] {
+                m.clear();
+                m.resize(b * g, 0f64);
+            }
             for (i, cell) in block.iter().enumerate() {
                 for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
-                    ymat[i * g + u as usize] = maps.y(u as usize, s as usize) as f64;
+                    let y = maps.y(u as usize, s as usize) as f64;
+                    ymat[i * g + u as usize] = y;
+                    y2mat[i * g + u as usize] = y * y;
                     pmat[i * g + u as usize] = 1.0;
                 }
             }
-            gram(&ymat, b, g, &mut out_y, threads);
-            gram(&pmat, b, g, &mut out_p, threads);
-            for (acc, &x) in self.yy.iter_mut().zip(&out_y) {
-                *acc += i128::from(sign) * x as i128;
-            }
-            for (acc, &x) in self.co.iter_mut().zip(&out_p) {
-                *acc += sign * x as i64;
+            let sign128 = i128::from(sign);
+            for (lhs, rhs, target) in [(&ymat, &ymat, 0), (&pmat, &pmat, 1), (&ymat, &pmat, 2), (&y2mat, &pmat, 3)] {
+                cross(lhs, rhs, b, g, &mut out, threads);
+                match target {
+                    0 => self.yy.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128),
+                    1 => self.co.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign * x as i64),
+                    2 => self.yp.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128),
+                    _ => self.y2p.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128),
+                }
             }
         }
         self.n_cells += sign * cells.len() as i64;
@@ -157,13 +186,16 @@ impl PairSums {
         for (a, b) in self.co.iter_mut().zip(&other.co) {
             *a += sign * b;
         }
+        for (a, b) in self.yp.iter_mut().zip(&other.yp).chain(self.y2p.iter_mut().zip(&other.y2p)) {
+            *a += i128::from(sign) * b;
+        }
     }
 }
 
-/// `out = Aᵀ A` for a row-major `rows × cols` matrix `a` (out is `cols × cols`, row-major).
-fn gram(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
+/// `out = Aᵀ B` for row-major `rows × cols` matrices `a`, `b` (out is `cols × cols`, row-major).
+fn cross(a: &[f64], b: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    // SAFETY: the pointers and strides describe `a` (rows × cols, row-major) and `out`
+    // SAFETY: the pointers and strides describe `a`, `b` (rows × cols, row-major) and `out`
     // (cols × cols), which are live and sized accordingly for the duration of the call.
     unsafe {
         gemm::gemm(
@@ -177,7 +209,7 @@ fn gram(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
             a.as_ptr(),
             cols as isize,
             1,
-            a.as_ptr(),
+            b.as_ptr(),
             1,
             cols as isize,
             0.0,
@@ -266,13 +298,18 @@ pub fn global_correlations(h: &ScoreHistograms, maps: &RankMaps, sums: &PairSums
 
 /// Relative accumulation error bound of [`approx_correlations`]: products are summed in f32 in
 /// batches of this many cells (error ≤ batch × 2⁻²⁴ of Σ|z_u·z_v| ≤ 1 in ρ units), then in f64.
-const SCREEN_BATCH: usize = 1024;
+const SCREEN_BATCH: usize = 4096;
 
 /// Approximate ρ of all gene pairs (row-major `G × G`) from single-precision matrix products of
 /// the centered rank-mapped scores (about 2.2× the f64 rate here; upper-triangle blocks only).
 /// Returns the matrix and a bound on |ρ̃ − ρ|, so callers can screen candidates and compute
 /// exact values only near decision boundaries.
-pub fn approx_correlations(cells: &[ScoredCell], maps: &RankMaps, moments: &GeneMoments, threads: usize) -> (Vec<f64>, f64) {
+pub fn approx_correlations(
+    cells: &[ScoredCell],
+    maps: &RankMaps,
+    moments: &GeneMoments,
+    threads: usize,
+) -> (Vec<f64>, f64) {
     let g = maps.n_genes;
     let mut acc = vec![0f64; g * g];
     let mut zmat: Vec<f32> = Vec::new();
@@ -395,7 +432,10 @@ fn and_popcount(a: &[u64], b: &[u64]) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
 unsafe fn and_popcount_avx512(a: &[u64], b: &[u64]) -> u64 {
-    use std::arch::x86_64::{_mm512_add_epi64, _mm512_and_si512, _mm512_loadu_si512, _mm512_popcnt_epi64, _mm512_reduce_add_epi64, _mm512_setzero_si512};
+    use std::arch::x86_64::{
+        _mm512_add_epi64, _mm512_and_si512, _mm512_loadu_si512, _mm512_popcnt_epi64, _mm512_reduce_add_epi64,
+        _mm512_setzero_si512,
+    };
     let n = a.len().min(b.len());
     let mut acc = _mm512_setzero_si512();
     let mut i = 0;
@@ -489,6 +529,24 @@ mod tests {
         }
         assert_eq!(sums.co[0 * g + 1], 3);
         assert_eq!(sums.co[1 * g + 1], 4);
+        // Local: Pearson of the mapped scores on the co-present cells, the textbook way.
+        let mapped = |u: usize, c: &ScoredCell| {
+            c.genes.iter().position(|&x| x as usize == u).map(|i| maps.t2[u * l + c.scores[i] as usize] as f64)
+        };
+        for (u, v) in [(0usize, 1usize), (0, 2), (1, 2)] {
+            let both: Vec<(f64, f64)> = cells().iter().filter_map(|c| Some((mapped(u, c)?, mapped(v, c)?))).collect();
+            let n = both.len() as f64;
+            let (mx, my) = (both.iter().map(|p| p.0).sum::<f64>() / n, both.iter().map(|p| p.1).sum::<f64>() / n);
+            let cov: f64 = both.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+            let vx: f64 = both.iter().map(|p| (p.0 - mx).powi(2)).sum();
+            let vy: f64 = both.iter().map(|p| (p.1 - my).powi(2)).sum();
+            let expected = cov / (vx * vy).sqrt();
+            assert!(
+                (sums.local_correlation(u, v) - expected).abs() < 1e-12,
+                "{u},{v}: {} vs {expected}",
+                sums.local_correlation(u, v)
+            );
+        }
     }
 
     #[test]

@@ -68,6 +68,26 @@ enum GraphCommand {
         /// Graph vocabulary size (most present genes).
         #[arg(long)]
         max_genes: Option<usize>,
+        /// Also keep the incremental state (all cells) for `graph update` and `graph rebase`.
+        #[arg(long)]
+        incremental: bool,
+    },
+    /// Add or retract an atlas, writing only the changes (a delta) and the new state.
+    #[command(group(clap::ArgGroup::new("change").required(true).args(["add", "retract"])))]
+    Update {
+        #[arg(long, value_name = "GRAPH")]
+        graph: PathBuf,
+        /// Atlas directory to add (CORPUS/atlases/NAME).
+        #[arg(long, value_name = "ATLAS_DIR")]
+        add: Option<PathBuf>,
+        /// Name of an included atlas to retract.
+        #[arg(long, value_name = "NAME")]
+        retract: Option<String>,
+    },
+    /// Recompute rank maps and statistics from the stored shards (= an exact build).
+    Rebase {
+        #[arg(long, value_name = "GRAPH")]
+        graph: PathBuf,
     },
     /// Print size, degree distribution and a gene's neighbours.
     Show {
@@ -193,6 +213,27 @@ fn print_summary<T: Serialize>(json: bool, human: &str, summary: &T) -> Result<(
     Ok(())
 }
 
+fn update_line(s: &corrflow::graph::UpdateSummary) -> String {
+    let mut line = format!(
+        "{} ({}): {} edges from {} cells; +{} -{} ~{} edges (delta {}); drift mean {:.4} max {:.4}{}",
+        s.command,
+        s.change,
+        s.edges,
+        s.cells,
+        s.added,
+        s.removed,
+        s.reweighted,
+        s.delta.as_deref().unwrap_or("-"),
+        s.drift.mean_ks,
+        s.drift.max_ks,
+        if s.rebased { "; rebased" } else { "" }
+    );
+    if s.rebase_recommended && !s.rebased {
+        line.push_str("\nrebase recommended: drift is above graph.rebase_drift (run `corrflow graph rebase`)");
+    }
+    line
+}
+
 fn main() {
     let cli = Cli::parse();
     let default_level = match cli.verbose {
@@ -306,19 +347,37 @@ fn run(cli: Cli) -> Result<()> {
             );
             print_summary(cli.json, &human, &s)
         }
-        Command::Graph(GraphCommand::Build { corpus, out, atlas, n_sub, seed, max_genes }) => {
+        Command::Graph(GraphCommand::Build { corpus, out, atlas, n_sub, seed, max_genes, incremental }) => {
             let mut params = cfg.graph.clone();
             params.n_sub = n_sub.unwrap_or(params.n_sub);
             params.seed = seed.unwrap_or(params.seed);
             params.max_genes = max_genes.unwrap_or(params.max_genes);
-            let (mut graph, mut s) = corrflow::graph::build_exact(&corpus, &atlas, &params)?;
-            corrflow::graph::write_graph(&out, &mut graph)?;
+            let mut s = if incremental {
+                corrflow::graph::build_incremental(&corpus, &atlas, &params, &out)?.1
+            } else {
+                let (mut graph, s, _) = corrflow::graph::build_exact(&corpus, &atlas, &params)?;
+                corrflow::graph::write_graph(&out, &mut graph)?;
+                s
+            };
             s.out = out.display().to_string();
             let human = format!(
                 "graph build: {} genes, {} edges from {} cells in {:.2}s (load {:.2}s, statistics {:.2}s incl. screening products {:.2}s at {:.0} GFLOP/s, exact ρ {:.2}s) -> {}",
                 s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_screening, s.screening_gflops, s.seconds_local, out.display()
             );
             print_summary(cli.json, &human, &s)
+        }
+        Command::Graph(GraphCommand::Update { graph, add, retract }) => {
+            let s = match (add, retract) {
+                (Some(dir), _) => corrflow::graph::update_add(&graph, &dir)?,
+                (_, Some(name)) => corrflow::graph::update_retract(&graph, &name)?,
+                _ => unreachable!("clap requires --add or --retract"),
+            };
+            let human = update_line(&s);
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Graph(GraphCommand::Rebase { graph }) => {
+            let s = corrflow::graph::rebase(&graph)?;
+            print_summary(cli.json, &update_line(&s), &s)
         }
         Command::Graph(GraphCommand::Show { graph, gene, vocab, top }) => {
             let g = corrflow::graph::read_graph(&graph)?;

@@ -136,11 +136,27 @@ pub fn load_corpus_cells(
 
 /// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
 /// Spearman on the co-present cells for ρ_local.
-pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) -> Result<(Graph, BuildSummary)> {
+/// What an exact build computed on the way, for building incremental state from it.
+pub struct BuildParts {
+    pub vocab: GraphVocab,
+    pub hist: ScoreHistograms,
+    pub maps: RankMaps,
+    pub scored: Vec<ScoredCell>,
+    /// Included atlases (name, directory), sorted by name.
+    pub atlases: Vec<(String, PathBuf)>,
+}
+
+pub fn build_exact(
+    corpus_dir: &Path,
+    atlases: &[String],
+    params: &GraphParams,
+) -> Result<(Graph, BuildSummary, BuildParts)> {
     let started = Instant::now();
     params.validate().map_err(Error::Usage)?;
     let (_, vocab) = load_corpus_meta(corpus_dir)?;
-    let names = if atlases.is_empty() { corpus::list_atlases(corpus_dir) } else { atlases.to_vec() };
+    let mut names = if atlases.is_empty() { corpus::list_atlases(corpus_dir) } else { atlases.to_vec() };
+    names.sort();
+    names.dedup();
     if names.is_empty() {
         return Err(Error::format(corpus_dir, "no finished atlas in this corpus"));
     }
@@ -264,7 +280,8 @@ pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) 
         seconds_local,
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
-    Ok((graph, summary))
+    let parts = BuildParts { vocab: gv, hist, maps, scored, atlases: names.into_iter().zip(dirs).collect() };
+    Ok((graph, summary, parts))
 }
 
 /// Floating-point operations of the upper-triangle screening products (256-gene blocks).

@@ -57,6 +57,12 @@ fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<()> {
 
 /// Writes `graph` to `dir` (replacing an existing graph directory only as a whole).
 pub fn write_graph(dir: &Path, graph: &mut Graph) -> Result<()> {
+    write_graph_with(dir, graph, |_| Ok(()))
+}
+
+/// Writes `graph` into a staging directory, lets `extra` add files to it (state, deltas), then
+/// swaps it in place of `dir`.
+pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let stage = dir.with_file_name(format!(
         ".{}.partial",
         dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
@@ -104,10 +110,22 @@ pub fn write_graph(dir: &Path, graph: &mut Graph) -> Result<()> {
     graph.info.edges = edges.len();
     graph.edges = edges;
     write_json_atomic(&stage.join(INFO), &graph.info)?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).at(dir)?;
+    extra(&stage)?;
+    let old = dir.with_file_name(format!(
+        ".{}.old",
+        dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    ));
+    if old.exists() {
+        std::fs::remove_dir_all(&old).at(&old)?;
     }
-    std::fs::rename(&stage, dir).at(dir)
+    if dir.exists() {
+        std::fs::rename(dir, &old).at(dir)?;
+    }
+    std::fs::rename(&stage, dir).at(dir)?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).at(&old)?;
+    }
+    Ok(())
 }
 
 fn read_batches(path: &Path) -> Result<Vec<RecordBatch>> {

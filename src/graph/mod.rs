@@ -9,7 +9,11 @@
 mod build;
 mod files;
 mod show;
+mod state;
+mod update;
 
-pub use build::{build_exact, load_corpus_cells, BuildSummary, CorpusCells};
-pub use files::{read_graph, write_graph, Graph, GraphInfo};
+pub use build::{build_exact, load_corpus_cells, load_corpus_meta, BuildParts, BuildSummary, CorpusCells};
+pub use files::{read_graph, write_graph, write_graph_with, Graph, GraphInfo};
 pub use show::show_graph;
+pub use state::{Drift, GraphState};
+pub use update::{build_incremental, rebase, update_add, update_retract, GraphDelta, UpdateSummary};

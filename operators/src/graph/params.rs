@@ -20,6 +20,11 @@ pub struct GraphParams {
     pub n_neigh: usize,
     /// Seed of the `N_sub` sample.
     pub seed: u64,
+    /// Incremental updates: drift (largest per-gene KS distance between the current score
+    /// distribution and the frozen rank maps) above which a rebase is recommended.
+    pub rebase_drift: f64,
+    /// Rebase automatically when the drift exceeds `rebase_drift`.
+    pub auto_rebase: bool,
 }
 
 impl Default for GraphParams {
@@ -33,6 +38,8 @@ impl Default for GraphParams {
             m_min: 200,
             n_neigh: 50,
             seed: 0,
+            rebase_drift: 0.1,
+            auto_rebase: false,
         }
     }
 }

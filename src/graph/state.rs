@@ -1,0 +1,287 @@
+//! Incremental graph state (the rank-map design of DESIGN.md §3): score histograms, the rank
+//! maps frozen at the last rebase, and exact pair sums under those maps, for the atlases
+//! included. Adding or retracting an atlas adds or subtracts its cells' statistics exactly; the
+//! graph is then derived from the sums. A rebase recomputes maps and statistics from the stored
+//! shards (= an exact build). `GRAPH/state/` holds `state.json` and `stats.bin.zst`, and a copy
+//! of the graph files as of the last rebase (`rebase/`).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use corrflow_operators::graph::{
+    candidate_pairs, global_correlations, GraphEdge, GraphParams, GraphVocab, PairSums, RankMaps, ScoreHistograms,
+    ScoredCell,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::build::{load_corpus_cells, BuildParts};
+use super::files::{read_graph, Graph, GraphInfo};
+use crate::error::{Error, IoContext, Result};
+use crate::util::atomic::write_json_atomic;
+use crate::vocab::Vocabulary;
+
+const STATE_DIR: &str = "state";
+const STATE_JSON: &str = "state.json";
+const STATS_BIN: &str = "stats.bin.zst";
+const REBASE_DIR: &str = "rebase";
+
+/// One atlas included in the state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncludedAtlas {
+    pub name: String,
+    pub dir: PathBuf,
+    pub cells: u64,
+}
+
+/// `state.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StateInfo {
+    pub format_version: u32,
+    pub params: GraphParams,
+    pub vocab_hash: String,
+    /// Graph vocabulary (token ids, ascending).
+    pub genes: Vec<u32>,
+    pub atlases: Vec<IncludedAtlas>,
+    /// Atlases and sums hash at the last rebase: when the state returns to exactly these sums,
+    /// the rebase's exact graph is the graph.
+    pub rebase_atlases: Vec<String>,
+    pub rebase_sums_hash: String,
+    pub rebase_cells: i64,
+}
+
+/// The whole incremental state.
+pub struct GraphState {
+    pub info: StateInfo,
+    pub vocab: GraphVocab,
+    pub hist: ScoreHistograms,
+    pub maps: RankMaps,
+    pub sums: PairSums,
+}
+
+/// How far the current score distributions have moved from the frozen rank maps:
+/// Kolmogorov–Smirnov distance per gene between the current and the rebase CDF of its scores.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Drift {
+    pub mean_ks: f64,
+    pub max_ks: f64,
+}
+
+impl GraphState {
+    /// State of an exact build over all cells of its atlases.
+    pub fn from_build(parts: &BuildParts, params: &GraphParams, vocab_hash: &str) -> Self {
+        let g = parts.vocab.len();
+        let mut sums = PairSums::new(g);
+        sums.add_cells(&parts.scored, &parts.maps, 1, rayon::current_num_threads());
+        let atlases = parts
+            .atlases
+            .iter()
+            .map(|(name, dir)| IncludedAtlas {
+                name: name.clone(),
+                dir: dir.clone(),
+                cells: crate::corpus::AtlasManifest::load(dir).map(|m| m.cells).unwrap_or(0),
+            })
+            .collect::<Vec<_>>();
+        let info = StateInfo {
+            format_version: 1,
+            params: params.clone(),
+            vocab_hash: vocab_hash.to_string(),
+            genes: parts.vocab.tokens().to_vec(),
+            rebase_atlases: atlases.iter().map(|a| a.name.clone()).collect(),
+            atlases,
+            rebase_sums_hash: sums_hash(&sums),
+            rebase_cells: parts.hist.n_cells,
+        };
+        Self { info, vocab: parts.vocab.clone(), hist: parts.hist.clone(), maps: parts.maps.clone(), sums }
+    }
+
+    /// Adds (`sign = 1`) or retracts (`sign = -1`) the cells of an atlas directory.
+    pub fn apply_atlas(&mut self, dir: &Path, vocab: &Vocabulary, sign: i64) -> Result<u64> {
+        let p = &self.info.params;
+        let cells = load_corpus_cells(&[dir.to_path_buf()], vocab, p.l_max, 0, 0)?;
+        let mut scored = Vec::with_capacity(cells.len());
+        for i in 0..cells.len() {
+            let mut c = ScoredCell::default();
+            self.vocab.score(cells.cell(i), p.l_max, &mut c);
+            scored.push(c);
+        }
+        scored.iter().for_each(|c| self.hist.add_cell(c, sign));
+        self.sums.add_cells(&scored, &self.maps, sign, rayon::current_num_threads());
+        Ok(cells.len() as u64)
+    }
+
+    pub fn drift(&self) -> Drift {
+        let (g, l) = (self.hist.n_genes, self.hist.l_max);
+        let (n_now, n_then) = (self.hist.n_cells.max(1) as f64, self.maps.n_cells.max(1) as f64);
+        let mut ks = Vec::with_capacity(g);
+        for u in 0..g {
+            let hist = self.hist.gene(u);
+            let t2 = &self.maps.t2[u * l..(u + 1) * l];
+            let absent = self.hist.n_cells - hist.iter().sum::<i64>();
+            // Current cells with score ≤ s, and the same at the rebase, recovered from the map:
+            // t2(s) = 2·less(s) + eq(s) + 1 and less(s+1) = less(s) + eq(s).
+            let (mut now_le, mut then_less, mut worst) = (0i64, 0i64, 0f64);
+            for s in 0..l {
+                now_le += hist[s] + if s == 0 { absent } else { 0 };
+                let then_eq = t2[s] - 1 - 2 * then_less;
+                then_less += then_eq;
+                worst = worst.max((now_le as f64 / n_now - then_less as f64 / n_then).abs());
+            }
+            ks.push(worst);
+        }
+        let mean_ks = ks.iter().sum::<f64>() / ks.len().max(1) as f64;
+        Drift { mean_ks, max_ks: ks.iter().copied().fold(0.0, f64::max) }
+    }
+
+    /// Whether the sums are exactly those of the last rebase (the same atlases, added and
+    /// retracted back).
+    pub fn at_rebase_point(&self) -> bool {
+        let names: Vec<&str> = self.info.atlases.iter().map(|a| a.name.as_str()).collect();
+        names == self.info.rebase_atlases.iter().map(String::as_str).collect::<Vec<_>>()
+            && sums_hash(&self.sums) == self.info.rebase_sums_hash
+    }
+
+    /// The graph the state implies: the rebase's exact graph when the state is back at its
+    /// rebase point; otherwise ρ_global from the exact sums under the frozen maps, selection as
+    /// in Algorithm 1, and ρ_local estimated on the co-present cells under the maps.
+    pub fn derive_graph(&self, graph_dir: &Path, vocab: &Vocabulary) -> Result<Graph> {
+        if self.at_rebase_point() {
+            return read_graph(&graph_dir.join(STATE_DIR).join(REBASE_DIR));
+        }
+        let g = self.vocab.len();
+        let p = &self.info.params;
+        let rho = global_correlations(&self.hist, &self.maps, &self.sums);
+        let pairs = candidate_pairs(&rho, &self.sums.co, g, p);
+        let edges: Vec<GraphEdge> = pairs
+            .into_iter()
+            .filter_map(|(u, v)| {
+                let local = self.sums.local_correlation(u, v);
+                (!local.is_nan()).then(|| GraphEdge {
+                    u: self.vocab.token(u),
+                    v: self.vocab.token(v),
+                    rho: local,
+                    rho_global: rho[u * g + v],
+                    co_count: self.sums.co[u * g + v] as u64,
+                })
+            })
+            .collect();
+        let genes = (0..g)
+            .map(|i| {
+                let t = self.vocab.token(i);
+                (t, vocab.token(t).unwrap_or("?").to_string(), self.hist.presence(i) as u64)
+            })
+            .collect();
+        Ok(Graph {
+            info: GraphInfo {
+                format_version: 1,
+                mode: "rank-maps".into(),
+                params: p.clone(),
+                cells: self.hist.n_cells as u64,
+                corpus_cells: self.info.atlases.iter().map(|a| a.cells).sum(),
+                atlases: self.info.atlases.iter().map(|a| a.name.clone()).collect(),
+                vocab_hash: self.info.vocab_hash.clone(),
+                genes: g,
+                edges: edges.len(),
+                content_hash: String::new(),
+            },
+            genes,
+            edges,
+        })
+    }
+
+    /// Writes `state.json` and the statistics (atomically, statistics first).
+    pub fn save(&self, graph_dir: &Path) -> Result<()> {
+        let dir = graph_dir.join(STATE_DIR);
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        let bin = dir.join(STATS_BIN);
+        let tmp = crate::util::atomic::temp_path(&bin);
+        {
+            let file = std::fs::File::create(&tmp).at(&tmp)?;
+            let mut z = zstd::Encoder::new(file, 1).at(&tmp)?;
+            let mut put = |bytes: &[u8]| z.write_all(bytes).at(&tmp);
+            put(&(self.hist.n_cells).to_le_bytes())?;
+            put(&(self.maps.n_cells).to_le_bytes())?;
+            put(&(self.sums.n_cells).to_le_bytes())?;
+            for x in self.hist.counts.iter().chain(&self.maps.t2).chain(&self.sums.co) {
+                put(&x.to_le_bytes())?;
+            }
+            for x in self.sums.yy.iter().chain(&self.sums.yp).chain(&self.sums.y2p) {
+                put(&x.to_le_bytes())?;
+            }
+            z.finish().at(&tmp)?.sync_all().at(&tmp)?;
+        }
+        crate::util::atomic::commit(&tmp, &bin)?;
+        write_json_atomic(&dir.join(STATE_JSON), &self.info)
+    }
+
+    pub fn load(graph_dir: &Path) -> Result<Self> {
+        let dir = graph_dir.join(STATE_DIR);
+        let json = dir.join(STATE_JSON);
+        let text = std::fs::read_to_string(&json).map_err(|_| {
+            Error::format(graph_dir, "has no incremental state (build it with `graph build --incremental`)")
+        })?;
+        let info: StateInfo =
+            serde_json::from_str(&text).map_err(|e| Error::format(&json, format!("invalid state: {e}")))?;
+        let (g, l) = (info.genes.len(), info.params.l_max);
+        let bin = dir.join(STATS_BIN);
+        let mut bytes = Vec::new();
+        zstd::Decoder::new(std::fs::File::open(&bin).at(&bin)?).at(&bin)?.read_to_end(&mut bytes).at(&bin)?;
+        let expected = 24 + (2 * g * l + g * g) * 8 + 3 * g * g * 16;
+        if bytes.len() != expected {
+            return Err(Error::format(
+                &bin,
+                format!("statistics are {} bytes, expected {expected} (truncated?)", bytes.len()),
+            ));
+        }
+        let mut at = 0usize;
+        let mut i64s = |n: usize| -> Vec<i64> {
+            let v = bytes[at..at + 8 * n]
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(); // ok: invariant
+            at += 8 * n;
+            v
+        };
+        let (hn, mn, sn) = (i64s(1)[0], i64s(1)[0], i64s(1)[0]);
+        let counts = i64s(g * l);
+        let t2 = i64s(g * l);
+        let co = i64s(g * g);
+        let rest = &bytes[at..];
+        let i128s = |k: usize| -> Vec<i128> {
+            rest[k * 16 * g * g..(k + 1) * 16 * g * g]
+                .chunks_exact(16)
+                .map(|c| i128::from_le_bytes(c.try_into().expect("16 bytes"))) // ok: invariant
+                .collect()
+        };
+        let vocab = GraphVocab::from_tokens(info.genes.clone(), info.genes.last().map_or(0, |&t| t as usize + 1));
+        Ok(Self {
+            vocab,
+            hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: hn, counts },
+            maps: RankMaps { l_max: l, n_genes: g, n_cells: mn, t2 },
+            sums: PairSums { n_genes: g, n_cells: sn, yy: i128s(0), co, yp: i128s(1), y2p: i128s(2) },
+            info,
+        })
+    }
+
+    /// Keeps a copy of the graph files as of this rebase.
+    pub fn save_rebase_graph(graph_dir: &Path) -> Result<()> {
+        let dir = graph_dir.join(STATE_DIR).join(REBASE_DIR);
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        for f in [super::files::EDGES, super::files::GENES, super::files::INFO] {
+            std::fs::copy(graph_dir.join(f), dir.join(f)).at(dir.join(f))?;
+        }
+        Ok(())
+    }
+}
+
+fn sums_hash(s: &PairSums) -> String {
+    let mut h = Sha256::new();
+    h.update(s.n_cells.to_le_bytes());
+    for x in s.yy.iter().chain(&s.yp).chain(&s.y2p) {
+        h.update(x.to_le_bytes());
+    }
+    for x in &s.co {
+        h.update(x.to_le_bytes());
+    }
+    hex::encode(h.finalize())
+}

@@ -1,0 +1,244 @@
+//! `graph build --incremental`, `graph update --add/--retract`, `graph rebase`: the graph as
+//! atlases arrive and leave, each change written as a delta file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema};
+use corrflow_operators::graph::{GraphEdge, GraphParams};
+use parquet::arrow::ArrowWriter;
+use serde::{Deserialize, Serialize};
+
+use super::build::{build_exact, load_corpus_meta};
+use super::files::{read_graph, write_graph_with, Graph};
+use super::state::{Drift, GraphState, IncludedAtlas};
+use crate::error::{Error, IoContext, Result};
+
+const DELTAS: &str = "deltas";
+
+/// What `graph update` / `graph rebase` print.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UpdateSummary {
+    pub command: String,
+    pub graph: String,
+    pub change: String,
+    pub cells: u64,
+    pub edges: usize,
+    pub added: usize,
+    pub removed: usize,
+    pub reweighted: usize,
+    pub delta: Option<String>,
+    pub drift: Drift,
+    pub rebase_recommended: bool,
+    pub rebased: bool,
+    pub seconds: f64,
+}
+
+/// Edge changes between two graphs.
+#[derive(Debug, Default)]
+pub struct GraphDelta {
+    /// (u, v, change, old ρ_local, new ρ_local)
+    pub rows: Vec<(u32, u32, &'static str, Option<f64>, Option<f64>)>,
+}
+
+impl GraphDelta {
+    pub fn between(old: &[GraphEdge], new: &[GraphEdge]) -> Self {
+        let before: HashMap<(u32, u32), f64> = old.iter().map(|e| ((e.u, e.v), e.rho)).collect();
+        let after: HashMap<(u32, u32), f64> = new.iter().map(|e| ((e.u, e.v), e.rho)).collect();
+        let mut rows = Vec::new();
+        for e in new {
+            match before.get(&(e.u, e.v)) {
+                None => rows.push((e.u, e.v, "added", None, Some(e.rho))),
+                Some(&r) if r.to_bits() != e.rho.to_bits() => rows.push((e.u, e.v, "reweighted", Some(r), Some(e.rho))),
+                Some(_) => {}
+            }
+        }
+        for e in old {
+            if !after.contains_key(&(e.u, e.v)) {
+                rows.push((e.u, e.v, "removed", Some(e.rho), None));
+            }
+        }
+        rows.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        Self { rows }
+    }
+
+    fn count(&self, kind: &str) -> usize {
+        self.rows.iter().filter(|r| r.2 == kind).count()
+    }
+
+    fn write(&self, path: &Path) -> Result<()> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("u", DataType::UInt32, false),
+            Field::new("v", DataType::UInt32, false),
+            Field::new("change", DataType::Utf8, false),
+            Field::new("rho_old", DataType::Float64, true),
+            Field::new("rho_new", DataType::Float64, true),
+        ]));
+        let r = &self.rows;
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from_iter_values(r.iter().map(|x| x.0))),
+            Arc::new(UInt32Array::from_iter_values(r.iter().map(|x| x.1))),
+            Arc::new(StringArray::from_iter_values(r.iter().map(|x| x.2))),
+            Arc::new(Float64Array::from(r.iter().map(|x| x.3).collect::<Vec<_>>())),
+            Arc::new(Float64Array::from(r.iter().map(|x| x.4).collect::<Vec<_>>())),
+        ];
+        let rb = RecordBatch::try_new(schema, cols).map_err(|e| Error::parquet(path, e))?;
+        let mut w = ArrowWriter::try_new(File::create(path).at(path)?, rb.schema(), None)
+            .map_err(|e| Error::parquet(path, e))?;
+        w.write(&rb).map_err(|e| Error::parquet(path, e))?;
+        w.into_inner().map_err(|e| Error::parquet(path, e))?.sync_all().at(path)
+    }
+}
+
+/// Exact build over all cells plus the incremental state; the graph is the exact graph.
+pub fn build_incremental(
+    corpus: &Path,
+    atlases: &[String],
+    params: &GraphParams,
+    out: &Path,
+) -> Result<(Graph, super::BuildSummary)> {
+    let mut params = params.clone();
+    params.n_sub = 0; // the state covers every cell, so atlases can be retracted exactly
+    let (mut graph, summary, parts) = build_exact(corpus, atlases, &params)?;
+    let state = GraphState::from_build(&parts, &params, &graph.info.vocab_hash);
+    drop(parts);
+    write_graph_with(out, &mut graph, |stage| {
+        state.save(stage)?;
+        GraphState::save_rebase_graph(stage)
+    })?;
+    Ok((graph, summary))
+}
+
+enum Change<'a> {
+    Add(&'a Path),
+    Retract(&'a str),
+    Rebase,
+}
+
+/// Adds an atlas directory (`CORPUS/atlases/NAME`) to the graph.
+pub fn update_add(graph_dir: &Path, atlas_dir: &Path) -> Result<UpdateSummary> {
+    apply(graph_dir, Change::Add(atlas_dir))
+}
+
+/// Retracts an included atlas by name.
+pub fn update_retract(graph_dir: &Path, name: &str) -> Result<UpdateSummary> {
+    apply(graph_dir, Change::Retract(name))
+}
+
+/// Recomputes maps and statistics from the stored shards of the included atlases.
+pub fn rebase(graph_dir: &Path) -> Result<UpdateSummary> {
+    apply(graph_dir, Change::Rebase)
+}
+
+fn apply(graph_dir: &Path, change: Change<'_>) -> Result<UpdateSummary> {
+    let started = std::time::Instant::now();
+    let mut state = GraphState::load(graph_dir)?;
+    let old = read_graph(graph_dir)?;
+    let (label, mut rebased) = match change {
+        Change::Add(dir) => {
+            let manifest = crate::corpus::AtlasManifest::load(dir)?;
+            if state.info.atlases.iter().any(|a| a.name == manifest.atlas) {
+                return Err(Error::conflict(dir, format!("atlas '{}' is already in this graph", manifest.atlas)));
+            }
+            let corpus = corpus_of(dir)?;
+            let (_, vocab) = load_corpus_meta(&corpus)?;
+            if vocab.hash() != state.info.vocab_hash {
+                return Err(Error::conflict(dir, "atlas uses another vocabulary than this graph"));
+            }
+            let cells = state.apply_atlas(dir, &vocab, 1)?;
+            state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir: dir.to_path_buf(), cells });
+            state.info.atlases.sort_by(|a, b| a.name.cmp(&b.name));
+            (format!("add-{}", manifest.atlas), false)
+        }
+        Change::Retract(name) => {
+            let Some(pos) = state.info.atlases.iter().position(|a| a.name == name) else {
+                return Err(Error::conflict(graph_dir, format!("atlas '{name}' is not in this graph")));
+            };
+            if state.info.atlases.len() == 1 {
+                return Err(Error::conflict(
+                    graph_dir,
+                    format!("'{name}' is the graph's only atlas; nothing would remain"),
+                ));
+            }
+            let atlas = state.info.atlases[pos].clone();
+            let (_, vocab) = load_corpus_meta(&corpus_of(&atlas.dir)?)?;
+            state.apply_atlas(&atlas.dir, &vocab, -1)?;
+            state.info.atlases.remove(pos);
+            (format!("retract-{name}"), false)
+        }
+        Change::Rebase => ("rebase".to_string(), true),
+    };
+    let drift = state.drift();
+    let p = &state.info.params;
+    let rebase_recommended = !rebased && p.rebase_drift > 0.0 && drift.max_ks > p.rebase_drift;
+    if rebase_recommended {
+        if p.auto_rebase {
+            tracing::warn!(max_ks = drift.max_ks, "drift above graph.rebase_drift: rebasing (graph.auto_rebase)");
+            rebased = true;
+        } else {
+            tracing::warn!(max_ks = drift.max_ks, "drift above graph.rebase_drift: run `corrflow graph rebase`");
+        }
+    }
+    let (mut graph, state) = if rebased {
+        let dir0 = &state.info.atlases[0].dir;
+        let corpus = corpus_of(dir0)?;
+        let names: Vec<String> = state.info.atlases.iter().map(|a| a.name.clone()).collect();
+        let (graph, _, parts) = build_exact(&corpus, &names, &state.info.params)?;
+        let fresh = GraphState::from_build(&parts, &state.info.params, &graph.info.vocab_hash);
+        (graph, fresh)
+    } else {
+        (state.derive_graph(graph_dir, &load_corpus_meta(&corpus_of(&state.info.atlases[0].dir)?)?.1)?, state)
+    };
+    let delta = GraphDelta::between(&old.edges, &graph.edges);
+    let seq = std::fs::read_dir(graph_dir.join(DELTAS)).map(|d| d.count()).unwrap_or(0) + 1;
+    let delta_name = format!("{seq:04}-{label}.parquet");
+    let old_rebase = graph_dir.join("state").join("rebase");
+    write_graph_with(graph_dir, &mut graph, |stage| {
+        state.save(stage)?;
+        if rebased {
+            GraphState::save_rebase_graph(stage)?;
+        } else {
+            let dst = stage.join("state").join("rebase");
+            std::fs::create_dir_all(&dst).at(&dst)?;
+            for f in std::fs::read_dir(&old_rebase).at(&old_rebase)?.flatten() {
+                std::fs::copy(f.path(), dst.join(f.file_name())).at(f.path())?;
+            }
+        }
+        let deltas = stage.join(DELTAS);
+        std::fs::create_dir_all(&deltas).at(&deltas)?;
+        if let Ok(entries) = std::fs::read_dir(graph_dir.join(DELTAS)) {
+            for f in entries.flatten() {
+                std::fs::copy(f.path(), deltas.join(f.file_name())).at(f.path())?;
+            }
+        }
+        delta.write(&deltas.join(&delta_name))
+    })?;
+    let drift = if rebased { state.drift() } else { drift };
+    Ok(UpdateSummary {
+        command: if label == "rebase" { "graph rebase".into() } else { "graph update".into() },
+        graph: graph_dir.display().to_string(),
+        change: label,
+        cells: graph.info.cells,
+        edges: graph.edges.len(),
+        added: delta.count("added"),
+        removed: delta.count("removed"),
+        reweighted: delta.count("reweighted"),
+        delta: Some(delta_name),
+        drift,
+        rebase_recommended,
+        rebased,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// `CORPUS/atlases/NAME` → `CORPUS`.
+fn corpus_of(atlas_dir: &Path) -> Result<std::path::PathBuf> {
+    atlas_dir
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| Error::format(atlas_dir, "is not an atlas directory of a corpus (CORPUS/atlases/NAME)"))
+}

@@ -382,8 +382,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Graph(GraphCommand::Show { graph, gene, vocab, top }) => {
             let g = corrflow::graph::read_graph(&graph)?;
             let vocab = Vocabulary::resolve(&vocab).ok();
-            let report =
-                corrflow::graph::show_graph(&g, vocab.as_ref(), gene.as_deref(), top).map_err(anyhow::Error::msg)?;
+            let report = corrflow::graph::show_graph(&g, Some(&graph), vocab.as_ref(), gene.as_deref(), top)
+                .map_err(anyhow::Error::msg)?;
             let summary = serde_json::json!({"command": "graph show", "info": g.info});
             print_summary(cli.json, report.trim_end(), &summary)
         }

@@ -161,7 +161,7 @@ pub fn build_exact(
         return Err(Error::format(corpus_dir, "no finished atlas in this corpus"));
     }
     let dirs: Vec<PathBuf> = names.iter().map(|n| corpus::atlas_dir(corpus_dir, n)).collect();
-    check_memory(params)?;
+    check_memory(params, false)?;
     let cells = load_corpus_cells(&dirs, &vocab, params.l_max, params.n_sub, params.seed)?;
 
     let mut presence = vec![0u64; vocab.len()];
@@ -355,10 +355,14 @@ fn dot_y(overlap: &[(u16, u16)], maps: &RankMaps, u: usize, v: usize) -> i128 {
 }
 
 /// The statistics hold a few G × G matrices; refuse clearly rather than run out of memory.
-fn check_memory(params: &GraphParams) -> Result<()> {
+/// `incremental` adds the state's exact sums (three i128 and one i64 matrix).
+pub fn check_memory(params: &GraphParams, incremental: bool) -> Result<()> {
     let g = params.max_genes as u64;
-    // i128 + i64 accumulators, two f64 products, one f64 correlation matrix.
-    let bytes = g * g * (16 + 8 + 8 + 8 + 8) + g * params.l_max as u64 * 16;
+    // Screened correlations (f64), co-presence (i64), a block of products, maps and histograms.
+    let mut bytes = g * g * (8 + 8 + 8) + g * params.l_max as u64 * 16;
+    if incremental {
+        bytes += g * g * (3 * 16 + 8 + 8);
+    }
     let available = available_memory().unwrap_or(u64::MAX);
     if bytes > available / 2 {
         return Err(Error::Usage(format!(

@@ -7,7 +7,13 @@ use super::files::Graph;
 use crate::vocab::Vocabulary;
 
 /// A human-readable report; `gene` (symbol or Ensembl id) adds its neighbours by |ρ_local|.
-pub fn show_graph(graph: &Graph, vocab: Option<&Vocabulary>, gene: Option<&str>, top: usize) -> Result<String, String> {
+pub fn show_graph(
+    graph: &Graph,
+    graph_dir: Option<&std::path::Path>,
+    vocab: Option<&Vocabulary>,
+    gene: Option<&str>,
+    top: usize,
+) -> Result<String, String> {
     let mut out = String::new();
     let i = &graph.info;
     let _ = writeln!(
@@ -37,6 +43,18 @@ pub fn show_graph(graph: &Graph, vocab: Option<&Vocabulary>, gene: Option<&str>,
             q(0.5),
             q(0.9),
             q(1.0)
+        );
+    }
+    if let Some(state) = graph_dir.and_then(super::state::GraphState::load_info) {
+        let d = &state.drift;
+        let _ = writeln!(
+            out,
+            "incremental state: {} atlases ({} at the last rebase); drift mean KS {:.4}, max {:.4} (rebase recommended above {})",
+            state.atlases.len(),
+            state.rebase_atlases.len(),
+            d.mean_ks,
+            d.max_ks,
+            state.params.rebase_drift
         );
     }
     if let Some(name) = gene {

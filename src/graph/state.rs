@@ -48,6 +48,9 @@ pub struct StateInfo {
     pub rebase_atlases: Vec<String>,
     pub rebase_sums_hash: String,
     pub rebase_cells: i64,
+    /// Drift of the current statistics from the rank maps, as of the last save.
+    #[serde(default)]
+    pub drift: Drift,
 }
 
 /// The whole incremental state.
@@ -91,6 +94,7 @@ impl GraphState {
             atlases,
             rebase_sums_hash: sums_hash(&sums),
             rebase_cells: parts.hist.n_cells,
+            drift: Drift::default(),
         };
         Self { info, vocab: parts.vocab.clone(), hist: parts.hist.clone(), maps: parts.maps.clone(), sums }
     }
@@ -189,29 +193,43 @@ impl GraphState {
         })
     }
 
+    /// Reads only `state.json` (cheap: no statistics).
+    pub fn load_info(graph_dir: &Path) -> Option<StateInfo> {
+        let text = std::fs::read_to_string(graph_dir.join(STATE_DIR).join(STATE_JSON)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
     /// Writes `state.json` and the statistics (atomically, statistics first).
     pub fn save(&self, graph_dir: &Path) -> Result<()> {
         let dir = graph_dir.join(STATE_DIR);
         std::fs::create_dir_all(&dir).at(&dir)?;
         let bin = dir.join(STATS_BIN);
         let tmp = crate::util::atomic::temp_path(&bin);
+        // One contiguous buffer, compressed in one call (much faster than streaming small writes).
+        let (hist, maps, sums) = (&self.hist, &self.maps, &self.sums);
+        let mut raw =
+            Vec::with_capacity(24 + (hist.counts.len() + maps.t2.len() + sums.co.len()) * 8 + sums.yy.len() * 48);
+        for x in [hist.n_cells, maps.n_cells, sums.n_cells] {
+            raw.extend_from_slice(&x.to_le_bytes());
+        }
+        for x in hist.counts.iter().chain(&maps.t2).chain(&sums.co) {
+            raw.extend_from_slice(&x.to_le_bytes());
+        }
+        for x in sums.yy.iter().chain(&sums.yp).chain(&sums.y2p) {
+            raw.extend_from_slice(&x.to_le_bytes());
+        }
+        let packed = zstd::bulk::compress(&raw, 1).at(&bin)?;
+        drop(raw);
         {
-            let file = std::fs::File::create(&tmp).at(&tmp)?;
-            let mut z = zstd::Encoder::new(file, 1).at(&tmp)?;
-            let mut put = |bytes: &[u8]| z.write_all(bytes).at(&tmp);
-            put(&(self.hist.n_cells).to_le_bytes())?;
-            put(&(self.maps.n_cells).to_le_bytes())?;
-            put(&(self.sums.n_cells).to_le_bytes())?;
-            for x in self.hist.counts.iter().chain(&self.maps.t2).chain(&self.sums.co) {
-                put(&x.to_le_bytes())?;
-            }
-            for x in self.sums.yy.iter().chain(&self.sums.yp).chain(&self.sums.y2p) {
-                put(&x.to_le_bytes())?;
-            }
-            z.finish().at(&tmp)?.sync_all().at(&tmp)?;
+            let mut file = std::fs::File::create(&tmp).at(&tmp)?;
+            file.write_all(&(packed.len() as u64).to_le_bytes()).at(&tmp)?;
+            file.write_all(&packed).at(&tmp)?;
+            file.sync_all().at(&tmp)?;
         }
         crate::util::atomic::commit(&tmp, &bin)?;
-        write_json_atomic(&dir.join(STATE_JSON), &self.info)
+        let mut info = self.info.clone();
+        info.drift = self.drift();
+        write_json_atomic(&dir.join(STATE_JSON), &info)
     }
 
     pub fn load(graph_dir: &Path) -> Result<Self> {
@@ -224,9 +242,16 @@ impl GraphState {
             serde_json::from_str(&text).map_err(|e| Error::format(&json, format!("invalid state: {e}")))?;
         let (g, l) = (info.genes.len(), info.params.l_max);
         let bin = dir.join(STATS_BIN);
-        let mut bytes = Vec::new();
-        zstd::Decoder::new(std::fs::File::open(&bin).at(&bin)?).at(&bin)?.read_to_end(&mut bytes).at(&bin)?;
+        let mut packed = Vec::new();
+        std::fs::File::open(&bin).at(&bin)?.read_to_end(&mut packed).at(&bin)?;
         let expected = 24 + (2 * g * l + g * g) * 8 + 3 * g * g * 16;
+        let declared = packed.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))); // ok: invariant
+        if declared != Some(packed.len() as u64 - 8) {
+            return Err(Error::format(&bin, "statistics file is truncated"));
+        }
+        let bytes = zstd::bulk::decompress(&packed[8..], expected)
+            .map_err(|e| Error::format(&bin, format!("corrupt statistics: {e}")))?;
+        drop(packed);
         if bytes.len() != expected {
             return Err(Error::format(
                 &bin,

@@ -102,6 +102,7 @@ pub fn build_incremental(
 ) -> Result<(Graph, super::BuildSummary)> {
     let mut params = params.clone();
     params.n_sub = 0; // the state covers every cell, so atlases can be retracted exactly
+    super::build::check_memory(&params, true)?;
     let (mut graph, summary, parts) = build_exact(corpus, atlases, &params)?;
     let state = GraphState::from_build(&parts, &params, &graph.info.vocab_hash);
     drop(parts);

@@ -149,6 +149,7 @@ impl PairSums {
         let batch = Self::exact_batch(maps.max_abs_y());
         let (mut ymat, mut y2mat, mut pmat) = (Vec::new(), Vec::new(), Vec::new());
         let mut out = vec![0f64; g * g];
+        let sign128 = i128::from(sign);
         for block in cells.chunks(batch) {
             let b = block.len();
             for m in [&mut ymat, &mut y2mat, &mut pmat] {
@@ -163,17 +164,16 @@ impl PairSums {
                     pmat[i * g + u as usize] = 1.0;
                 }
             }
-            let sign128 = i128::from(sign);
-            for (lhs, rhs, target) in [(&ymat, &ymat, 0), (&pmat, &pmat, 1), (&ymat, &pmat, 2), (&y2mat, &pmat, 3)] {
-                cross(lhs, rhs, b, g, &mut out, threads);
-                match target {
-                    0 => self.yy.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128),
-                    1 => self.co.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign * x as i64),
-                    2 => self.yp.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128),
-                    _ => self.y2p.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128),
-                }
-            }
+            // yy is symmetric: upper-triangle blocks only, mirrored.
+            gram_upper(&ymat, b, g, &mut out, threads);
+            self.yy.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
+            cross(&ymat, &pmat, b, g, &mut out, threads);
+            self.yp.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
+            cross(&y2mat, &pmat, b, g, &mut out, threads);
+            self.y2p.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
         }
+        // Co-presence by bitsets and popcount rather than a 0/1 matrix product.
+        self.co.iter_mut().zip(co_presence(cells, g)).for_each(|(a, x)| *a += sign * x);
         self.n_cells += sign * cells.len() as i64;
     }
 
@@ -188,6 +188,49 @@ impl PairSums {
         }
         for (a, b) in self.yp.iter_mut().zip(&other.yp).chain(self.y2p.iter_mut().zip(&other.y2p)) {
             *a += i128::from(sign) * b;
+        }
+    }
+}
+
+/// `out = Aᵀ A` (row-major `cols × cols`) from upper-triangle blocks of 256 columns, mirrored:
+/// about 0.56 of the full product's work.
+fn gram_upper(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
+    const BLOCK: usize = 256;
+    let g = cols;
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    for b0 in (0..g).step_by(BLOCK) {
+        let m = (b0 + BLOCK).min(g) - b0;
+        let n = g - b0;
+        // SAFETY: lhs = columns b0..b0+m of the row-major rows × g matrix (element (i, k) at
+        // k*g + b0 + i), rhs = columns b0..g (element (k, j) at k*g + b0 + j); dst = rows
+        // b0..b0+m, columns b0..g of `out` (element (i, j) at (b0+i)*g + b0 + j).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                rows,
+                out.as_mut_ptr().add(b0 * g + b0),
+                1,
+                g as isize,
+                false,
+                a.as_ptr().add(b0),
+                g as isize,
+                1,
+                a.as_ptr().add(b0),
+                1,
+                g as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+    for u in 0..g {
+        for v in 0..u {
+            out[u * g + v] = out[v * g + u];
         }
     }
 }

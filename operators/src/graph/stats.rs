@@ -173,7 +173,7 @@ impl PairSums {
             self.y2p.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
         }
         // Co-presence by bitsets and popcount rather than a 0/1 matrix product.
-        self.co.iter_mut().zip(co_presence(cells, g)).for_each(|(a, x)| *a += sign * x);
+        self.co.iter_mut().zip(super::screen::co_presence(cells, g)).for_each(|(a, x)| *a += sign * x);
         self.n_cells += sign * cells.len() as i64;
     }
 
@@ -269,12 +269,12 @@ fn cross(a: &[f64], b: &[f64], rows: usize, cols: usize, out: &mut [f64], thread
 /// given that pair's `Σ y_u·y_v`.
 #[derive(Clone, Debug)]
 pub struct GeneMoments {
-    n: i128,
+    pub(crate) n: i128,
     c: Vec<i128>,
     sum_y: Vec<i128>,
-    sum_w: Vec<i128>,
+    pub(crate) sum_w: Vec<i128>,
     /// `N·Σw² − (Σw)²`; 0 for a constant gene.
-    var: Vec<i128>,
+    pub(crate) var: Vec<i128>,
 }
 
 impl GeneMoments {
@@ -339,172 +339,10 @@ pub fn global_correlations(h: &ScoreHistograms, maps: &RankMaps, sums: &PairSums
     rho
 }
 
-/// Relative accumulation error bound of [`approx_correlations`]: products are summed in f32 in
-/// batches of this many cells (error ≤ batch × 2⁻²⁴ of Σ|z_u·z_v| ≤ 1 in ρ units), then in f64.
-const SCREEN_BATCH: usize = 4096;
-
-/// Approximate ρ of all gene pairs (row-major `G × G`) from single-precision matrix products of
-/// the centered rank-mapped scores (about 2.2× the f64 rate here; upper-triangle blocks only).
-/// Returns the matrix and a bound on |ρ̃ − ρ|, so callers can screen candidates and compute
-/// exact values only near decision boundaries.
-pub fn approx_correlations(
-    cells: &[ScoredCell],
-    maps: &RankMaps,
-    moments: &GeneMoments,
-    threads: usize,
-) -> (Vec<f64>, f64) {
-    let g = maps.n_genes;
-    let mut acc = vec![0f64; g * g];
-    let mut zmat: Vec<f32> = Vec::new();
-    let mut block_out: Vec<f32> = Vec::new();
-    const BLOCK: usize = 256;
-    let mean: Vec<f64> = (0..g).map(|u| moments.sum_w[u] as f64 / moments.n as f64).collect();
-    let absent: Vec<f32> = (0..g).map(|u| (maps.c(u) as f64 - mean[u]) as f32).collect();
-    for batch in cells.chunks(SCREEN_BATCH) {
-        let b = batch.len();
-        zmat.clear();
-        for cell in batch {
-            let row = zmat.len();
-            zmat.extend_from_slice(&absent);
-            for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
-                let u = u as usize;
-                zmat[row + u] = (maps.t2[u * maps.l_max + s as usize] as f64 - mean[u]) as f32;
-            }
-        }
-        for b0 in (0..g).step_by(BLOCK) {
-            let b1 = (b0 + BLOCK).min(g);
-            let (m, n) = (b1 - b0, g - b0);
-            block_out.clear();
-            block_out.resize(m * n, 0.0);
-            let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-            // SAFETY: lhs is columns b0..b1 of the row-major b × g matrix (element (i, k) at
-            // k*g + b0 + i), rhs columns b0..g (element (k, j) at k*g + b0 + j); dst is m × n.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    b,
-                    block_out.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    zmat.as_ptr().add(b0),
-                    g as isize,
-                    1,
-                    zmat.as_ptr().add(b0),
-                    1,
-                    g as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    par,
-                );
-            }
-            for i in 0..m {
-                let row = &mut acc[(b0 + i) * g + b0..(b0 + i + 1) * g];
-                for (a, &x) in row.iter_mut().zip(&block_out[i * n..(i + 1) * n]) {
-                    *a += f64::from(x);
-                }
-            }
-        }
-    }
-    let n = moments.n as f64;
-    for u in 0..g {
-        for v in u..g {
-            let r = if moments.var[u] <= 0 || moments.var[v] <= 0 {
-                f64::NAN
-            } else {
-                n * acc[u * g + v] / ((moments.var[u] as f64).sqrt() * (moments.var[v] as f64).sqrt())
-            };
-            acc[u * g + v] = r;
-            acc[v * g + u] = r;
-        }
-    }
-    // Accumulation within a batch, plus the rounding of each z to f32 (twice 2⁻²⁴).
-    let bound = (SCREEN_BATCH as f64 + 4.0) * f64::from(f32::EPSILON) / 2.0;
-    (acc, bound)
-}
-
-/// Exact co-presence counts of all gene pairs (row-major `G × G`), from per-gene bitsets of
-/// the cells where each gene is present: one AND + popcount per 64 cells and pair.
-pub fn co_presence(cells: &[ScoredCell], n_genes: usize) -> Vec<i64> {
-    use rayon::prelude::*;
-    let g = n_genes;
-    let words = cells.len().div_ceil(64);
-    let mut bits = vec![0u64; g * words];
-    for (i, c) in cells.iter().enumerate() {
-        for &u in &c.genes {
-            bits[u as usize * words + i / 64] |= 1 << (i % 64);
-        }
-    }
-    let rows: Vec<Vec<i64>> = (0..g)
-        .into_par_iter()
-        .map(|u| {
-            let a = &bits[u * words..(u + 1) * words];
-            (0..g).map(|v| if v < u { 0 } else { and_popcount(a, &bits[v * words..(v + 1) * words]) as i64 }).collect()
-        })
-        .collect();
-    let mut co = vec![0i64; g * g];
-    for (u, row) in rows.into_iter().enumerate() {
-        for v in u..g {
-            co[u * g + v] = row[v];
-            co[v * g + u] = row[v];
-        }
-    }
-    co
-}
-
-fn and_popcount(a: &[u64], b: &[u64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512vpopcntdq") && std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports both features, checked just above.
-            return unsafe { and_popcount_avx512(a, b) };
-        }
-        if std::arch::is_x86_feature_detected!("popcnt") {
-            // SAFETY: the CPU supports popcnt, checked just above.
-            return unsafe { and_popcount_popcnt(a, b) };
-        }
-    }
-    a.iter().zip(b).map(|(x, y)| u64::from((x & y).count_ones())).sum()
-}
-
-/// 8 words per instruction with AVX-512 VPOPCNTDQ.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-unsafe fn and_popcount_avx512(a: &[u64], b: &[u64]) -> u64 {
-    use std::arch::x86_64::{
-        _mm512_add_epi64, _mm512_and_si512, _mm512_loadu_si512, _mm512_popcnt_epi64, _mm512_reduce_add_epi64,
-        _mm512_setzero_si512,
-    };
-    let n = a.len().min(b.len());
-    let mut acc = _mm512_setzero_si512();
-    let mut i = 0;
-    while i + 8 <= n {
-        let x = _mm512_loadu_si512(a.as_ptr().add(i).cast());
-        let y = _mm512_loadu_si512(b.as_ptr().add(i).cast());
-        acc = _mm512_add_epi64(acc, _mm512_popcnt_epi64(_mm512_and_si512(x, y)));
-        i += 8;
-    }
-    let mut total = _mm512_reduce_add_epi64(acc) as u64;
-    while i < n {
-        total += u64::from((a[i] & b[i]).count_ones());
-        i += 1;
-    }
-    total
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "popcnt")]
-unsafe fn and_popcount_popcnt(a: &[u64], b: &[u64]) -> u64 {
-    a.iter().zip(b).map(|(x, y)| u64::from((x & y).count_ones())).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::screen::{and_popcount, approx_correlations, co_presence};
 
     fn cell(genes: &[(u32, u16)]) -> ScoredCell {
         ScoredCell { genes: genes.iter().map(|g| g.0).collect(), scores: genes.iter().map(|g| g.1).collect() }

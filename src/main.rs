@@ -73,7 +73,13 @@ enum GraphCommand {
         incremental: bool,
     },
     /// Add or retract an atlas, writing only the changes (a delta) and the new state.
-    #[command(group(clap::ArgGroup::new("change").required(true).args(["add", "retract"])))]
+    /// The atlas' statistics are computed by a timely dataflow: `-w` worker threads, and with
+    /// `-n`/`-p`/`-h` one process per host of a cluster (run the same command on each; process
+    /// 0 writes the graph).
+    #[command(
+        group(clap::ArgGroup::new("change").required(true).args(["add", "retract"])),
+        disable_help_flag = true
+    )]
     Update {
         #[arg(long, value_name = "GRAPH")]
         graph: PathBuf,
@@ -83,6 +89,20 @@ enum GraphCommand {
         /// Name of an included atlas to retract.
         #[arg(long, value_name = "NAME")]
         retract: Option<String>,
+        /// Worker threads per process.
+        #[arg(short = 'w', long, default_value_t = 1)]
+        workers: usize,
+        /// Processes in the cluster.
+        #[arg(short = 'n', long, default_value_t = 1)]
+        processes: usize,
+        /// This process' index (0..n).
+        #[arg(short = 'p', long, default_value_t = 0)]
+        process: usize,
+        /// Host file: one host:port per process, in process order.
+        #[arg(short = 'h', long, value_name = "FILE")]
+        hostfile: Option<PathBuf>,
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
     /// Recompute rank maps and statistics from the stored shards (= an exact build).
     Rebase {
@@ -214,6 +234,9 @@ fn print_summary<T: Serialize>(json: bool, human: &str, summary: &T) -> Result<(
 }
 
 fn update_line(s: &corrflow::graph::UpdateSummary) -> String {
+    if s.delta.is_none() && !s.rebased {
+        return format!("{}: {}", s.command, s.change);
+    }
     let mut line = format!(
         "{} ({}): {} edges from {} cells; +{} -{} ~{} edges (delta {}); drift mean {:.4} max {:.4}{}",
         s.command,
@@ -366,10 +389,15 @@ fn run(cli: Cli) -> Result<()> {
             );
             print_summary(cli.json, &human, &s)
         }
-        Command::Graph(GraphCommand::Update { graph, add, retract }) => {
+        Command::Graph(GraphCommand::Update { graph, add, retract, workers, processes, process, hostfile, .. }) => {
+            anyhow::ensure!(
+                workers >= 1 && processes >= 1 && process < processes,
+                "need -w ≥ 1, -n ≥ 1 and 0 ≤ -p < -n"
+            );
+            let cluster = corrflow::graph::Cluster { workers, processes, process, hostfile };
             let s = match (add, retract) {
-                (Some(dir), _) => corrflow::graph::update_add(&graph, &dir)?,
-                (_, Some(name)) => corrflow::graph::update_retract(&graph, &name)?,
+                (Some(dir), _) => corrflow::graph::update_add(&graph, &dir, &cluster)?,
+                (_, Some(name)) => corrflow::graph::update_retract(&graph, &name, &cluster)?,
                 _ => unreachable!("clap requires --add or --retract"),
             };
             let human = update_line(&s);

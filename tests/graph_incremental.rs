@@ -1,6 +1,7 @@
 //! Incremental graph maintenance (rank maps frozen at the last rebase, exact integer sums):
 //! (a) build(A) → add(B) → retract(B) is byte-identical to build(A);
 //! (b) add(B) → rebase equals build(A ∪ B) byte for byte;
+//! (c) `-w 1`, `-w 2` and a 2-process timely cluster on loopback give identical graphs;
 //! (d) Kang ctrl → add stim (interferon shift): the incremental edge set stays close to the
 //!     exact graph of both, the drift is reported and a rebase recommended.
 
@@ -76,6 +77,99 @@ fn add_then_retract_restores_the_graph_and_rebase_equals_a_fresh_build() {
     assert_eq!(r["rebased"], true);
     build(&gab, "");
     same_files(&g, &gab);
+}
+
+#[test]
+fn one_worker_two_workers_and_a_two_process_cluster_give_identical_graphs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    ingest(&corpus, "a", &bundled(), Some("gene_ids"));
+    // The same cells again as a second atlas in 256-cell shards, so workers split the shards.
+    let o = corrflow(&[
+        "ingest",
+        "--json",
+        "--config",
+        s(&repo().join("configs/tiny.toml")),
+        "--atlas",
+        "b",
+        "--gene-column",
+        "gene_ids",
+        "--out",
+        s(&corpus),
+        s(&bundled()),
+    ]);
+    assert!(ok_json(&o)["shards"].as_u64().unwrap() >= 4);
+    let base = tmp.path().join("base");
+    ok_json(&corrflow(&[
+        "graph",
+        "build",
+        "--json",
+        "--incremental",
+        "--max-genes",
+        "400",
+        "--atlas",
+        "a",
+        "--corpus",
+        s(&corpus),
+        "--out",
+        s(&base),
+    ]));
+    let copy = |name: &str| {
+        let dst = tmp.path().join(name);
+        copy_dir(&base, &dst);
+        dst
+    };
+    let add = s(&corpus.join("atlases/b")).to_string();
+    let (w1, w2, cluster) = (copy("w1"), copy("w2"), copy("cluster"));
+    ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&w1), "--add", &add, "-w", "1"]));
+    ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&w2), "--add", &add, "-w", "2"]));
+    // Two free loopback ports (bound, read, released) for the two processes.
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port0, port1) = (free(), free());
+    let hosts = tmp.path().join("hosts.txt");
+    std::fs::write(&hosts, format!("127.0.0.1:{port0}\n127.0.0.1:{port1}\n")).unwrap();
+    let mut p1 = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow"))
+        .args(["graph", "update", "--graph", s(&cluster), "--add", &add, "-n", "2", "-p", "1", "-h", s(&hosts)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let p0 = corrflow(&[
+        "graph",
+        "update",
+        "--json",
+        "--graph",
+        s(&cluster),
+        "--add",
+        &add,
+        "-n",
+        "2",
+        "-p",
+        "0",
+        "-h",
+        s(&hosts),
+    ]);
+    let p1_status = p1.wait().unwrap();
+    ok_json(&p0);
+    assert!(p1_status.success());
+    same_files(&w1, &w2);
+    same_files(&w1, &cluster);
+    assert_eq!(
+        std::fs::read(w1.join("state/stats.bin.zst")).unwrap(),
+        std::fs::read(cluster.join("state/stats.bin.zst")).unwrap()
+    );
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        let to = dst.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ mod shard;
 
 pub use hf::export_hf;
 pub use manifest::{AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo};
-pub use read::{for_each_batch, read_atlas_tokens, AtlasCells};
+pub use read::{for_each_batch, for_each_shard_batch, read_atlas_tokens, AtlasCells};
 pub use shard::{token_schema, TokenBatch, TokenShardWriter};
 
 use std::path::{Path, PathBuf};

@@ -9,6 +9,18 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use super::manifest::AtlasManifest;
 use crate::error::{Error, IoContext, Result};
 
+/// Calls `f` with every record batch of one shard file.
+pub fn for_each_shard_batch(path: &Path, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<()> {
+    let file = File::open(path).at(path)?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.with_batch_size(8192).build())
+        .map_err(|e| Error::parquet(path, e))?;
+    for rb in reader {
+        f(&rb.map_err(|e| Error::parquet(path, e))?)?;
+    }
+    Ok(())
+}
+
 /// Calls `f` with every record batch of an atlas, shard by shard, in manifest order.
 pub fn for_each_batch(atlas_dir: &Path, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<AtlasManifest> {
     let manifest = AtlasManifest::load(atlas_dir)?;

@@ -134,6 +134,38 @@ pub fn load_corpus_cells(
     Ok(cells)
 }
 
+/// Reads the cells of some shards of one atlas (by index in its manifest), all cells.
+pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, l_max: usize) -> Result<CorpusCells> {
+    let manifest = corpus::AtlasManifest::load(atlas_dir)?;
+    let mut cells = CorpusCells { offsets: vec![0], ..Default::default() };
+    for &k in shards {
+        let shard = manifest.shards.get(k).ok_or_else(|| Error::format(atlas_dir, format!("no shard {k}")))?;
+        let p = atlas_dir.join(&shard.file);
+        if crate::util::sha256_file(&p)? != shard.sha256 {
+            return Err(Error::format(&p, "shard does not match its manifest checksum"));
+        }
+        corpus::for_each_shard_batch(&p, |rb| {
+            let ids = rb
+                .column_by_name("input_ids")
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+                .ok_or_else(|| Error::format(&p, "shard has no list<int32> input_ids column"))?;
+            for i in 0..rb.num_rows() {
+                let v = ids.value(i);
+                let v = v
+                    .as_any()
+                    .downcast_ref::<Int32Array>()
+                    .ok_or_else(|| Error::format(&p, "input_ids are not int32"))?;
+                cells.tokens.extend(v.values().iter().map(|&t| t as u32).filter(|&t| vocab.is_gene(t)).take(l_max));
+                cells.offsets.push(cells.tokens.len());
+            }
+            Ok(())
+        })?;
+    }
+    cells.total_cells = cells.len() as u64;
+    cells.atlases.push(manifest.atlas);
+    Ok(cells)
+}
+
 /// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
 /// Spearman on the co-present cells for ρ_local.
 /// What an exact build computed on the way, for building incremental state from it.

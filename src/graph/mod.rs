@@ -8,12 +8,16 @@
 
 mod build;
 mod files;
+mod parallel;
 mod show;
 mod state;
 mod update;
 
-pub use build::{build_exact, load_corpus_cells, load_corpus_meta, BuildParts, BuildSummary, CorpusCells};
+pub use build::{
+    build_exact, load_corpus_cells, load_corpus_meta, load_shard_cells, BuildParts, BuildSummary, CorpusCells,
+};
 pub use files::{read_graph, write_graph, write_graph_with, Graph, GraphInfo};
+pub use parallel::Cluster;
 pub use show::show_graph;
 pub use state::{Drift, GraphState};
 pub use update::{build_incremental, rebase, update_add, update_retract, GraphDelta, UpdateSummary};

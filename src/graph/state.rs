@@ -10,12 +10,11 @@ use std::path::{Path, PathBuf};
 
 use corrflow_operators::graph::{
     candidate_pairs, global_correlations, GraphEdge, GraphParams, GraphVocab, PairSums, RankMaps, ScoreHistograms,
-    ScoredCell,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::build::{load_corpus_cells, BuildParts};
+use super::build::BuildParts;
 use super::files::{read_graph, Graph, GraphInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::util::atomic::write_json_atomic;
@@ -97,21 +96,6 @@ impl GraphState {
             drift: Drift::default(),
         };
         Self { info, vocab: parts.vocab.clone(), hist: parts.hist.clone(), maps: parts.maps.clone(), sums }
-    }
-
-    /// Adds (`sign = 1`) or retracts (`sign = -1`) the cells of an atlas directory.
-    pub fn apply_atlas(&mut self, dir: &Path, vocab: &Vocabulary, sign: i64) -> Result<u64> {
-        let p = &self.info.params;
-        let cells = load_corpus_cells(&[dir.to_path_buf()], vocab, p.l_max, 0, 0)?;
-        let mut scored = Vec::with_capacity(cells.len());
-        for i in 0..cells.len() {
-            let mut c = ScoredCell::default();
-            self.vocab.score(cells.cell(i), p.l_max, &mut c);
-            scored.push(c);
-        }
-        scored.iter().for_each(|c| self.hist.add_cell(c, sign));
-        self.sums.add_cells(&scored, &self.maps, sign, rayon::current_num_threads());
-        Ok(cells.len() as u64)
     }
 
     pub fn drift(&self) -> Drift {

@@ -14,8 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use super::build::{build_exact, load_corpus_meta};
 use super::files::{read_graph, write_graph_with, Graph};
+use super::parallel::{cluster_statistics, Cluster, StatsJob};
 use super::state::{Drift, GraphState, IncludedAtlas};
 use crate::error::{Error, IoContext, Result};
+use crate::vocab::Vocabulary;
+use corrflow_operators::graph::{PairSums, ScoreHistograms};
 
 const DELTAS: &str = "deltas";
 
@@ -120,21 +123,59 @@ enum Change<'a> {
 }
 
 /// Adds an atlas directory (`CORPUS/atlases/NAME`) to the graph.
-pub fn update_add(graph_dir: &Path, atlas_dir: &Path) -> Result<UpdateSummary> {
-    apply(graph_dir, Change::Add(atlas_dir))
+pub fn update_add(graph_dir: &Path, atlas_dir: &Path, cluster: &Cluster) -> Result<UpdateSummary> {
+    apply(graph_dir, Change::Add(atlas_dir), cluster)
 }
 
 /// Retracts an included atlas by name.
-pub fn update_retract(graph_dir: &Path, name: &str) -> Result<UpdateSummary> {
-    apply(graph_dir, Change::Retract(name))
+pub fn update_retract(graph_dir: &Path, name: &str, cluster: &Cluster) -> Result<UpdateSummary> {
+    apply(graph_dir, Change::Retract(name), cluster)
 }
 
 /// Recomputes maps and statistics from the stored shards of the included atlases.
 pub fn rebase(graph_dir: &Path) -> Result<UpdateSummary> {
-    apply(graph_dir, Change::Rebase)
+    apply(graph_dir, Change::Rebase, &Cluster::default())
 }
 
-fn apply(graph_dir: &Path, change: Change<'_>) -> Result<UpdateSummary> {
+/// The statistics of an atlas' cells under the state's maps, computed by the dataflow's
+/// workers; `None` on helper processes of a cluster (process 0 applies them).
+fn atlas_statistics(
+    state: &GraphState,
+    dir: &Path,
+    vocab: &Vocabulary,
+    cluster: &Cluster,
+) -> Result<Option<(ScoreHistograms, PairSums)>> {
+    let shards = crate::corpus::AtlasManifest::load(dir)?.shards.len();
+    let job = StatsJob {
+        vocab: vocab.clone(),
+        genes: state.vocab.clone(),
+        maps: state.maps.clone(),
+        atlas_dir: dir.to_path_buf(),
+        shards,
+        gemm_threads: (rayon::current_num_threads() / cluster.workers.max(1)).max(1),
+    };
+    cluster_statistics(cluster, job)
+}
+
+fn helper_summary(graph_dir: &Path, change: &str) -> UpdateSummary {
+    UpdateSummary {
+        command: "graph update".into(),
+        graph: graph_dir.display().to_string(),
+        change: format!("{change} (statistics contributed to process 0)"),
+        cells: 0,
+        edges: 0,
+        added: 0,
+        removed: 0,
+        reweighted: 0,
+        delta: None,
+        drift: Drift::default(),
+        rebase_recommended: false,
+        rebased: false,
+        seconds: 0.0,
+    }
+}
+
+fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<UpdateSummary> {
     let started = std::time::Instant::now();
     let mut state = GraphState::load(graph_dir)?;
     let old = read_graph(graph_dir)?;
@@ -149,7 +190,12 @@ fn apply(graph_dir: &Path, change: Change<'_>) -> Result<UpdateSummary> {
             if vocab.hash() != state.info.vocab_hash {
                 return Err(Error::conflict(dir, "atlas uses another vocabulary than this graph"));
             }
-            let cells = state.apply_atlas(dir, &vocab, 1)?;
+            let Some((hist, sums)) = atlas_statistics(&state, dir, &vocab, cluster)? else {
+                return Ok(helper_summary(graph_dir, &format!("add-{}", manifest.atlas)));
+            };
+            let cells = hist.n_cells as u64;
+            state.hist.merge(&hist, 1);
+            state.sums.merge(&sums, 1);
             state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir: dir.to_path_buf(), cells });
             state.info.atlases.sort_by(|a, b| a.name.cmp(&b.name));
             (format!("add-{}", manifest.atlas), false)
@@ -166,7 +212,11 @@ fn apply(graph_dir: &Path, change: Change<'_>) -> Result<UpdateSummary> {
             }
             let atlas = state.info.atlases[pos].clone();
             let (_, vocab) = load_corpus_meta(&corpus_of(&atlas.dir)?)?;
-            state.apply_atlas(&atlas.dir, &vocab, -1)?;
+            let Some((hist, sums)) = atlas_statistics(&state, &atlas.dir, &vocab, cluster)? else {
+                return Ok(helper_summary(graph_dir, &format!("retract-{name}")));
+            };
+            state.hist.merge(&hist, -1);
+            state.sums.merge(&sums, -1);
             state.info.atlases.remove(pos);
             (format!("retract-{name}"), false)
         }

@@ -2,7 +2,7 @@
 //! correlation with a proven error bound, and co-presence counts from bitsets.
 
 use super::scores::ScoredCell;
-use super::stats::{GeneMoments, RankMaps};
+use super::stats::{at_b, GeneMoments, RankMaps};
 
 /// Relative accumulation error bound of [`approx_correlations`]: products are summed in f32 in
 /// batches of this many cells (error ≤ batch × 2⁻²⁴ of Σ|z_u·z_v| ≤ 1 in ρ units), then in f64.
@@ -41,32 +41,7 @@ pub fn approx_correlations(
             let (m, n) = (b1 - b0, g - b0);
             block_out.clear();
             block_out.resize(m * n, 0.0);
-            let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-            // SAFETY: lhs is columns b0..b1 of the row-major b × g matrix (element (i, k) at
-            // k*g + b0 + i), rhs columns b0..g (element (k, j) at k*g + b0 + j); dst is m × n.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    b,
-                    block_out.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    zmat.as_ptr().add(b0),
-                    g as isize,
-                    1,
-                    zmat.as_ptr().add(b0),
-                    1,
-                    g as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    par,
-                );
-            }
+            at_b(m, n, b, &mut block_out, n, &zmat[b0..], &zmat[b0..], g, threads);
             for i in 0..m {
                 let row = &mut acc[(b0 + i) * g + b0..(b0 + i + 1) * g];
                 for (a, &x) in row.iter_mut().zip(&block_out[i * n..(i + 1) * n]) {

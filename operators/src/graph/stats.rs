@@ -197,36 +197,10 @@ impl PairSums {
 fn gram_upper(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
     const BLOCK: usize = 256;
     let g = cols;
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     for b0 in (0..g).step_by(BLOCK) {
         let m = (b0 + BLOCK).min(g) - b0;
         let n = g - b0;
-        // SAFETY: lhs = columns b0..b0+m of the row-major rows × g matrix (element (i, k) at
-        // k*g + b0 + i), rhs = columns b0..g (element (k, j) at k*g + b0 + j); dst = rows
-        // b0..b0+m, columns b0..g of `out` (element (i, j) at (b0+i)*g + b0 + j).
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                rows,
-                out.as_mut_ptr().add(b0 * g + b0),
-                1,
-                g as isize,
-                false,
-                a.as_ptr().add(b0),
-                g as isize,
-                1,
-                a.as_ptr().add(b0),
-                1,
-                g as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            );
-        }
+        at_b(m, n, rows, &mut out[b0 * g + b0..], g, &a[b0..], &a[b0..], g, threads);
     }
     for u in 0..g {
         for v in 0..u {
@@ -237,32 +211,68 @@ fn gram_upper(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usi
 
 /// `out = Aᵀ B` for row-major `rows × cols` matrices `a`, `b` (out is `cols × cols`, row-major).
 fn cross(a: &[f64], b: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
+    at_b(cols, cols, rows, out, cols, a, b, cols, threads);
+}
+
+/// `dst[i, j] = Σ_k a[k·ld + i] · b[k·ld + j]` for `i < m`, `j < n`, `k < k_len`, with `dst`
+/// row-major of row stride `dst_rs`: the product of column blocks of two row-major matrices
+/// (`Aᵀ B`), the one kernel behind every statistic here.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn at_b<T: Scalar>(
+    m: usize,
+    n: usize,
+    k_len: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+    a: &[T],
+    b: &[T],
+    ld: usize,
+    threads: usize,
+) {
+    assert!(m <= ld && n <= ld && a.len() >= (k_len.max(1) - 1) * ld + m && b.len() >= (k_len.max(1) - 1) * ld + n);
+    assert!(dst.len() >= (m.max(1) - 1) * dst_rs + n, "destination too small");
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    // SAFETY: the pointers and strides describe `a`, `b` (rows × cols, row-major) and `out`
-    // (cols × cols), which are live and sized accordingly for the duration of the call.
+    // SAFETY: the asserts above keep every element (i, k) of a, (k, j) of b and (i, j) of dst
+    // that gemm touches inside the slices.
     unsafe {
         gemm::gemm(
-            cols,
-            cols,
-            rows,
-            out.as_mut_ptr(),
+            m,
+            n,
+            k_len,
+            dst.as_mut_ptr(),
             1,
-            cols as isize,
+            dst_rs as isize,
             false,
             a.as_ptr(),
-            cols as isize,
+            ld as isize,
             1,
             b.as_ptr(),
             1,
-            cols as isize,
-            0.0,
-            1.0,
+            ld as isize,
+            T::ZERO,
+            T::ONE,
             false,
             false,
             false,
             par,
         );
     }
+}
+
+/// The element types the products run in.
+pub(crate) trait Scalar: Copy + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+}
+
+impl Scalar for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+
+impl Scalar for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
 }
 
 /// Per-gene moments of the rank-mapped scores over all cells, from which any pair's ρ follows

@@ -7,6 +7,7 @@
 //! ```
 
 mod build;
+mod changes;
 mod files;
 mod parallel;
 mod show;

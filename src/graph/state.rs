@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::build::BuildParts;
+use super::changes::{candidates, Candidate};
 use super::files::{read_graph, Graph, GraphInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::util::atomic::write_json_atomic;
@@ -59,7 +60,11 @@ pub struct GraphState {
     pub hist: ScoreHistograms,
     pub maps: RankMaps,
     pub sums: PairSums,
+    /// The candidate records of the current sums (input of the next update's dataflow).
+    pub candidates: Vec<Candidate>,
 }
+
+const CANDIDATES_BIN: &str = "candidates.bin";
 
 /// How far the current score distributions have moved from the frozen rank maps:
 /// Kolmogorov–Smirnov distance per gene between the current and the rebase CDF of its scores.
@@ -95,7 +100,22 @@ impl GraphState {
             rebase_cells: parts.hist.n_cells,
             drift: Drift::default(),
         };
-        Self { info, vocab: parts.vocab.clone(), hist: parts.hist.clone(), maps: parts.maps.clone(), sums }
+        let mut state = Self {
+            info,
+            vocab: parts.vocab.clone(),
+            hist: parts.hist.clone(),
+            maps: parts.maps.clone(),
+            sums,
+            candidates: Vec::new(),
+        };
+        state.refresh_candidates(&state.correlations());
+        state
+    }
+
+    /// Recomputes the candidate records from correlations of the current sums.
+    pub fn refresh_candidates(&mut self, rho: &[f64]) {
+        let p = &self.info.params;
+        self.candidates = candidates(rho, &self.sums.co, self.vocab.tokens(), p.rho_min, p.n_neigh);
     }
 
     pub fn drift(&self) -> Drift {
@@ -129,16 +149,20 @@ impl GraphState {
             && sums_hash(&self.sums) == self.info.rebase_sums_hash
     }
 
-    /// The graph the state implies: the rebase's exact graph when the state is back at its
+    /// ρ_global of all pairs under the frozen maps (row-major `G × G`).
+    pub fn correlations(&self) -> Vec<f64> {
+        global_correlations(&self.hist, &self.maps, &self.sums)
+    }
+
+    /// The graph the state implies (`rho` = [`GraphState::correlations`]): the rebase's exact graph when the state is back at its
     /// rebase point; otherwise ρ_global from the exact sums under the frozen maps, selection as
     /// in Algorithm 1, and ρ_local estimated on the co-present cells under the maps.
-    pub fn derive_graph(&self, graph_dir: &Path, vocab: &Vocabulary) -> Result<Graph> {
+    pub fn derive_graph(&self, graph_dir: &Path, vocab: &Vocabulary, rho: &[f64]) -> Result<Graph> {
         if self.at_rebase_point() {
             return read_graph(&graph_dir.join(STATE_DIR).join(REBASE_DIR));
         }
         let g = self.vocab.len();
         let p = &self.info.params;
-        let rho = global_correlations(&self.hist, &self.maps, &self.sums);
         let pairs = candidate_pairs(&rho, &self.sums.co, g, p);
         let edges: Vec<GraphEdge> = pairs
             .into_iter()
@@ -211,6 +235,14 @@ impl GraphState {
             file.sync_all().at(&tmp)?;
         }
         crate::util::atomic::commit(&tmp, &bin)?;
+        let mut raw = Vec::with_capacity(self.candidates.len() * 24);
+        for &(u, ((key, v), co)) in &self.candidates {
+            raw.extend_from_slice(&u.to_le_bytes());
+            raw.extend_from_slice(&key.to_le_bytes());
+            raw.extend_from_slice(&v.to_le_bytes());
+            raw.extend_from_slice(&co.to_le_bytes());
+        }
+        crate::util::atomic::write_atomic(&dir.join(CANDIDATES_BIN), &raw)?;
         let mut info = self.info.clone();
         info.drift = self.drift();
         write_json_atomic(&dir.join(STATE_JSON), &info)
@@ -263,7 +295,19 @@ impl GraphState {
                 .collect()
         };
         let vocab = GraphVocab::from_tokens(info.genes.clone(), info.genes.last().map_or(0, |&t| t as usize + 1));
+        let cpath = dir.join(CANDIDATES_BIN);
+        let raw = std::fs::read(&cpath).at(&cpath)?;
+        if raw.len() % 24 != 0 {
+            return Err(Error::format(&cpath, "candidate records are truncated"));
+        }
+        let word = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")); // ok: invariant
+        let wide = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes")); // ok: invariant
+        let candidates = raw
+            .chunks_exact(24)
+            .map(|r| (word(&r[0..4]), ((wide(&r[4..12]), word(&r[12..16])), wide(&r[16..24]) as i64)))
+            .collect();
         Ok(Self {
+            candidates,
             vocab,
             hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: hn, counts },
             maps: RankMaps { l_max: l, n_genes: g, n_cells: mn, t2 },

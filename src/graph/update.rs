@@ -13,6 +13,7 @@ use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
 use super::build::{build_exact, load_corpus_meta};
+use super::changes::edge_changes;
 use super::files::{read_graph, write_graph_with, Graph};
 use super::parallel::{cluster_statistics, Cluster, StatsJob};
 use super::state::{Drift, GraphState, IncludedAtlas};
@@ -48,24 +49,44 @@ pub struct GraphDelta {
 }
 
 impl GraphDelta {
-    pub fn between(old: &[GraphEdge], new: &[GraphEdge]) -> Self {
+    /// The delta from edge changes computed by the dataflow (`added`, `removed`), plus the
+    /// reweighted edges present in both graphs. Pairs whose ρ_local is NaN on one side are not
+    /// edges there (Algorithm 1 drops them); they show up as residual differences and are
+    /// classified the same way.
+    pub fn from_changes(old: &[GraphEdge], new: &[GraphEdge], added: &[(u32, u32)], removed: &[(u32, u32)]) -> Self {
         let before: HashMap<(u32, u32), f64> = old.iter().map(|e| ((e.u, e.v), e.rho)).collect();
         let after: HashMap<(u32, u32), f64> = new.iter().map(|e| ((e.u, e.v), e.rho)).collect();
         let mut rows = Vec::new();
+        let mut listed = std::collections::HashSet::new();
+        for e in added.iter().filter(|e| after.contains_key(e) && !before.contains_key(e)) {
+            rows.push((e.0, e.1, "added", None, after.get(e).copied()));
+            listed.insert(*e);
+        }
+        for e in removed.iter().filter(|e| before.contains_key(e) && !after.contains_key(e)) {
+            rows.push((e.0, e.1, "removed", before.get(e).copied(), None));
+            listed.insert(*e);
+        }
         for e in new {
-            match before.get(&(e.u, e.v)) {
-                None => rows.push((e.u, e.v, "added", None, Some(e.rho))),
+            let k = (e.u, e.v);
+            match before.get(&k) {
                 Some(&r) if r.to_bits() != e.rho.to_bits() => rows.push((e.u, e.v, "reweighted", Some(r), Some(e.rho))),
-                Some(_) => {}
+                None if !listed.contains(&k) => rows.push((e.u, e.v, "added", None, Some(e.rho))),
+                _ => {}
             }
         }
         for e in old {
-            if !after.contains_key(&(e.u, e.v)) {
+            let k = (e.u, e.v);
+            if !after.contains_key(&k) && !listed.contains(&k) {
                 rows.push((e.u, e.v, "removed", Some(e.rho), None));
             }
         }
         rows.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         Self { rows }
+    }
+
+    /// The delta between two graphs by comparing their edges (rebase).
+    pub fn between(old: &[GraphEdge], new: &[GraphEdge]) -> Self {
+        Self::from_changes(old, new, &[], &[])
     }
 
     fn count(&self, kind: &str) -> usize {
@@ -179,6 +200,8 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     let started = std::time::Instant::now();
     let mut state = GraphState::load(graph_dir)?;
     let old = read_graph(graph_dir)?;
+    let params = state.info.params.clone();
+    let before = std::mem::take(&mut state.candidates);
     let (label, mut rebased) = match change {
         Change::Add(dir) => {
             let manifest = crate::corpus::AtlasManifest::load(dir)?;
@@ -233,6 +256,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             tracing::warn!(max_ks = drift.max_ks, "drift above graph.rebase_drift: run `corrflow graph rebase`");
         }
     }
+    let mut changes: Option<(Vec<(u32, u32)>, Vec<(u32, u32)>)> = None;
     let (mut graph, state) = if rebased {
         let dir0 = &state.info.atlases[0].dir;
         let corpus = corpus_of(dir0)?;
@@ -241,9 +265,16 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         let fresh = GraphState::from_build(&parts, &state.info.params, &graph.info.vocab_hash);
         (graph, fresh)
     } else {
-        (state.derive_graph(graph_dir, &load_corpus_meta(&corpus_of(&state.info.atlases[0].dir)?)?.1)?, state)
+        let rho = state.correlations();
+        state.refresh_candidates(&rho);
+        changes = Some(edge_changes(before, state.candidates.clone(), params.n_neigh, params.m_min as i64));
+        let vocab = load_corpus_meta(&corpus_of(&state.info.atlases[0].dir)?)?.1;
+        (state.derive_graph(graph_dir, &vocab, &rho)?, state)
     };
-    let delta = GraphDelta::between(&old.edges, &graph.edges);
+    let delta = match &changes {
+        Some((added, removed)) => GraphDelta::from_changes(&old.edges, &graph.edges, added, removed),
+        None => GraphDelta::between(&old.edges, &graph.edges),
+    };
     let seq = std::fs::read_dir(graph_dir.join(DELTAS)).map(|d| d.count()).unwrap_or(0) + 1;
     let delta_name = format!("{seq:04}-{label}.parquet");
     let old_rebase = graph_dir.join("state").join("rebase");

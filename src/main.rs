@@ -288,14 +288,21 @@ fn run(cli: Cli) -> Result<()> {
             let s = corrflow::demo::run_demo(&out, &cfg, progress)?;
             let human = format!(
                 "demo: ingested {} of {} bundled PBMCs into {} ({} shards, {:.0} tokens/cell, {:.0} cells/s)\n\
-                 first cell's top genes: {}",
+                 first cell's top genes: {}\n\
+                 dependency graph: {} genes, {} edges in {:.2}s -> {}\n\
+                 CD74's strongest partners: {}",
                 s.ingest.cells_kept,
                 s.ingest.cells_read,
                 out.join("corpus").display(),
                 s.ingest.shards,
                 s.mean_tokens_per_cell,
                 s.ingest.cells_per_s,
-                s.first_cell_top_genes.join(" ")
+                s.first_cell_top_genes.join(" "),
+                s.graph.genes,
+                s.graph.edges,
+                s.graph.seconds,
+                s.graph.out,
+                s.cd74_neighbours.iter().map(|(g, r)| format!("{g} ({r:+.2})")).collect::<Vec<_>>().join(", ")
             );
             print_summary(cli.json, &human, &s)
         }

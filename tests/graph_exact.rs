@@ -129,3 +129,36 @@ fn graph_show_lists_a_genes_neighbours() {
     let o = corrflow(&["graph", "show", g.to_str().unwrap(), "--gene", "NOT_A_GENE"]);
     assert!(!o.status.success() && stderr(&o).contains("NOT_A_GENE"));
 }
+
+#[test]
+fn a_graph_vocabulary_too_large_for_memory_is_refused_with_the_estimate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    corpus_of(&bundled(), Some("gene_ids"), &corpus);
+    let out = tmp.path().join("g");
+    let o = corrflow(&[
+        "graph",
+        "build",
+        "--max-genes",
+        "300000",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("graph.max_genes = 300000 needs about") && err.contains("GB"), "{err}");
+    assert!(!err.contains("panicked"));
+    assert!(!out.exists());
+    // A corpus path without a corpus is a clear error too.
+    let o = corrflow(&[
+        "graph",
+        "build",
+        "--corpus",
+        tmp.path().join("nope").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("corpus.json"), "{}", stderr(&o));
+}

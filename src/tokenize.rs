@@ -181,6 +181,18 @@ pub fn cell_counts(
     Ok(n_counts)
 }
 
+/// Sorts `(key, count)` pairs by key and sums the counts of equal keys (duplicate gene ids).
+pub fn sum_duplicates<K: Ord + Copy>(pairs: &mut Vec<(K, f64)>) {
+    pairs.sort_unstable_by_key(|p| p.0);
+    pairs.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 += b.1;
+        }
+        same
+    });
+}
+
 /// Whether a finite, non-negative value is an integer (a cast round trip is much cheaper
 /// than `f64::fract`, which is a libm call; values ≥ 2^53 are all integers).
 #[inline]
@@ -213,14 +225,7 @@ fn tokenize_cell(
         return Ok(false);
     }
     if mapper.has_duplicates {
-        pairs.sort_unstable_by_key(|p| p.0);
-        pairs.dedup_by(|b, a| {
-            let same = a.0 == b.0;
-            if same {
-                a.1 += b.1;
-            }
-            same
-        });
+        sum_duplicates(pairs);
     }
     for p in pairs.iter_mut() {
         let median = vocab.median(p.0).expect("mapped tokens are genes with medians"); // ok: invariant

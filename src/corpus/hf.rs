@@ -35,10 +35,7 @@ pub fn export_hf(atlas_dirs: &[PathBuf], out: &Path) -> Result<u64> {
     if out.exists() {
         return Err(Error::conflict(out, "already exists; remove it or choose another --hf directory"));
     }
-    let stage = out.with_file_name(format!(
-        ".{}.partial",
-        out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    ));
+    let stage = crate::util::atomic::hidden_sibling(out, "partial");
     if stage.exists() {
         std::fs::remove_dir_all(&stage).at(&stage)?;
     }

@@ -31,7 +31,7 @@ pub fn atlas_dir(corpus: &Path, atlas: &str) -> PathBuf {
 
 /// Hidden staging directory of an atlas being ingested.
 pub fn staging_dir(corpus: &Path, atlas: &str) -> PathBuf {
-    corpus.join("atlases").join(format!(".{atlas}.partial"))
+    crate::util::atomic::hidden_sibling(&atlas_dir(corpus, atlas), "partial")
 }
 
 /// Names of the finished atlases of a corpus (those with a manifest), sorted.

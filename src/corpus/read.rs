@@ -25,14 +25,7 @@ pub fn for_each_shard_batch(path: &Path, mut f: impl FnMut(&RecordBatch) -> Resu
 pub fn for_each_batch(atlas_dir: &Path, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<AtlasManifest> {
     let manifest = AtlasManifest::load(atlas_dir)?;
     for s in &manifest.shards {
-        let p = atlas_dir.join(&s.file);
-        let file = File::open(&p).at(&p)?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.with_batch_size(8192).build())
-            .map_err(|e| Error::parquet(&p, e))?;
-        for rb in reader {
-            f(&rb.map_err(|e| Error::parquet(&p, e))?)?;
-        }
+        for_each_shard_batch(&atlas_dir.join(&s.file), &mut f)?;
     }
     Ok(manifest)
 }

@@ -105,33 +105,49 @@ pub fn load_corpus_cells(
     let mut k = 0usize;
     for dir in atlas_dirs {
         let manifest = for_each_batch(dir, |rb| {
-            let ids = rb
-                .column_by_name("input_ids")
-                .and_then(|c| c.as_any().downcast_ref::<ListArray>())
-                .ok_or_else(|| Error::format(dir, "shard has no list<int32> input_ids column"))?;
-            for i in 0..rb.num_rows() {
+            append_cells(rb, dir, vocab, l_max, &mut cells, || {
                 let index = next;
                 next += 1;
-                if let Some(s) = &sample {
-                    if k >= s.len() || s[k] != index {
-                        continue;
+                match &sample {
+                    Some(s) if k < s.len() && s[k] == index => {
+                        k += 1;
+                        true
                     }
-                    k += 1;
+                    Some(_) => false,
+                    None => true,
                 }
-                let v = ids.value(i);
-                let v = v
-                    .as_any()
-                    .downcast_ref::<Int32Array>()
-                    .ok_or_else(|| Error::format(dir, "input_ids are not int32"))?;
-                let genes = v.values().iter().map(|&t| t as u32).filter(|&t| vocab.is_gene(t)).take(l_max);
-                cells.tokens.extend(genes);
-                cells.offsets.push(cells.tokens.len());
-            }
-            Ok(())
+            })
         })?;
         cells.atlases.push(manifest.atlas);
     }
     Ok(cells)
+}
+
+/// Appends the gene tokens (special tokens removed, first `l_max`) of the rows of a shard batch
+/// for which `keep()` (called once per row, in order) says yes.
+fn append_cells(
+    rb: &arrow_array::RecordBatch,
+    path: &Path,
+    vocab: &Vocabulary,
+    l_max: usize,
+    cells: &mut CorpusCells,
+    mut keep: impl FnMut() -> bool,
+) -> Result<()> {
+    let ids = rb
+        .column_by_name("input_ids")
+        .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+        .ok_or_else(|| Error::format(path, "shard has no list<int32> input_ids column"))?;
+    for i in 0..rb.num_rows() {
+        if !keep() {
+            continue;
+        }
+        let v = ids.value(i);
+        let v =
+            v.as_any().downcast_ref::<Int32Array>().ok_or_else(|| Error::format(path, "input_ids are not int32"))?;
+        cells.tokens.extend(v.values().iter().map(|&t| t as u32).filter(|&t| vocab.is_gene(t)).take(l_max));
+        cells.offsets.push(cells.tokens.len());
+    }
+    Ok(())
 }
 
 /// Reads the cells of some shards of one atlas (by index in its manifest), all cells.
@@ -144,22 +160,7 @@ pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, 
         if crate::util::sha256_file(&p)? != shard.sha256 {
             return Err(Error::format(&p, "shard does not match its manifest checksum"));
         }
-        corpus::for_each_shard_batch(&p, |rb| {
-            let ids = rb
-                .column_by_name("input_ids")
-                .and_then(|c| c.as_any().downcast_ref::<ListArray>())
-                .ok_or_else(|| Error::format(&p, "shard has no list<int32> input_ids column"))?;
-            for i in 0..rb.num_rows() {
-                let v = ids.value(i);
-                let v = v
-                    .as_any()
-                    .downcast_ref::<Int32Array>()
-                    .ok_or_else(|| Error::format(&p, "input_ids are not int32"))?;
-                cells.tokens.extend(v.values().iter().map(|&t| t as u32).filter(|&t| vocab.is_gene(t)).take(l_max));
-                cells.offsets.push(cells.tokens.len());
-            }
-            Ok(())
-        })?;
+        corpus::for_each_shard_batch(&p, |rb| append_cells(rb, &p, vocab, l_max, &mut cells, || true))?;
     }
     cells.total_cells = cells.len() as u64;
     cells.atlases.push(manifest.atlas);
@@ -229,51 +230,28 @@ pub fn build_exact(
     let screening_flops = screening_flops(scored.len(), g);
     let postings = postings(&scored, g);
     let n_cells = scored.len();
-    let exact_rho = |u: usize, v: usize| moments.rho_exact(u, v, exact_yy(&postings, n_cells, &maps, u, v));
+    let overlaps = Overlaps::new(&postings, n_cells);
+    let exact_rho = |u: usize, v: usize| moments.rho_exact(u, v, overlaps.with(u, v, |o| dot_y(o, &maps, u, v)));
     let pairs = screened_candidate_pairs(&approx, bound, &co, g, params, exact_rho);
     drop(approx);
     let seconds_statistics = t_stats.elapsed().as_secs_f64();
 
     let t_local = Instant::now();
-    // Pairs grouped by their first gene: its scores are scattered into a dense per-cell array
-    // once, and each partner's cells are looked up in it (no branchy list merging).
-    let mut groups: Vec<&[(usize, usize)]> = Vec::new();
-    let mut rest = pairs.as_slice();
-    while let Some(&(u, _)) = rest.first() {
-        let len = rest.iter().take_while(|p| p.0 == u).count();
-        groups.push(&rest[..len]);
-        rest = &rest[len..];
-    }
-    let edges: Vec<GraphEdge> = groups
+    // Pairs come sorted by their first gene, so each thread's dense array is mostly reused.
+    let edges: Vec<GraphEdge> = pairs
         .par_iter()
-        .map_init(
-            || (vec![u16::MAX; n_cells], Vec::new(), OverlapScratch::default()),
-            |(dense, overlap, scratch), group| {
-                let u = group[0].0;
-                for &(cell, s) in &postings[u] {
-                    dense[cell as usize] = s;
-                }
-                let mut out = Vec::with_capacity(group.len());
-                for &(_, v) in *group {
-                    overlap_scores(dense, &postings[v], overlap);
-                    let yy = dot_y(overlap, &maps, u, v);
-                    let r = spearman_average_ranks(overlap, params.l_max, scratch);
-                    if !r.is_nan() {
-                        out.push(GraphEdge {
-                            u: gv.token(u),
-                            v: gv.token(v),
-                            rho: r,
-                            rho_global: moments.rho_exact(u, v, yy),
-                            co_count: co[u * g + v] as u64,
-                        });
-                    }
-                }
-                for &(cell, _) in &postings[u] {
-                    dense[cell as usize] = u16::MAX;
-                }
-                out
-            },
-        )
+        .map_init(OverlapScratch::default, |scratch, &(u, v)| {
+            overlaps.with(u, v, |overlap| {
+                let r = spearman_average_ranks(overlap, params.l_max, scratch);
+                (!r.is_nan()).then(|| GraphEdge {
+                    u: gv.token(u),
+                    v: gv.token(v),
+                    rho: r,
+                    rho_global: moments.rho_exact(u, v, dot_y(overlap, &maps, u, v)),
+                    co_count: co[u * g + v] as u64,
+                })
+            })
+        })
         .flatten()
         .collect();
     let seconds_local = t_local.elapsed().as_secs_f64();
@@ -347,30 +325,46 @@ fn overlap_scores(dense: &[u16], b: &[(u32, u16)], out: &mut Vec<(u16, u16)>) {
 }
 
 thread_local! {
-    /// Per thread: the gene whose scores are scattered in the dense per-cell array, the array,
-    /// and an overlap buffer. Candidate screening asks for several partners of one gene in a row.
-    static DENSE: std::cell::RefCell<(usize, Vec<u16>, Vec<(u16, u16)>)> =
-        const { std::cell::RefCell::new((usize::MAX, Vec::new(), Vec::new())) };
+    /// Per thread: which (lookup, gene) is scattered in the dense per-cell array, the array,
+    /// and an overlap buffer. Callers ask for several partners of one gene in a row.
+    static DENSE: std::cell::RefCell<((u64, usize), Vec<u16>, Vec<(u16, u16)>)> =
+        const { std::cell::RefCell::new(((0, usize::MAX), Vec::new(), Vec::new())) };
 }
 
-/// Exact `Σ y_u·y_v` over all cells (y is 0 where a gene is absent, so over co-present cells).
-fn exact_yy(postings: &[Vec<(u32, u16)>], n_cells: usize, maps: &RankMaps, u: usize, v: usize) -> i128 {
-    DENSE.with(|cell| {
-        let (cached, dense, overlap) = &mut *cell.borrow_mut();
-        if dense.len() != n_cells {
-            *dense = vec![u16::MAX; n_cells];
-            *cached = usize::MAX;
-        }
-        if *cached != u {
-            if let Some(old) = postings.get(*cached) {
-                old.iter().for_each(|&(c, _)| dense[c as usize] = u16::MAX);
+/// Score pairs of the cells where two genes are both present, found by scattering the first
+/// gene's scores into a dense per-cell array (kept per thread while the first gene repeats) and
+/// looking the partner's cells up in it, without branchy list merging.
+struct Overlaps<'a> {
+    /// Distinguishes lookups, so a thread's cached array is never reused across builds.
+    id: u64,
+    postings: &'a [Vec<(u32, u16)>],
+    n_cells: usize,
+}
+
+impl<'a> Overlaps<'a> {
+    fn new(postings: &'a [Vec<(u32, u16)>], n_cells: usize) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Self { id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), postings, n_cells }
+    }
+
+    fn with<R>(&self, u: usize, v: usize, f: impl FnOnce(&[(u16, u16)]) -> R) -> R {
+        DENSE.with(|cell| {
+            let (cached, dense, overlap) = &mut *cell.borrow_mut();
+            if cached.0 != self.id || dense.len() != self.n_cells {
+                *dense = vec![u16::MAX; self.n_cells];
+                *cached = (self.id, usize::MAX);
             }
-            postings[u].iter().for_each(|&(c, s)| dense[c as usize] = s);
-            *cached = u;
-        }
-        overlap_scores(dense, &postings[v], overlap);
-        dot_y(overlap, maps, u, v)
-    })
+            if cached.1 != u {
+                if let Some(old) = self.postings.get(cached.1) {
+                    old.iter().for_each(|&(c, _)| dense[c as usize] = u16::MAX);
+                }
+                self.postings[u].iter().for_each(|&(c, s)| dense[c as usize] = s);
+                cached.1 = u;
+            }
+            overlap_scores(dense, &self.postings[v], overlap);
+            f(overlap)
+        })
+    }
 }
 
 /// `Σ y_u(a)·y_v(b)` over score pairs, exactly: in i64 while the worst case fits (|y| ≤ 2N, so

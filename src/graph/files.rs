@@ -63,10 +63,7 @@ pub fn write_graph(dir: &Path, graph: &mut Graph) -> Result<()> {
 /// Writes `graph` into a staging directory, lets `extra` add files to it (state, deltas), then
 /// swaps it in place of `dir`.
 pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let stage = dir.with_file_name(format!(
-        ".{}.partial",
-        dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    ));
+    let stage = crate::util::atomic::hidden_sibling(dir, "partial");
     if stage.exists() {
         std::fs::remove_dir_all(&stage).at(&stage)?;
     }
@@ -111,10 +108,7 @@ pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path)
     graph.edges = edges;
     write_json_atomic(&stage.join(INFO), &graph.info)?;
     extra(&stage)?;
-    let old = dir.with_file_name(format!(
-        ".{}.old",
-        dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    ));
+    let old = crate::util::atomic::hidden_sibling(dir, "old");
     if old.exists() {
         std::fs::remove_dir_all(&old).at(&old)?;
     }

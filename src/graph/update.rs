@@ -202,6 +202,8 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     let old = read_graph(graph_dir)?;
     let params = state.info.params.clone();
     let before = std::mem::take(&mut state.candidates);
+    // The corpus vocabulary (for scoring and gene names), loaded once.
+    let mut vocab_of_change: Option<Vocabulary> = None;
     let (label, mut rebased) = match change {
         Change::Add(dir) => {
             let manifest = crate::corpus::AtlasManifest::load(dir)?;
@@ -221,6 +223,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             state.sums.merge(&sums, 1);
             state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir: dir.to_path_buf(), cells });
             state.info.atlases.sort_by(|a, b| a.name.cmp(&b.name));
+            vocab_of_change = Some(vocab);
             (format!("add-{}", manifest.atlas), false)
         }
         Change::Retract(name) => {
@@ -241,6 +244,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             state.hist.merge(&hist, -1);
             state.sums.merge(&sums, -1);
             state.info.atlases.remove(pos);
+            vocab_of_change = Some(vocab);
             (format!("retract-{name}"), false)
         }
         Change::Rebase => ("rebase".to_string(), true),
@@ -268,7 +272,10 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         let rho = state.correlations();
         state.refresh_candidates(&rho);
         changes = Some(edge_changes(before, state.candidates.clone(), params.n_neigh, params.m_min as i64));
-        let vocab = load_corpus_meta(&corpus_of(&state.info.atlases[0].dir)?)?.1;
+        let vocab = match vocab_of_change {
+            Some(v) => v,
+            None => load_corpus_meta(&corpus_of(&state.info.atlases[0].dir)?)?.1,
+        };
         (state.derive_graph(graph_dir, &vocab, &rho)?, state)
     };
     let delta = match &changes {

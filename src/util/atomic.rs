@@ -14,6 +14,13 @@ pub fn temp_path(target: &Path) -> PathBuf {
     target.with_file_name(name)
 }
 
+/// `dir/.NAME.suffix` for `dir/NAME`: where a directory is staged (or set aside) before it is
+/// published by rename.
+pub fn hidden_sibling(path: &Path, suffix: &str) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{suffix}"))
+}
+
 /// Writes `bytes` to `target` atomically.
 pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(target);

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::{Vocabulary, MASK, PAD};
 use crate::error::{Error, Result};
 use crate::ingest::{open, ReadOptions};
-use crate::tokenize::{cell_counts, TokenizeOptions};
+use crate::tokenize::{cell_counts, sum_duplicates, TokenizeOptions};
 
 /// Settings of `vocab build`.
 #[derive(Clone, Debug)]
@@ -124,14 +124,7 @@ pub fn build_vocabulary(
                 let total = cell_counts(path, &chunk, i, &gene_ids, &opts.values, |col, v| {
                     counts.push((slots[col as usize], v))
                 })?;
-                counts.sort_unstable_by_key(|c| c.0);
-                counts.dedup_by(|b, a| {
-                    let same = a.0 == b.0;
-                    if same {
-                        a.1 += b.1;
-                    }
-                    same
-                });
+                sum_duplicates(&mut counts);
                 est.add_cell(&counts, total);
             }
         }

@@ -16,6 +16,8 @@ pub struct Config {
     pub vocab: VocabConfig,
     /// CorrMask Algorithm 1 (defaults: the paper's Table 4).
     pub graph: corrflow_operators::graph::GraphParams,
+    /// CorrMask Algorithm 2 and its baselines (defaults: DESIGN.md §4).
+    pub mask: corrflow_operators::mask::MaskParams,
 }
 
 /// Which Geneformer sequence layout to produce.
@@ -88,6 +90,7 @@ impl Config {
             return Err("ingest.max_genes must be > 0".into());
         }
         self.graph.validate()?;
+        self.mask.validate()?;
         if !(self.vocab.alpha > 0.0 && self.vocab.alpha < 0.5) {
             return Err(format!("vocab.alpha must be in (0, 0.5), got {}", self.vocab.alpha));
         }

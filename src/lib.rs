@@ -10,6 +10,8 @@ pub mod demo;
 pub mod error;
 pub mod graph;
 pub mod ingest;
+pub mod mask;
+pub mod plot;
 pub mod tokenize;
 pub mod util;
 pub mod vocab;

@@ -8,6 +8,7 @@ use corrflow::config::{Config, ModelVersion};
 use corrflow::ingest::{run_ingest, CountsSource, IngestRequest, ReadOptions};
 use corrflow::tokenize::{TokenizeOptions, ValueTransform};
 use corrflow::vocab::{build_vocabulary, VocabBuildOptions, Vocabulary};
+use corrflow_operators::mask::MaskStrategy;
 use corrflow_operators::SequenceLayout;
 use serde::Serialize;
 
@@ -46,6 +47,51 @@ enum Command {
     /// The gene dependency graph (CorrMask Algorithm 1).
     #[command(subcommand)]
     Graph(GraphCommand),
+    /// Masking (CorrMask Algorithm 2 and its baselines).
+    #[command(subcommand)]
+    Mask(MaskCommand),
+}
+
+#[derive(Subcommand)]
+enum MaskCommand {
+    /// Mask every cell of a corpus and print the paper's Table 3 (mean span, conditional hit
+    /// rate) with the masked and structural fractions.
+    Audit {
+        #[arg(long, value_name = "CORPUS")]
+        corpus: PathBuf,
+        #[arg(long, value_name = "GRAPH")]
+        graph: PathBuf,
+        /// Strategies, comma-separated: random, pmi, pmi-rand, corrmask (default: the config's).
+        #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
+        strategy: Vec<MaskStrategy>,
+        /// CorrMask's structural ratio λ (1.0 = CorrMask-100).
+        #[arg(long)]
+        lambda: Option<f64>,
+        /// Masking rate p.
+        #[arg(long)]
+        p: Option<f64>,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Epoch whose masks to draw (masks are seeded by seed, epoch and cell).
+        #[arg(long, default_value_t = 0)]
+        epoch: u64,
+        /// Atlases to include (default: all).
+        #[arg(long, value_delimiter = ',')]
+        atlas: Vec<String>,
+        /// Write every cell's masked positions (Parquet: cell_id, positions, structural).
+        #[arg(long, value_name = "FILE")]
+        dump: Option<PathBuf>,
+        /// Also audit CorrMask at each of these λ, e.g. 0,0.25,0.5,0.75,1.
+        #[arg(long, value_delimiter = ',', value_name = "L,L,...")]
+        sweep: Vec<f64>,
+        /// SVG plot of the sweep.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+}
+
+fn parse_strategy(s: &str) -> std::result::Result<MaskStrategy, String> {
+    MaskStrategy::parse(s).ok_or_else(|| format!("unknown strategy '{s}' (random, pmi, pmi-rand, corrmask)"))
 }
 
 #[derive(Subcommand)]
@@ -421,6 +467,55 @@ fn run(cli: Cli) -> Result<()> {
                 .map_err(anyhow::Error::msg)?;
             let summary = serde_json::json!({"command": "graph show", "info": g.info});
             print_summary(cli.json, report.trim_end(), &summary)
+        }
+        Command::Mask(MaskCommand::Audit {
+            corpus,
+            graph,
+            strategy,
+            lambda,
+            p,
+            seed,
+            epoch,
+            atlas,
+            dump,
+            sweep,
+            plot,
+        }) => {
+            let mut params = cfg.mask.clone();
+            params.lambda = lambda.unwrap_or(params.lambda);
+            params.p = p.unwrap_or(params.p);
+            params.seed = seed.unwrap_or(params.seed);
+            params.validate().map_err(anyhow::Error::msg)?;
+            let strategies = if strategy.is_empty() { vec![params.strategy] } else { strategy };
+            let req = corrflow::mask::AuditRequest {
+                corpus,
+                graph,
+                atlases: atlas,
+                strategies,
+                params,
+                sweep,
+                epoch,
+                dump,
+                plot,
+                progress,
+            };
+            let report = corrflow::mask::audit_command(&req)?;
+            corrflow::mask::print_table(&report.rows);
+            if !report.sweep.is_empty() {
+                println!("\nλ sweep (CorrMask):");
+                corrflow::mask::print_table(&report.sweep);
+            }
+            let mut human =
+                format!("{} cells; graph {} genes / {} edges", report.cells, report.graph_genes, report.graph_edges);
+            if let Some(n) = report.pmi_pairs {
+                human.push_str(&format!("; {n} PMI-linked pairs"));
+            }
+            for (what, f) in [("dump", &report.dump), ("plot", &report.plot)] {
+                if let Some(f) = f {
+                    human.push_str(&format!("; {what} -> {f}"));
+                }
+            }
+            print_summary(cli.json, &human, &report)
         }
         Command::Export(ExportCommand::Hf { corpus, atlas, out }) => {
             let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };

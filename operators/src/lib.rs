@@ -4,6 +4,7 @@
 //! writers and timely/differential operators. Each algorithm is unit-tested on its own.
 
 pub mod graph;
+pub mod mask;
 pub mod quantile;
 pub mod rank;
 

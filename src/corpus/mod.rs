@@ -9,11 +9,13 @@
 //!   atlases/.NAME.partial/      an ingest in progress (hidden; resumable)
 //! ```
 
+mod cells;
 mod hf;
 mod manifest;
 mod read;
 mod shard;
 
+pub use cells::{CellBlock, CorpusIndex, ShardRef};
 pub use hf::export_hf;
 pub use manifest::{AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo};
 pub use read::{for_each_batch, for_each_shard_batch, read_atlas_tokens, AtlasCells};

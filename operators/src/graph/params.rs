@@ -52,6 +52,13 @@ impl GraphParams {
         if self.max_genes == 0 || self.n_neigh == 0 {
             return Err("graph.max_genes and graph.n_neigh must be > 0".into());
         }
+        if self.max_genes > crate::mask::MAX_GRAPH_GENES {
+            return Err(format!(
+                "graph.max_genes must be at most {}, got {}",
+                crate::mask::MAX_GRAPH_GENES,
+                self.max_genes
+            ));
+        }
         if !(0.0..=1.0).contains(&self.rho_min) {
             return Err(format!("graph.rho_min must be in [0, 1], got {}", self.rho_min));
         }

@@ -18,6 +18,10 @@ pub struct Config {
     pub graph: corrflow_operators::graph::GraphParams,
     /// CorrMask Algorithm 2 and its baselines (defaults: DESIGN.md §4).
     pub mask: corrflow_operators::mask::MaskParams,
+    /// The model (DESIGN.md §5; `paper.toml` = Table 5).
+    pub model: crate::train::ModelConfig,
+    /// Optimisation and data of `corrflow train`.
+    pub train: crate::train::TrainConfig,
 }
 
 /// Which Geneformer sequence layout to produce.
@@ -91,6 +95,8 @@ impl Config {
         }
         self.graph.validate()?;
         self.mask.validate()?;
+        self.model.validate()?;
+        self.train.validate()?;
         if !(self.vocab.alpha > 0.0 && self.vocab.alpha < 0.5) {
             return Err(format!("vocab.alpha must be in (0, 0.5), got {}", self.vocab.alpha));
         }

@@ -7,12 +7,15 @@
 pub mod config;
 pub mod corpus;
 pub mod demo;
+pub mod embed;
 pub mod error;
+pub mod eval;
 pub mod graph;
 pub mod ingest;
 pub mod mask;
 pub mod plot;
 pub mod tokenize;
+pub mod train;
 pub mod util;
 pub mod vocab;
 

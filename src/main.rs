@@ -50,6 +50,67 @@ enum Command {
     /// Masking (CorrMask Algorithm 2 and its baselines).
     #[command(subcommand)]
     Mask(MaskCommand),
+    /// Cell embeddings of an h5ad from a trained encoder (Parquet, optionally obsm in an h5ad copy).
+    Embed {
+        /// Checkpoint directory, or a run directory (its latest checkpoint).
+        #[arg(long, value_name = "CKPT")]
+        checkpoint: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+        /// Parquet: cell_id, embedding, the --obs-columns.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Also write a copy of the input with obsm["X_corrflow"].
+        #[arg(long, value_name = "FILE")]
+        h5ad_out: Option<PathBuf>,
+        #[command(flatten)]
+        read: ReadArgs,
+        /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
+        #[arg(long, value_delimiter = ',', value_name = "A,B")]
+        obs_columns: Vec<String>,
+        /// mean (over genes, Geneformer's cell mode) or cls.
+        #[arg(long, value_enum, default_value = "mean")]
+        pooling: corrflow::embed::Pooling,
+        /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
+        #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+        layer: i64,
+        #[arg(long, default_value_t = 32)]
+        batch_size: usize,
+    },
+    /// Evaluations of embeddings.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+    /// Pre-train the encoder (sections [model], [train] and [mask] of the config); resumes from
+    /// the latest checkpoint in --out.
+    Train {
+        /// Run directory: metrics.jsonl, checkpoints/, vocab/.
+        #[arg(long, value_name = "DIR", default_value = "corrflow-run")]
+        out: PathBuf,
+        /// Overrides train.corpus.
+        #[arg(long, value_name = "CORPUS")]
+        corpus: Option<PathBuf>,
+        /// Overrides train.graph.
+        #[arg(long, value_name = "GRAPH")]
+        graph: Option<PathBuf>,
+        /// Overrides mask.strategy.
+        #[arg(long, value_parser = parse_strategy)]
+        strategy: Option<MaskStrategy>,
+        /// Overrides mask.lambda.
+        #[arg(long)]
+        lambda: Option<f64>,
+        /// Overrides train.max_steps.
+        #[arg(long)]
+        max_steps: Option<u64>,
+        /// Overrides train.seed and mask.seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// cpu or cuda (overrides train.device).
+        #[arg(long, value_enum)]
+        device: Option<corrflow::train::Device>,
+        /// Discard the checkpoints in --out instead of resuming.
+        #[arg(long)]
+        restart: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -87,6 +148,30 @@ enum MaskCommand {
         /// SVG plot of the sweep.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum EvalCommand {
+    /// Logistic-regression probe on frozen embeddings (seeded stratified split).
+    Probe {
+        #[arg(long, value_name = "FILE")]
+        embeddings: PathBuf,
+        /// Label column of the embeddings file.
+        #[arg(long)]
+        label: String,
+        #[arg(long, default_value_t = 0.2)]
+        test_fraction: f64,
+        /// Share of classes (rarest first) whose macro-F1 is reported separately.
+        #[arg(long, default_value_t = 0.25)]
+        rare_fraction: f64,
+        /// L2 penalty.
+        #[arg(long, default_value_t = 1.0)]
+        alpha: f64,
+        #[arg(long, default_value_t = 200)]
+        max_iterations: u64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
     },
 }
 
@@ -516,6 +601,104 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             print_summary(cli.json, &human, &report)
+        }
+        Command::Train { out, corpus, graph, strategy, lambda, max_steps, seed, device, restart } => {
+            let mut train = cfg.train.clone();
+            let mut mask = cfg.mask.clone();
+            train.corpus = corpus.or(train.corpus);
+            train.graph = graph.or(train.graph);
+            train.max_steps = max_steps.unwrap_or(train.max_steps);
+            train.device = device.unwrap_or(train.device);
+            mask.strategy = strategy.unwrap_or(mask.strategy);
+            mask.lambda = lambda.unwrap_or(mask.lambda);
+            if let Some(s) = seed {
+                train.seed = s;
+                mask.seed = s;
+            }
+            let stop_after = std::env::var("CORRFLOW_TEST_STOP_AFTER_STEPS").ok().and_then(|v| v.parse().ok());
+            let req = corrflow::train::TrainRequest {
+                model: cfg.model.clone(),
+                train,
+                mask,
+                out: out.clone(),
+                restart,
+                progress,
+                stop_after,
+            };
+            let s = corrflow::train::train_on_device(&req)?;
+            let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+            let human = format!(
+                "train: {} of {} steps ({}), {} parameters, loss {} -> {}, eval loss {} accuracy {} (unigram baseline {}), {:.0} tokens/s -> {}",
+                s.steps,
+                s.total_steps,
+                s.resumed_from.map_or("fresh".into(), |r| format!("resumed at {r}")),
+                s.parameters,
+                fmt(s.first_loss),
+                fmt(s.last_loss),
+                fmt(s.eval_loss),
+                fmt(s.eval_accuracy),
+                fmt(s.unigram_accuracy),
+                s.tokens_per_s,
+                s.checkpoint.as_deref().unwrap_or("-")
+            );
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Embed { checkpoint, input, out, h5ad_out, read, obs_columns, pooling, layer, batch_size } => {
+            let req = corrflow::embed::EmbedRequest {
+                checkpoint,
+                input,
+                out,
+                h5ad_out,
+                read: read.read_options(&cfg, obs_columns),
+                allow_normalized: read.allow_normalized || read.log1p,
+                transform: read.transform(),
+                pooling,
+                layer,
+                batch_size,
+                progress,
+            };
+            let s = corrflow::embed::embed(&req)?;
+            let human = format!(
+                "embed: {} cells ({} dropped: no vocabulary gene) -> {} ({}-dim, layer {}) in {:.2}s ({:.0} cells/s)",
+                s.cells, s.dropped, s.out, s.dim, s.layer, s.seconds, s.cells_per_s
+            );
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Eval(EvalCommand::Probe {
+            embeddings,
+            label,
+            test_fraction,
+            rare_fraction,
+            alpha,
+            max_iterations,
+            seed,
+        }) => {
+            anyhow::ensure!(
+                (0.0..1.0).contains(&test_fraction) && test_fraction > 0.0,
+                "--test-fraction must be in (0, 1)"
+            );
+            anyhow::ensure!(rare_fraction > 0.0 && rare_fraction <= 1.0, "--rare-fraction must be in (0, 1]");
+            let req = corrflow::eval::ProbeRequest {
+                embeddings,
+                label,
+                test_fraction,
+                rare_fraction,
+                alpha,
+                max_iterations,
+                seed,
+            };
+            let r = corrflow::eval::probe(&req)?;
+            let mut human = format!(
+                "probe '{}': {} cells ({} train / {} test), {} classes: accuracy {:.4}, macro-F1 {:.4}, rare-class macro-F1 {:.4} ({})",
+                r.label, r.cells, r.train_cells, r.test_cells, r.classes, r.accuracy, r.macro_f1, r.rare_macro_f1, r.rare_classes.join(", ")
+            );
+            for c in &r.per_class {
+                human.push_str(&format!(
+                    "\n  {:<30} F1 {:.4}  ({} cells, {} test)",
+                    c.class, c.f1, c.cells, c.test_cells
+                ));
+            }
+            print_summary(cli.json, &human, &r)
         }
         Command::Export(ExportCommand::Hf { corpus, atlas, out }) => {
             let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };

@@ -17,7 +17,7 @@ mod update;
 pub use build::{
     build_exact, load_corpus_cells, load_corpus_meta, load_shard_cells, BuildParts, BuildSummary, CorpusCells,
 };
-pub use files::{read_graph, write_graph, write_graph_with, Graph, GraphInfo};
+pub use files::{read_graph, write_graph, write_graph_with, Graph, GraphInfo, INFO};
 pub use parallel::Cluster;
 pub use show::show_graph;
 pub use state::{Drift, GraphState};

@@ -1,0 +1,125 @@
+//! Checkpoints: model and optimiser records plus the run position, published atomically.
+//!
+//! ```text
+//! OUT/checkpoints/step-00000100/model.bin   burn record (full precision)
+//!                               optim.bin   AdamW moments (per parameter)
+//!                               state.json  step, next batch, epoch, config, vocabulary hash,
+//!                                           sha256 of the two records (written last)
+//! OUT/checkpoints/.step-00000100.partial/   a checkpoint being written
+//! ```
+//! The learning-rate schedule and every random stream are functions of the step and the seed,
+//! so `state.json` holds all a resumed run needs to continue exactly.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::TrainConfig;
+use super::model::ModelConfig;
+use crate::error::{Error, IoContext, Result};
+use crate::util::atomic::{hidden_sibling, write_json_atomic};
+
+pub const MODEL_FILE: &str = "model.bin";
+pub const OPTIM_FILE: &str = "optim.bin";
+pub const STATE_FILE: &str = "state.json";
+
+/// `state.json` of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    pub format_version: u32,
+    /// Optimiser steps done (= batches consumed).
+    pub step: u64,
+    pub epoch: u64,
+    pub total_steps: u64,
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+    pub mask: corrflow_operators::mask::MaskParams,
+    pub vocab_hash: String,
+    pub vocab_size: usize,
+    pub layout: corrflow_operators::SequenceLayout,
+    pub model_sha256: String,
+    pub optim_sha256: String,
+}
+
+pub fn checkpoints_dir(out: &Path) -> PathBuf {
+    out.join("checkpoints")
+}
+
+pub fn checkpoint_dir(out: &Path, step: u64) -> PathBuf {
+    checkpoints_dir(out).join(format!("step-{step:08}"))
+}
+
+/// A finished checkpoint directory: its state, verified against the record checksums.
+pub fn load_state(dir: &Path) -> Result<CheckpointState> {
+    let p = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&p).at(&p)?;
+    let state: CheckpointState =
+        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid checkpoint state: {e}")))?;
+    for (file, sum) in [(MODEL_FILE, &state.model_sha256), (OPTIM_FILE, &state.optim_sha256)] {
+        let f = dir.join(file);
+        if &crate::util::sha256_file(&f)? != sum {
+            return Err(Error::format(&f, "checkpoint file does not match its checksum (truncated or modified)"));
+        }
+    }
+    Ok(state)
+}
+
+/// The latest finished checkpoint of a run directory.
+pub fn latest(out: &Path) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")) && p.join(STATE_FILE).is_file()
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+/// Resolves `--checkpoint`: a checkpoint directory, or a run directory (its latest checkpoint).
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if path.join(STATE_FILE).is_file() {
+        return Ok(path.to_path_buf());
+    }
+    latest(path)
+        .ok_or_else(|| Error::format(path, "not a checkpoint (no state.json) nor a run directory with checkpoints"))
+}
+
+/// Writes a checkpoint: `write_records` fills a staging directory with the two record files,
+/// then `state.json` (with their checksums) is written and the directory renamed into place.
+/// Older checkpoints beyond `keep` are removed.
+pub fn save(
+    out: &Path,
+    mut state: CheckpointState,
+    keep: usize,
+    write_records: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let dir = checkpoint_dir(out, state.step);
+    let stage = hidden_sibling(&dir, "partial");
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage).at(&stage)?;
+    }
+    std::fs::create_dir_all(&stage).at(&stage)?;
+    write_records(&stage)?;
+    state.model_sha256 = crate::util::sha256_file(&stage.join(MODEL_FILE))?;
+    state.optim_sha256 = crate::util::sha256_file(&stage.join(OPTIM_FILE))?;
+    write_json_atomic(&stage.join(STATE_FILE), &state)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).at(&dir)?;
+    }
+    std::fs::rename(&stage, &dir).at(&dir)?;
+    let mut all: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))
+        .at(checkpoints_dir(out))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+        .collect();
+    all.sort();
+    while all.len() > keep {
+        let old = all.remove(0);
+        std::fs::remove_dir_all(&old).at(&old)?;
+    }
+    Ok(dir)
+}

@@ -22,6 +22,8 @@ pyenv:
 
 test: deps data pyenv
 	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --lib --bins --tests
+	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
+	$(CARGO) build --release --features cuda --bins
 
 bench: build data
 	benches/ingest.sh

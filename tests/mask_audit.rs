@@ -4,31 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// The bundled cells as a corpus and their graph under configs/tiny.toml.
-fn corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
-    let (corpus, graph) = (dir.join("c"), dir.join("g"));
-    ok_json(&corrflow(&[
-        "ingest",
-        "--json",
-        "--atlas",
-        "pbmc",
-        "--gene-column",
-        "gene_ids",
-        "--out",
-        s(&corpus),
-        s(&bundled()),
-    ]));
-    let tiny = repo().join("configs/tiny.toml");
-    ok_json(&corrflow(&["graph", "build", "--json", "--config", s(&tiny), "--corpus", s(&corpus), "--out", s(&graph)]));
-    (corpus, graph)
 }
 
 fn audit(corpus: &Path, graph: &Path, extra: &[&str]) -> serde_json::Value {
@@ -40,7 +21,7 @@ fn audit(corpus: &Path, graph: &Path, extra: &[&str]) -> serde_json::Value {
 #[test]
 fn audit_numbers_match_an_independent_implementation_reading_the_dump() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, graph) = corpus_and_graph(tmp.path());
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let dump = tmp.path().join("masks.parquet");
     let r = audit(&corpus, &graph, &["--strategy", "corrmask", "--dump", s(&dump)]);
     let row = &r["rows"][0];
@@ -69,7 +50,7 @@ fn audit_numbers_match_an_independent_implementation_reading_the_dump() {
 #[test]
 fn corrmask_hits_neighbours_far_more_than_random_and_pmi_does_not() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, graph) = corpus_and_graph(tmp.path());
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let plot = tmp.path().join("sweep.svg");
     let r = audit(
         &corpus,
@@ -113,7 +94,7 @@ fn kang_corrmask_hit_rate_is_a_multiple_of_random() {
 #[test]
 fn a_graph_of_another_vocabulary_or_a_corrupt_shard_fails_clearly_and_leaves_no_dump() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, graph) = corpus_and_graph(tmp.path());
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let dump = tmp.path().join("masks.parquet");
     // Another vocabulary: the graph's recorded hash differs.
     let info = graph.join("graph.json");

@@ -20,33 +20,6 @@ fn tiny() -> PathBuf {
     repo().join("configs/tiny.toml")
 }
 
-fn corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
-    let (corpus, graph) = (dir.join("c"), dir.join("g"));
-    ok_json(&corrflow(&[
-        "ingest",
-        "--json",
-        "--atlas",
-        "pbmc",
-        "--gene-column",
-        "gene_ids",
-        "--out",
-        s(&corpus),
-        s(&bundled()),
-    ]));
-    ok_json(&corrflow(&[
-        "graph",
-        "build",
-        "--json",
-        "--config",
-        s(&tiny()),
-        "--corpus",
-        s(&corpus),
-        "--out",
-        s(&graph),
-    ]));
-    (corpus, graph)
-}
-
 fn train(corpus: &Path, graph: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let cfg = tiny();
     let mut args =
@@ -85,7 +58,7 @@ fn metrics(run: &Path) -> Vec<serde_json::Value> {
 #[test]
 fn a_stopped_and_resumed_run_ends_with_the_same_weights_and_the_loss_falls() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, graph) = corpus_and_graph(tmp.path());
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let full = ok_json(&train(&corpus, &graph, &a, &["--max-steps", "30"], &[]));
     assert_eq!(full["steps"], 30);
@@ -116,7 +89,7 @@ fn a_stopped_and_resumed_run_ends_with_the_same_weights_and_the_loss_falls() {
 #[test]
 fn embeddings_reach_parquet_and_an_h5ad_that_anndata_reads_and_the_probe_runs() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, graph) = corpus_and_graph(tmp.path());
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let run = tmp.path().join("run");
     ok_json(&train(&corpus, &graph, &run, &["--max-steps", "10"], &[]));
     let (emb, h5) = (tmp.path().join("emb.parquet"), tmp.path().join("with_emb.h5ad"));
@@ -183,7 +156,7 @@ fn embeddings_reach_parquet_and_an_h5ad_that_anndata_reads_and_the_probe_runs() 
 #[test]
 fn bad_sizes_other_runs_and_truncated_checkpoints_fail_clearly_and_overwrite_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, graph) = corpus_and_graph(tmp.path());
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     // Impossible sizes in the config.
     let bad = tmp.path().join("bad.toml");
     std::fs::write(&bad, std::fs::read_to_string(tiny()).unwrap().replace("hidden = 64", "hidden = 66")).unwrap();

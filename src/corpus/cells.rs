@@ -112,7 +112,13 @@ impl CellBlock {
         &self.tokens[self.offsets[i]..self.offsets[i + 1]]
     }
 
-    fn decode(&mut self, rb: &arrow_array::RecordBatch, path: &Path, first_key: u64, vocab_size: usize) -> Result<()> {
+    pub(crate) fn decode(
+        &mut self,
+        rb: &arrow_array::RecordBatch,
+        path: &Path,
+        first_key: u64,
+        vocab_size: usize,
+    ) -> Result<()> {
         let bad = |c: &str| Error::format(path, format!("shard column '{c}' is missing or has an unexpected type"));
         let ids = rb
             .column_by_name("input_ids")

@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use arrow_array::{Array, Int32Array, ListArray, RecordBatch, StringArray};
+use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::manifest::AtlasManifest;
@@ -39,22 +39,13 @@ pub struct AtlasCells {
 
 pub fn read_atlas_tokens(atlas_dir: &Path) -> Result<AtlasCells> {
     let mut cells = AtlasCells::default();
+    let mut block = super::CellBlock::default();
     for_each_batch(atlas_dir, |rb| {
-        let bad = |c: &str| Error::format(atlas_dir, format!("shard column '{c}' has an unexpected type"));
-        let ids = rb
-            .column_by_name("input_ids")
-            .and_then(|c| c.as_any().downcast_ref::<ListArray>())
-            .ok_or_else(|| bad("input_ids"))?;
-        let cell = rb
-            .column_by_name("cell_id")
-            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            .ok_or_else(|| bad("cell_id"))?;
-        for i in 0..rb.num_rows() {
-            let v = ids.value(i);
-            let v = v.as_any().downcast_ref::<Int32Array>().ok_or_else(|| bad("input_ids"))?;
-            cells.input_ids.push(v.values().iter().map(|&t| t as u32).collect());
-            cells.cell_ids.push(cell.value(i).to_string());
+        block.decode(rb, atlas_dir, 0, u32::MAX as usize)?;
+        for i in 0..block.len() {
+            cells.input_ids.push(block.cell(i).to_vec());
         }
+        cells.cell_ids.append(&mut block.cell_ids);
         Ok(())
     })?;
     Ok(cells)

@@ -104,3 +104,18 @@ pub fn atlas_tokens(corpus: &Path, atlas: &str) -> Vec<(String, Vec<u32>)> {
     let cells = corrflow::corpus::read_atlas_tokens(&corrflow::corpus::atlas_dir(corpus, atlas)).expect("read atlas");
     cells.cell_ids.into_iter().zip(cells.input_ids).collect()
 }
+
+/// The bundled cells as a corpus (atlas `pbmc`) and their graph under configs/tiny.toml.
+#[allow(dead_code)]
+pub fn bundled_corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
+    let (corpus, graph) = (dir.join("c"), dir.join("g"));
+    let (c, g, b, tiny) = (
+        corpus.display().to_string(),
+        graph.display().to_string(),
+        bundled().display().to_string(),
+        repo().join("configs/tiny.toml").display().to_string(),
+    );
+    ok_json(&corrflow(&["ingest", "--json", "--atlas", "pbmc", "--gene-column", "gene_ids", "--out", &c, &b]));
+    ok_json(&corrflow(&["graph", "build", "--json", "--config", &tiny, "--corpus", &c, "--out", &g]));
+    (corpus, graph)
+}

@@ -10,7 +10,7 @@ mod run;
 
 pub use config::{Device, TrainConfig};
 pub use model::{CellEncoder, ModelConfig, Objective};
-pub use run::{evaluate, train, EvalResult, TrainRequest, TrainSummary};
+pub use run::{evaluate, train, EvalResult, EvalSet, TrainRequest, TrainSummary};
 
 /// The CPU backend: burn's ndarray backend (the fastest CPU backend that builds offline here).
 pub type CpuBackend = burn::backend::NdArray<f32>;

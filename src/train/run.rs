@@ -152,7 +152,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
     }
     vocab.write_dir(&req.out.join("vocab"))?;
 
-    let eval_set = plan.eval_set(t.eval_cells)?;
+    let eval_set = EvalSet::new(&ctx, &plan.eval_set(t.eval_cells)?, t.batch_size);
     let initial: Vec<(u32, u32)> =
         graph.as_ref().map(|g| g.edges.iter().map(|e| (e.u, e.v)).collect()).unwrap_or_default();
     let watch = graph.as_ref().map(|g| GraphWatch {
@@ -252,7 +252,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
         });
         let last = step == total || req.stop_after == Some(step);
         if step % t.eval_every == 0 || step == total {
-            let e = evaluate(&model.valid(), &ctx, &eval_set, &is_special, vocab.len(), m, t.batch_size, &device);
+            let e = evaluate(&model.valid(), &eval_set, &is_special, vocab.len(), m, &device);
             if let Some(e) = e {
                 line["eval_loss"] = e.loss.into();
                 line["eval_accuracy"] = e.accuracy.into();
@@ -334,10 +334,10 @@ fn same_run(a: &TrainConfig, b: &TrainConfig) -> bool {
         log_every: 0,
         keep_checkpoints: 0,
         mask_workers: 0,
-        max_steps: 0,
         ..c.clone()
     };
-    norm(a) == norm(b) && a.max_steps == b.max_steps
+    // max_steps stays: the learning-rate schedule depends on it.
+    norm(a) == norm(b)
 }
 
 /// Drops metric lines past `step` (a resumed run rewrites them).
@@ -376,39 +376,60 @@ pub struct EvalResult {
     pub unigram_accuracy: f64,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The held-out cells, masked once (the evaluation epoch is fixed, so every evaluation sees the
+/// same masks) and padded into length-sorted batches.
+pub struct EvalSet {
+    batches: Vec<TrainingBatch>,
+    masked: u64,
+    unigram_accuracy: f64,
+}
+
+impl EvalSet {
+    pub fn new(ctx: &MaskContext, cells: &[(u64, Vec<u32>)], batch_size: usize) -> Self {
+        let masker = ctx.masker();
+        let mut scratch = MaskScratch::default();
+        let mut masked: Vec<(u64, MaskedSequence)> = cells
+            .iter()
+            .map(|(key, tokens)| {
+                let mut out = MaskedSequence::default();
+                masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
+                (*key, out)
+            })
+            .collect();
+        masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
+        let batches: Vec<TrainingBatch> = masked
+            .chunks(batch_size.max(1))
+            .map(|chunk| {
+                let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
+                TrainingBatch::pad(0, 0, chunk.iter().map(|c| c.0).collect(), &seqs, ctx.pad)
+            })
+            .collect();
+        let mut label_counts = std::collections::HashMap::<i64, u64>::new();
+        for b in &batches {
+            for &l in b.labels.iter().filter(|&&l| l != corrflow_operators::mask::IGNORE_INDEX) {
+                *label_counts.entry(l).or_default() += 1;
+            }
+        }
+        let total: u64 = label_counts.values().sum();
+        let top = label_counts.values().copied().max().unwrap_or(0);
+        Self { batches, masked: total, unigram_accuracy: top as f64 / total.max(1) as f64 }
+    }
+}
+
 pub fn evaluate<B: Backend>(
     model: &CellEncoder<B>,
-    ctx: &MaskContext,
-    cells: &[(u64, Vec<u32>)],
+    set: &EvalSet,
     is_special: &[bool],
     vocab: usize,
     m: &ModelConfig,
-    batch_size: usize,
     device: &B::Device,
 ) -> Option<EvalResult> {
-    if cells.is_empty() {
+    if set.batches.is_empty() {
         return None;
     }
-    let masker = ctx.masker();
-    let (mut scratch, mut masked) = (MaskScratch::default(), Vec::new());
-    for (key, tokens) in cells {
-        let mut out = MaskedSequence::default();
-        // Fixed masks: the evaluation epoch is the same at every evaluation.
-        masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
-        masked.push((*key, out));
-    }
-    masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
-    let mut label_counts = std::collections::HashMap::<i64, u64>::new();
     let (mut loss_sum, mut weight, mut correct) = (0.0f64, 0.0f64, 0u64);
-    for chunk in masked.chunks(batch_size) {
-        let keys = chunk.iter().map(|c| c.0).collect();
-        let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
-        let b = TrainingBatch::pad(0, 0, keys, &seqs, ctx.pad);
-        for &l in b.labels.iter().filter(|&&l| l != corrflow_operators::mask::IGNORE_INDEX) {
-            *label_counts.entry(l).or_default() += 1;
-        }
-        let t = batch_tensors::<B>(&b, is_special, vocab, m.objective, m.max_positions, device);
+    for b in &set.batches {
+        let t = batch_tensors::<B>(b, is_special, vocab, m.objective, m.max_positions, device);
         if m.objective == Objective::Mlm && t.masked == 0 {
             continue;
         }
@@ -420,11 +441,9 @@ pub fn evaluate<B: Backend>(
             correct += c.into_scalar().elem::<i64>() as u64;
         }
     }
-    let total: u64 = label_counts.values().sum();
-    let top = label_counts.values().copied().max().unwrap_or(0);
     Some(EvalResult {
         loss: loss_sum / weight.max(1.0),
-        accuracy: correct as f64 / total.max(1) as f64,
-        unigram_accuracy: top as f64 / total.max(1) as f64,
+        accuracy: correct as f64 / set.masked.max(1) as f64,
+        unigram_accuracy: set.unigram_accuracy,
     })
 }

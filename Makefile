@@ -7,6 +7,7 @@ CARGO ?= cargo
 
 deps:
 	@scripts/bootstrap.sh
+	@scripts/fetch-onnxruntime.sh >/dev/null
 
 build: deps
 	$(CARGO) build --release --bins

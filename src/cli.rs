@@ -46,11 +46,16 @@ pub(crate) enum Command {
     /// Masking (CorrMask Algorithm 2 and its baselines).
     #[command(subcommand)]
     Mask(MaskCommand),
-    /// Cell embeddings of an h5ad from a trained encoder (Parquet, optionally obsm in an h5ad copy).
+    /// Cell embeddings of an h5ad from a checkpoint (burn) or an exported model (ONNX Runtime):
+    /// Parquet, optionally obsm["X_corrflow"] in an h5ad copy.
+    #[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
     Embed {
         /// Checkpoint directory, or a run directory (its latest checkpoint).
         #[arg(long, value_name = "CKPT")]
-        checkpoint: PathBuf,
+        checkpoint: Option<PathBuf>,
+        /// A model written by `export onnx` (its FILE.vocab/ beside it).
+        #[arg(long, value_name = "FILE.onnx")]
+        model: Option<PathBuf>,
         #[arg(long, value_name = "FILE")]
         input: PathBuf,
         /// Parquet: cell_id, embedding, the --obs-columns.
@@ -64,18 +69,59 @@ pub(crate) enum Command {
         /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
         #[arg(long, value_delimiter = ',', value_name = "A,B")]
         obs_columns: Vec<String>,
-        /// mean (over genes, Geneformer's cell mode) or cls.
-        #[arg(long, value_enum, default_value = "mean")]
-        pooling: corrflow::embed::Pooling,
+        /// mean (over genes, Geneformer's cell mode; default) or cls. ONNX models pool as exported.
+        #[arg(long, value_enum)]
+        pooling: Option<corrflow::embed::Pooling>,
         /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
         #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
         layer: i64,
-        #[arg(long, default_value_t = 32)]
+        /// Most cells per batch.
+        #[arg(long, default_value_t = 64)]
         batch_size: usize,
+        /// Most padded tokens per batch (cells × longest cell in it).
+        #[arg(long, default_value_t = 16384)]
+        token_budget: usize,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+    /// HTTP embedding server for an exported model: POST /v1/embed, GET /health, /info,
+    /// /metrics, /openapi.json.
+    Serve {
+        #[arg(long, value_name = "FILE.onnx")]
+        model: PathBuf,
+        /// Address to bind (loopback by default; port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: std::net::SocketAddr,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+        /// Most padded tokens per model batch.
+        #[arg(long, default_value_t = 16384)]
+        token_budget: usize,
+        /// Most cells per model batch.
+        #[arg(long, default_value_t = 64)]
+        max_batch_cells: usize,
+        /// How long a partly filled batch waits for more requests (ms).
+        #[arg(long, default_value_t = 2)]
+        batch_wait_ms: u64,
+        /// Requests waiting for the batcher before new ones get 429.
+        #[arg(long, default_value_t = 256)]
+        max_queue: usize,
+        /// Larger bodies get 413.
+        #[arg(long, default_value_t = 16 << 20)]
+        max_body_bytes: usize,
+        /// Most cells in one request (more: 413).
+        #[arg(long, default_value_t = 1024)]
+        max_cells: usize,
+        /// Require `Authorization: Bearer TOKEN` (all routes but /health).
+        #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Evaluations of embeddings.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Synthetic experiments of the CorrMask paper (Appendix B; section [synth] of the config).
+    #[command(subcommand)]
+    Synth(corrflow::synth::cli::SynthCommand),
     /// Pre-train the encoder (sections [model], [train] and [mask] of the config); resumes from
     /// the latest checkpoint in --out.
     Train {
@@ -107,6 +153,23 @@ pub(crate) enum Command {
         #[arg(long)]
         restart: bool,
     },
+}
+
+/// ONNX Runtime settings (`--model`, `serve`).
+#[derive(Args, Clone)]
+pub(crate) struct RuntimeArgs {
+    /// ONNX Runtime intra-op threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) threads: usize,
+    /// cpu, or cuda (CUDA execution provider; needs the onnxruntime-gpu library).
+    #[arg(long = "ort-device", value_enum, default_value = "cpu")]
+    pub(crate) device: corrflow::runtime::RuntimeDevice,
+}
+
+impl RuntimeArgs {
+    pub(crate) fn options(&self) -> corrflow::runtime::RuntimeOptions {
+        corrflow::runtime::RuntimeOptions { threads: self.threads, device: self.device }
+    }
 }
 
 #[derive(Subcommand)]
@@ -168,6 +231,9 @@ pub(crate) enum EvalCommand {
         max_iterations: u64,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Classes to leave out, comma-separated (e.g. Mouse,Unknown).
+        #[arg(long, value_delimiter = ',')]
+        exclude: Vec<String>,
     },
 }
 
@@ -349,5 +415,17 @@ pub(crate) enum ExportCommand {
         atlas: Vec<String>,
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+    },
+    /// A checkpoint's encoder as ONNX (opset 17, dynamic batch and sequence axes), with its
+    /// vocabulary beside it (FILE.vocab/).
+    Onnx {
+        /// Checkpoint directory, or a run directory (its latest checkpoint).
+        #[arg(long, value_name = "CKPT")]
+        checkpoint: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// What the cell_embedding output pools: mean over genes, or the <cls> state (V2).
+        #[arg(long, value_enum, default_value = "mean")]
+        pooling: corrflow::embed::Pooling,
     },
 }

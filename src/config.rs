@@ -22,6 +22,8 @@ pub struct Config {
     pub model: crate::train::ModelConfig,
     /// Optimisation and data of `corrflow train`.
     pub train: crate::train::TrainConfig,
+    /// The paper's synthetic experiments (`corrflow synth`; preset `configs/synth.toml`).
+    pub synth: crate::synth::SynthConfig,
 }
 
 /// Which Geneformer sequence layout to produce.
@@ -97,6 +99,7 @@ impl Config {
         self.mask.validate()?;
         self.model.validate()?;
         self.train.validate()?;
+        self.synth.validate()?;
         if !(self.vocab.alpha > 0.0 && self.vocab.alpha < 0.5) {
             return Err(format!("vocab.alpha must be in (0, 0.5), got {}", self.vocab.alpha));
         }

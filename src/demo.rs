@@ -1,5 +1,5 @@
 //! `corrflow demo`: the pipeline (ingest, tokenization, dependency graph, masking audit, a short
-//! CorrMask pre-training of a tiny model) on the bundled dataset (1,000 real PBMCs from 10x
+//! CorrMask pre-training of a tiny model, ONNX export, embeddings by ONNX Runtime) on the bundled dataset (1,000 real PBMCs from 10x
 //! Genomics' pbmc3k, compiled into the binary), with no network access.
 
 use std::path::{Path, PathBuf};
@@ -35,6 +35,10 @@ pub struct DemoSummary {
     pub audit: Vec<crate::mask::AuditRow>,
     /// A 40-step CorrMask pre-training of a 2-layer, 64-wide model.
     pub train: crate::train::TrainSummary,
+    /// The trained encoder exported to ONNX.
+    pub export: crate::export::ExportSummary,
+    /// The bundled cells embedded with the exported model by ONNX Runtime.
+    pub embed: crate::embed::EmbedSummary,
 }
 
 /// Writes the bundled dataset to `dir` and returns its path.
@@ -57,6 +61,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
     std::fs::create_dir_all(out).at(out)?;
     write_atomic(&out.join(MARKER), b"made by corrflow demo\n")?;
     let input = write_default_dataset(&out.join("data"))?;
+    let dataset = input.clone();
     let vocab = Vocabulary::resolve(BUILTIN)?;
     let corpus_dir = out.join("corpus");
     let req = IngestRequest {
@@ -150,8 +155,31 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         progress: show_progress,
         stop_after: None,
     })?;
+    // The trained encoder as ONNX, and the bundled cells embedded by ONNX Runtime.
+    let export = crate::export::export_onnx(&crate::export::ExportRequest {
+        checkpoint: out.join("run"),
+        out: out.join("model.onnx"),
+        pooling: crate::embed::Pooling::Mean,
+    })?;
+    let embed = crate::embed::embed(&crate::embed::EmbedRequest {
+        model: crate::embed::ModelSource::Onnx(out.join("model.onnx")),
+        input: dataset,
+        out: out.join("embeddings.parquet"),
+        h5ad_out: None,
+        read: ReadOptions { gene_column: Some("gene_ids".into()), ..Default::default() },
+        allow_normalized: false,
+        transform: ValueTransform::None,
+        pooling: None,
+        layer: -1,
+        batch_size: 64,
+        token_budget: 16384,
+        runtime: Default::default(),
+        progress: false,
+    })?;
     Ok(DemoSummary {
         command: "demo".into(),
+        export,
+        embed,
         out: out.display().to_string(),
         mean_tokens_per_cell: total as f64 / cells.input_ids.len().max(1) as f64,
         ingest,

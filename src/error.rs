@@ -39,6 +39,10 @@ pub enum Error {
 
     #[error("{0}")]
     Usage(String),
+
+    /// ONNX Runtime could not be loaded or failed to run a model.
+    #[error("ONNX Runtime: {0}")]
+    Runtime(String),
 }
 
 impl Error {

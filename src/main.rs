@@ -47,9 +47,10 @@ fn update_line(s: &corrflow::graph::UpdateSummary) -> String {
 
 fn main() {
     let cli = Cli::parse();
+    // ONNX Runtime logs every arena reservation at info: keep it at warn unless -vv.
     let default_level = match cli.verbose {
         0 => "warn",
-        1 => "info",
+        1 => "info,ort=warn",
         _ => "debug",
     };
     tracing_subscriber::fmt()
@@ -80,7 +81,8 @@ fn run(cli: Cli) -> Result<()> {
                  dependency graph: {} genes, {} edges in {:.2}s -> {}\n\
                  CD74's strongest partners: {}\n\
                  masking audit: hit rate random {:.2}% vs CorrMask {:.2}% (mean span {:.3} vs {:.3})\n\
-                 pre-training (tiny model, 40 steps, CorrMask): loss {:.3} -> {:.3}, held-out accuracy {:.4} (unigram {:.4}), {:.0} tokens/s -> {}",
+                 pre-training (tiny model, 40 steps, CorrMask): loss {:.3} -> {:.3}, held-out accuracy {:.4} (unigram {:.4}), {:.0} tokens/s -> {}\n\
+                 ONNX export: {} ({:.1} MB); embeddings by ONNX Runtime: {} cells at {:.0} cells/s -> {}",
                 s.ingest.cells_kept,
                 s.ingest.cells_read,
                 out.join("corpus").display(),
@@ -102,7 +104,12 @@ fn run(cli: Cli) -> Result<()> {
                 s.train.eval_accuracy.unwrap_or(f64::NAN),
                 s.train.unigram_accuracy.unwrap_or(f64::NAN),
                 s.train.tokens_per_s,
-                s.train.checkpoint.as_deref().unwrap_or("-")
+                s.train.checkpoint.as_deref().unwrap_or("-"),
+                s.export.out,
+                s.export.bytes as f64 / 1e6,
+                s.embed.cells,
+                s.embed.cells_per_s,
+                s.embed.out
             );
             print_summary(cli.json, &human, &s)
         }
@@ -312,9 +319,27 @@ fn run(cli: Cli) -> Result<()> {
             );
             print_summary(cli.json, &human, &s)
         }
-        Command::Embed { checkpoint, input, out, h5ad_out, read, obs_columns, pooling, layer, batch_size } => {
+        Command::Embed {
+            checkpoint,
+            model,
+            input,
+            out,
+            h5ad_out,
+            read,
+            obs_columns,
+            pooling,
+            layer,
+            batch_size,
+            token_budget,
+            runtime,
+        } => {
+            let model = match (checkpoint, model) {
+                (Some(c), None) => corrflow::embed::ModelSource::Checkpoint(c),
+                (None, Some(m)) => corrflow::embed::ModelSource::Onnx(m),
+                _ => anyhow::bail!("give exactly one of --checkpoint and --model"),
+            };
             let req = corrflow::embed::EmbedRequest {
-                checkpoint,
+                model,
                 input,
                 out,
                 h5ad_out,
@@ -324,14 +349,20 @@ fn run(cli: Cli) -> Result<()> {
                 pooling,
                 layer,
                 batch_size,
+                token_budget,
+                runtime: runtime.options(),
                 progress,
             };
             let s = corrflow::embed::embed(&req)?;
             let human = format!(
-                "embed: {} cells ({} dropped: no vocabulary gene) -> {} ({}-dim, layer {}) in {:.2}s ({:.0} cells/s)",
-                s.cells, s.dropped, s.out, s.dim, s.layer, s.seconds, s.cells_per_s
+                "embed ({}): {} cells ({} dropped: no vocabulary gene) -> {} ({}-dim, layer {}) in {:.2}s ({:.0} cells/s)",
+                s.encoder, s.cells, s.dropped, s.out, s.dim, s.layer, s.seconds, s.cells_per_s
             );
             print_summary(cli.json, &human, &s)
+        }
+        Command::Synth(c) => {
+            let (human, summary) = corrflow::synth::cli::execute(&c, &cfg.synth, progress)?;
+            print_summary(cli.json, &human, &summary)
         }
         Command::Eval(EvalCommand::Probe {
             embeddings,
@@ -341,6 +372,7 @@ fn run(cli: Cli) -> Result<()> {
             alpha,
             max_iterations,
             seed,
+            exclude,
         }) => {
             anyhow::ensure!(
                 (0.0..1.0).contains(&test_fraction) && test_fraction > 0.0,
@@ -355,6 +387,7 @@ fn run(cli: Cli) -> Result<()> {
                 alpha,
                 max_iterations,
                 seed,
+                exclude,
             };
             let r = corrflow::eval::probe(&req)?;
             let mut human = format!(
@@ -368,6 +401,57 @@ fn run(cli: Cli) -> Result<()> {
                 ));
             }
             print_summary(cli.json, &human, &r)
+        }
+        Command::Serve {
+            model,
+            addr,
+            runtime,
+            token_budget,
+            max_batch_cells,
+            batch_wait_ms,
+            max_queue,
+            max_body_bytes,
+            max_cells,
+            token,
+        } => {
+            if !addr.ip().is_loopback() && token.is_none() {
+                tracing::warn!("serving on {addr} (not loopback) without --token: anyone who can reach it can use it");
+            }
+            let options = corrflow::serve::ServeOptions {
+                model,
+                addr,
+                runtime: runtime.options(),
+                batch: corrflow::serve::batcher::BatchConfig {
+                    token_budget,
+                    max_rows: max_batch_cells,
+                    max_wait: std::time::Duration::from_millis(batch_wait_ms),
+                },
+                max_queue,
+                max_body_bytes,
+                max_cells_per_request: max_cells,
+                bearer_token: token,
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let s = rt.block_on(corrflow::serve::serve(options, corrflow::serve::shutdown_signal(), |a| {
+                eprintln!("corrflow serve: listening on http://{a}");
+            }))?;
+            let human = format!("served {} embed requests ({} cells) on {}", s.requests, s.cells, s.addr);
+            print_summary(cli.json, &human, &s)
+        }
+        Command::Export(ExportCommand::Onnx { checkpoint, out, pooling }) => {
+            let s = corrflow::export::export_onnx(&corrflow::export::ExportRequest { checkpoint, out, pooling })?;
+            let human = format!(
+                "exported step {} ({} layers, hidden {}, {} parameters, {} nodes) -> {} ({:.1} MB) + {}",
+                s.step,
+                s.layers,
+                s.hidden,
+                s.parameters,
+                s.nodes,
+                s.out,
+                s.bytes as f64 / 1e6,
+                s.vocab_dir
+            );
+            print_summary(cli.json, &human, &s)
         }
         Command::Export(ExportCommand::Hf { corpus, atlas, out }) => {
             let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };

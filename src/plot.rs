@@ -60,3 +60,39 @@ pub fn line_panels(path: &Path, title: &str, x_label: &str, panels: &[(&str, Vec
     }
     crate::util::atomic::write_atomic(path, svg.as_bytes())
 }
+
+/// Square heatmaps side by side, `(title, side, values)` with values in [0, 1] row-major (row 0
+/// at the top), white (0) to dark blue (1); written atomically.
+pub fn heatmap_panels(path: &Path, title: &str, panels: &[(&str, usize, &[f64])]) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| Error::format(path, format!("plot: {e}"));
+    let mut svg = String::new();
+    {
+        let width = 400 * panels.len().max(1) as u32;
+        let root = SVGBackend::with_string(&mut svg, (width, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root.titled(title, ("sans-serif", 20)).map_err(|e| err(&e))?;
+        for (area, &(name, n, values)) in root.split_evenly((1, panels.len().max(1))).iter().zip(panels) {
+            let n = n.max(1);
+            let mut chart = ChartBuilder::on(area)
+                .margin(16)
+                .caption(name, ("sans-serif", 15))
+                .build_cartesian_2d(0..n, 0..n)
+                .map_err(|e| err(&e))?;
+            chart.configure_mesh().disable_mesh().disable_axes().draw().map_err(|e| err(&e))?;
+            let shade = |v: f64| {
+                let t = v.clamp(0.0, 1.0);
+                let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+                RGBColor(mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 107.0))
+            };
+            chart
+                .draw_series((0..n * n).map(|i| {
+                    let (r, c) = (i / n, i % n);
+                    let y = n - 1 - r;
+                    Rectangle::new([(c, y), (c + 1, y + 1)], shade(values[i]).filled())
+                }))
+                .map_err(|e| err(&e))?;
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    crate::util::atomic::write_atomic(path, svg.as_bytes())
+}

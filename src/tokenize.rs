@@ -193,6 +193,53 @@ pub fn sum_duplicates<K: Ord + Copy>(pairs: &mut Vec<(K, f64)>) {
     });
 }
 
+/// A cell given by gene names and counts (the server's input) as rank-value tokens.
+#[derive(Debug, Default, PartialEq)]
+pub struct NamedCellTokens {
+    pub tokens: Vec<u32>,
+    /// Genes not in the vocabulary (counted into the cell's total, not tokenized).
+    pub unknown_genes: usize,
+}
+
+/// Tokenizes one cell given as parallel `genes` (Ensembl ids or symbols) and `counts`, exactly
+/// as ingest does: the total is over all genes, duplicates are summed, and genes outside the
+/// vocabulary are counted but not tokenized. Errors describe the problem for the client.
+pub fn tokenize_named_cell(
+    vocab: &Vocabulary,
+    layout: &SequenceLayout,
+    genes: &[String],
+    counts: &[f64],
+) -> std::result::Result<NamedCellTokens, String> {
+    if genes.len() != counts.len() {
+        return Err(format!("{} genes but {} counts", genes.len(), counts.len()));
+    }
+    let mut pairs = Vec::with_capacity(genes.len());
+    let mut n_counts = 0.0;
+    let mut unknown = 0;
+    for (g, &c) in genes.iter().zip(counts) {
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(format!("gene '{g}': counts must be finite and ≥ 0, got {c}"));
+        }
+        n_counts += c;
+        match vocab.lookup(g) {
+            Some(m) if c > 0.0 => pairs.push((m.token(), c)),
+            Some(_) => {}
+            None => unknown += 1,
+        }
+    }
+    let mut out = NamedCellTokens { tokens: Vec::new(), unknown_genes: unknown };
+    if pairs.is_empty() || n_counts <= 0.0 {
+        return Ok(out);
+    }
+    sum_duplicates(&mut pairs);
+    for p in pairs.iter_mut() {
+        let median = vocab.median(p.0).expect("vocabulary lookups are genes with medians"); // ok: invariant
+        p.1 = normalized_expression(p.1, n_counts, median);
+    }
+    rank_value_encode(&pairs, layout, &mut Vec::new(), &mut out.tokens);
+    Ok(out)
+}
+
 /// Whether a finite, non-negative value is an integer (a cast round trip is much cheaper
 /// than `f64::fract`, which is a libm call; values ≥ 2^53 are all integers).
 #[inline]
@@ -273,6 +320,39 @@ mod tests {
         let x5 = normalized_expression(2.0, n, vocab.median(3).unwrap());
         let expected = if x3 > x5 || (x3 == x5) { vec![2, 3] } else { vec![3, 2] };
         assert_eq!(t.tokens, expected);
+    }
+
+    #[test]
+    fn named_cells_tokenize_exactly_as_ingest_does() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> =
+            ["ENSG00000000003", "ENSG00000000003.7", "nope", "ENSG00000000005", "TSPAN6", "ENSG00000000419"]
+                .map(String::from)
+                .to_vec();
+        let counts = [1.0, 1.0, 100.0, 2.0, 0.0, 7.0];
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let row: Vec<(u32, f64)> = counts.iter().enumerate().map(|(i, &c)| (i as u32, c)).collect();
+        let c = chunk(&[&row]);
+        let t = tokenize_chunk(Path::new("x"), &c, &genes, &mapper, &vocab, &v1()).unwrap();
+        let named = tokenize_named_cell(&vocab, &SequenceLayout::v1(), &genes, &counts).unwrap();
+        assert_eq!(named.tokens, t.tokens);
+        assert_eq!(named.unknown_genes, 1);
+        let short = SequenceLayout { max_genes: 1, ..SequenceLayout::v1() };
+        assert_eq!(tokenize_named_cell(&vocab, &short, &genes, &counts).unwrap().tokens, t.tokens[..1]);
+    }
+
+    #[test]
+    fn named_cells_reject_mismatched_lengths_and_bad_counts_and_allow_empty_results() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let v1 = SequenceLayout::v1();
+        assert!(tokenize_named_cell(&vocab, &v1, &g(&["A", "B"]), &[1.0]).unwrap_err().contains("2 genes but 1"));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = tokenize_named_cell(&vocab, &v1, &g(&["TSPAN6"]), &[bad]).unwrap_err();
+            assert!(e.contains("TSPAN6") && e.contains("finite"), "{e}");
+        }
+        let none = tokenize_named_cell(&vocab, &v1, &g(&["nope", "TSPAN6"]), &[3.0, 0.0]).unwrap();
+        assert_eq!((none.tokens.len(), none.unknown_genes), (0, 1));
     }
 
     #[test]

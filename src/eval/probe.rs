@@ -28,6 +28,8 @@ pub struct ProbeRequest {
     pub alpha: f64,
     pub max_iterations: u64,
     pub seed: u64,
+    /// Classes left out (e.g. CBMC's "Mouse" and "Unknown").
+    pub exclude: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -99,6 +101,13 @@ fn read(path: &Path, label: &str) -> Result<(Vec<f64>, Vec<String>, usize)> {
 pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
     let p = &req.embeddings;
     let (x, labels, dim) = read(p, &req.label)?;
+    let (x, labels) = if req.exclude.is_empty() {
+        (x, labels)
+    } else {
+        let keep: Vec<usize> = (0..labels.len()).filter(|&i| !req.exclude.contains(&labels[i])).collect();
+        let x = keep.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect::<Vec<_>>();
+        (x, keep.iter().map(|&i| labels[i].clone()).collect::<Vec<_>>())
+    };
     let n = labels.len();
     let classes: Vec<String> = labels.iter().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     if classes.len() < 2 {

@@ -41,6 +41,30 @@ pub struct CheckpointState {
     pub optim_sha256: String,
 }
 
+impl CheckpointState {
+    /// Longest sequence the model was trained on (specials included).
+    pub fn max_len(&self) -> usize {
+        let trained = self.train.max_len;
+        if trained == 0 {
+            self.model.max_positions
+        } else {
+            trained.min(self.model.max_positions)
+        }
+    }
+}
+
+/// The layout input cells are tokenized with for a model trained on `max_len` tokens: cut as
+/// in training, since positions beyond it were never trained.
+pub fn inference_layout(
+    layout: corrflow_operators::SequenceLayout,
+    max_len: usize,
+) -> corrflow_operators::SequenceLayout {
+    let specials = usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
+    let mut layout = layout;
+    layout.max_genes = layout.max_genes.min(max_len.saturating_sub(specials).max(1));
+    layout
+}
+
 pub fn checkpoints_dir(out: &Path) -> PathBuf {
     out.join("checkpoints")
 }

@@ -119,3 +119,49 @@ pub fn bundled_corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
     ok_json(&corrflow(&["graph", "build", "--json", "--config", &tiny, "--corpus", &c, "--out", &g]));
     (corpus, graph)
 }
+
+/// A tiny model trained briefly on the bundled cells and exported: (corpus, run, model.onnx).
+#[allow(dead_code)]
+pub fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (corpus, graph) = bundled_corpus_and_graph(dir);
+    let run = dir.join("run");
+    let model = dir.join("onnx/model.onnx");
+    let p = |p: &Path| p.display().to_string();
+    let tiny = repo().join("configs/tiny.toml");
+    ok_json(&corrflow(&[
+        "train",
+        "--json",
+        "--config",
+        &p(&tiny),
+        "--corpus",
+        &p(&corpus),
+        "--graph",
+        &p(&graph),
+        "--out",
+        &p(&run),
+        "--max-steps",
+        "8",
+    ]));
+    let s = ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &p(&run), "--out", &p(&model)]));
+    assert_eq!(s["layers"], 2);
+    (corpus, run, model)
+}
+
+/// burn's cell embeddings (mean over gene tokens of the last layer) of a checkpoint for padded
+/// inputs `[batch, seq]`: (last_hidden_state, cell_embedding), flattened.
+#[allow(dead_code)]
+pub fn burn_outputs(run: &Path, ids: &[i64], mask: &[i64], batch: usize, seq: usize) -> (Vec<f32>, Vec<f32>) {
+    use burn::tensor::{Bool, Int, Tensor, TensorData};
+    use corrflow::train::{CellEncoder, CpuBackend};
+    let device = Default::default();
+    let m = corrflow::embed::load_checkpoint::<CpuBackend>(run, &device).unwrap();
+    let input = Tensor::<CpuBackend, 2, Int>::from_data(TensorData::new(ids.to_vec(), [batch, seq]), &device);
+    let pad: Vec<bool> = mask.iter().map(|&m| m == 0).collect();
+    let pad = Tensor::<CpuBackend, 2, Bool>::from_data(TensorData::new(pad, [batch, seq]), &device);
+    let w: Vec<f32> =
+        ids.iter().zip(mask).map(|(&t, &k)| if k == 1 && m.vocab.is_gene(t as u32) { 1.0 } else { 0.0 }).collect();
+    let weights = Tensor::<CpuBackend, 2>::from_data(TensorData::new(w, [batch, seq]), &device);
+    let states = m.model.hidden(input, pad);
+    let pooled = CellEncoder::mean_pool(states.clone(), weights);
+    (states.into_data().to_vec().unwrap(), pooled.into_data().to_vec().unwrap())
+}

@@ -18,7 +18,7 @@ mod stats;
 
 pub use params::GraphParams;
 pub use scores::{count_presence, GraphVocab, ScoredCell};
-pub use screen::{approx_correlations, co_presence};
+pub use screen::{adjacency_counts, approx_correlations, co_presence};
 pub use select::{candidate_pairs, screened_candidate_pairs, GraphEdge};
 pub use spearman::{spearman_average_ranks, OverlapScratch};
 pub use stats::{global_correlations, GeneMoments, PairSums, RankMaps, ScoreHistograms};

@@ -1,8 +1,14 @@
-//! `corrflow embed --checkpoint`: cell embeddings of an h5ad from a trained encoder, streamed:
-//! the input is tokenized with the run's vocabulary into a temporary corpus (bounded memory),
-//! cells are encoded in length-sorted batches, and the embeddings are written as Parquet
+//! `corrflow embed`: cell embeddings of an h5ad, streamed: the input is tokenized with the
+//! model's vocabulary into a temporary corpus (bounded memory), cells are encoded in
+//! length-sorted batches under a token budget, and the embeddings are written as Parquet
 //! (`cell_id`, `embedding`, the requested obs columns) and optionally into a copy of the h5ad as
-//! `obsm["X_corrflow"]`.
+//! `obsm["X_corrflow"]`. The encoder is a checkpoint run by burn ([`checkpoint`]) or an
+//! exported model run by ONNX Runtime ([`onnx`]).
+
+mod checkpoint;
+mod onnx;
+
+pub use checkpoint::{load_checkpoint, LoadedModel};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -11,19 +17,15 @@ use std::sync::Arc;
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use burn::module::Module;
-use burn::record::{BinFileRecorder, FullPrecisionSettings};
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
 use crate::ingest::{run_ingest, IngestRequest, ReadOptions};
+use crate::runtime::{plan_batches, PaddedBatch};
 use crate::tokenize::{TokenizeOptions, ValueTransform};
-use crate::train::checkpoint::{self, CheckpointState, MODEL_FILE};
-use crate::train::CellEncoder;
 use crate::vocab::Vocabulary;
+use corrflow_operators::SequenceLayout;
 
 /// How a cell's token states become one vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -36,26 +38,43 @@ pub enum Pooling {
     Cls,
 }
 
+/// Which model computes the embeddings.
+#[derive(Clone, Debug)]
+pub enum ModelSource {
+    /// A training checkpoint (or run directory), run by burn on the CPU.
+    Checkpoint(PathBuf),
+    /// A model written by `export onnx`, run by ONNX Runtime.
+    Onnx(PathBuf),
+}
+
 #[derive(Clone, Debug)]
 pub struct EmbedRequest {
-    pub checkpoint: PathBuf,
+    pub model: ModelSource,
     pub input: PathBuf,
     pub out: PathBuf,
     pub h5ad_out: Option<PathBuf>,
     pub read: ReadOptions,
     pub allow_normalized: bool,
     pub transform: ValueTransform,
-    pub pooling: Pooling,
+    /// Checkpoints: mean (default) or cls. ONNX models pool as exported; a different request is
+    /// an error.
+    pub pooling: Option<Pooling>,
     /// Encoder layer whose states are pooled (counted from 1; 0 = the embeddings); negative
-    /// counts from the end (−1 = the last layer, Geneformer's −1 = our −2).
+    /// counts from the end (−1 = the last layer, Geneformer's −1 = our −2). ONNX models: −1.
     pub layer: i64,
+    /// Most cells per batch.
     pub batch_size: usize,
+    /// Most padded tokens per batch (rows × longest cell).
+    pub token_budget: usize,
+    pub runtime: crate::runtime::RuntimeOptions,
     pub progress: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EmbedSummary {
     pub command: String,
+    /// burn (checkpoint) or onnxruntime.
+    pub encoder: String,
     pub out: String,
     pub cells: u64,
     pub dropped: u64,
@@ -65,65 +84,34 @@ pub struct EmbedSummary {
     pub cells_per_s: f64,
 }
 
-/// A trained encoder with its checkpoint state and vocabulary.
-pub struct LoadedModel<B: Backend> {
-    pub model: CellEncoder<B>,
-    pub state: CheckpointState,
-    pub vocab: Vocabulary,
-}
-
-/// Loads a checkpoint (directory, or run directory = its latest) with the run's vocabulary.
-pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
-    let dir = checkpoint::resolve(path)?;
-    let state = checkpoint::load_state(&dir)?;
-    let run = dir
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| Error::format(&dir, "checkpoint is not inside a run directory"))?;
-    let vocab = Vocabulary::load_dir(&run.join("vocab"))?;
-    let vocab = if state.layout.cls.is_some() { vocab.with_v2_specials() } else { vocab };
-    if vocab.hash() != state.vocab_hash || vocab.len() != state.vocab_size {
-        return Err(Error::conflict(&dir, "the run's vocabulary does not match the checkpoint's"));
-    }
-    let model: CellEncoder<B> = state.model.init(vocab.len(), device);
-    let model = model
-        .load_file(dir.join(MODEL_FILE), &BinFileRecorder::<FullPrecisionSettings>::new(), device)
-        .map_err(|e| Error::format(dir.join(MODEL_FILE), format!("cannot load the model: {e}")))?;
-    Ok(LoadedModel { model, state, vocab })
+/// A model that turns padded token batches into cell vectors.
+trait CellVectors {
+    fn name(&self) -> &'static str;
+    fn vocab(&self) -> &Vocabulary;
+    /// How input cells are tokenized for it (cut to the length it was trained on).
+    fn layout(&self) -> SequenceLayout;
+    fn dim(&self) -> usize;
+    fn layer(&self) -> usize;
+    /// Row-major `[rows, dim]`.
+    fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>>;
 }
 
 pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let start = std::time::Instant::now();
-    let device = Default::default();
-    let loaded = load_checkpoint::<crate::train::CpuBackend>(&req.checkpoint, &device)?;
-    let n_layers = loaded.state.model.layers as i64;
-    let layer = if req.layer < 0 { n_layers + 1 + req.layer } else { req.layer };
-    if !(0..=n_layers).contains(&layer) {
-        return Err(Error::Usage(format!(
-            "--layer {} is outside the model's 0..={n_layers} (or −1..=−{})",
-            req.layer,
-            n_layers + 1
-        )));
-    }
-    if req.pooling == Pooling::Cls && loaded.state.layout.cls.is_none() {
-        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
-    }
+    let mut encoder: Box<dyn CellVectors> = match &req.model {
+        ModelSource::Checkpoint(p) => Box::new(checkpoint::BurnVectors::open(p, req.pooling, req.layer)?),
+        ModelSource::Onnx(p) => Box::new(onnx::OrtVectors::open(p, req)?),
+    };
+    let layout = encoder.layout();
     // Tokenize into a scratch corpus: the same reader, validation and tokenizer as ingest.
     let scratch =
         tempfile::Builder::new().prefix(".corrflow-embed-").tempdir_in(std::env::temp_dir()).at(std::env::temp_dir())?;
     let corpus = scratch.path().join("corpus");
-    // Cells are cut as in training: positions beyond it were never trained.
-    let mut layout = loaded.state.layout;
-    let trained = loaded.state.train.max_len;
-    let max_len =
-        if trained == 0 { loaded.state.model.max_positions } else { trained.min(loaded.state.model.max_positions) };
-    let specials = usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
-    layout.max_genes = layout.max_genes.min(max_len.saturating_sub(specials).max(1));
     let ingest = run_ingest(&IngestRequest {
         corpus: corpus.clone(),
         atlas: "input".into(),
         inputs: vec![req.input.clone()],
-        vocab: loaded.vocab.clone(),
+        vocab: encoder.vocab().clone(),
         read: req.read.clone(),
         tokenize: TokenizeOptions { layout, allow_normalized: req.allow_normalized, transform: req.transform },
         shard_cells: 50_000,
@@ -141,7 +129,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
         indicatif::ProgressBar::hidden()
     };
     let tmp = crate::util::atomic::temp_path(&req.out);
-    let dim = loaded.state.model.hidden;
+    let dim = encoder.dim();
     let mut writer: Option<ArrowWriter<File>> = None;
     let mut all_ids: Vec<String> = Vec::new();
     let mut all_emb: Vec<f32> = Vec::new();
@@ -149,7 +137,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let result = (|| -> Result<()> {
         for shard in &index.shards {
             crate::corpus::for_each_shard_batch(&shard.path, |rb| {
-                let emb = embed_batch(&loaded, rb, &shard.path, layer as usize, req.pooling, req.batch_size, &device)?;
+                let emb = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
                 let out = with_embedding(rb, &emb, dim, &shard.path)?;
                 if writer.is_none() {
                     let f = File::create(&tmp).at(&tmp)?;
@@ -183,25 +171,24 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let seconds = start.elapsed().as_secs_f64();
     Ok(EmbedSummary {
         command: "embed".into(),
+        encoder: encoder.name().into(),
         out: req.out.display().to_string(),
         cells: ingest.cells_kept,
         dropped: ingest.dropped.total(),
         dim,
-        layer: layer as usize,
+        layer: encoder.layer(),
         seconds,
         cells_per_s: ingest.cells_kept as f64 / seconds.max(1e-9),
     })
 }
 
-/// Embeddings (row-major `rows × hidden`) of a shard record batch, in its row order.
-fn embed_batch<B: Backend>(
-    m: &LoadedModel<B>,
+/// Embeddings (row-major `rows × dim`) of a shard record batch, in its row order.
+fn embed_rows(
+    encoder: &mut dyn CellVectors,
     rb: &RecordBatch,
     path: &Path,
-    layer: usize,
-    pooling: Pooling,
-    batch_size: usize,
-    device: &B::Device,
+    token_budget: usize,
+    max_rows: usize,
 ) -> Result<Vec<f32>> {
     let ids = rb
         .column_by_name("input_ids")
@@ -216,34 +203,14 @@ fn embed_batch<B: Backend>(
                 .unwrap_or_default()
         })
         .collect();
-    // Length-sorted batches waste little on padding; results go back to row order.
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(cells[i].len()));
-    let dim = m.state.model.hidden;
+    let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
+    let dim = encoder.dim();
+    let pad = encoder.vocab().pad;
     let mut out = vec![0f32; cells.len() * dim];
-    for chunk in order.chunks(batch_size.max(1)) {
-        let len = chunk.iter().map(|&i| cells[i].len()).max().unwrap_or(0).max(1);
-        let rows = chunk.len();
-        let (mut tok, mut pad, mut w) =
-            (vec![i64::from(m.vocab.pad); rows * len], vec![true; rows * len], vec![0f32; rows * len]);
-        for (r, &i) in chunk.iter().enumerate() {
-            for (c, &t) in cells[i].iter().enumerate() {
-                tok[r * len + c] = i64::from(t);
-                pad[r * len + c] = false;
-                let special = !m.vocab.is_gene(t);
-                w[r * len + c] = match pooling {
-                    Pooling::Mean => f32::from(u8::from(!special)),
-                    Pooling::Cls => f32::from(u8::from(Some(t) == m.vocab.cls && c == 0)),
-                };
-            }
-        }
-        let input = Tensor::<B, 2, Int>::from_data(TensorData::new(tok, [rows, len]), device);
-        let pad = Tensor::<B, 2, burn::tensor::Bool>::from_data(TensorData::new(pad, [rows, len]), device);
-        let weights = Tensor::<B, 2>::from_data(TensorData::new(w, [rows, len]), device);
-        let states = m.model.states_after(input, pad, layer);
-        let pooled = CellEncoder::mean_pool(states, weights);
-        let values: Vec<f32> = pooled.into_data().to_vec().map_err(|e| Error::format(path, format!("{e:?}")))?;
-        for (r, &i) in chunk.iter().enumerate() {
+    for rows in plan_batches(&lengths, token_budget, max_rows) {
+        let batch = PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), pad);
+        let values = encoder.encode(&batch)?;
+        for (r, &i) in rows.iter().enumerate() {
             out[i * dim..(i + 1) * dim].copy_from_slice(&values[r * dim..(r + 1) * dim]);
         }
     }

@@ -1,0 +1,192 @@
+//! Inference benchmarks of an exported model:
+//! 1. burn's CPU forward vs ONNX Runtime on the same model and batch (8 cells × 256 tokens);
+//! 2. offline throughput: every cell of a corpus through the runtime in token-budget batches
+//!    (what `embed --model` does after tokenizing);
+//! 3. the server on loopback under a bounded closed-loop load: C clients, each sending one
+//!    request of 8 cells as soon as its previous one is answered, for SECONDS per level;
+//!    throughput (cells/s) and latency percentiles.
+//!
+//! cargo bench --bench serve -- CKPT MODEL.onnx CORPUS [SECONDS [C1,C2,...]]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use corrflow::corpus::CorpusIndex;
+use corrflow::runtime::{plan_batches, OrtEncoder, PaddedBatch, RuntimeOptions};
+use corrflow::serve::batcher::BatchConfig;
+use corrflow::serve::{serve, ServeOptions};
+use corrflow::train::{CellEncoder, CpuBackend};
+
+const TOKEN_BUDGET: usize = 16384;
+const MAX_ROWS: usize = 64;
+const CELLS_PER_REQUEST: usize = 8;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    anyhow::ensure!(args.len() >= 3, "usage: cargo bench --bench serve -- CKPT MODEL.onnx CORPUS [SECONDS [C1,C2,..]]");
+    let (ckpt, model, corpus) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]), PathBuf::from(&args[2]));
+    let secs: f64 = args.get(3).map_or(Ok(10.0), |s| s.parse())?;
+    let levels: Vec<usize> =
+        args.get(4).map_or(Ok(vec![1, 2, 4, 8, 16]), |s| s.split(',').map(str::parse).collect::<Result<_, _>>())?;
+
+    let mut encoder = OrtEncoder::open(&model, &RuntimeOptions::default())?;
+    let keep = encoder.meta.tokenize_layout().max_genes;
+    let pad = encoder.vocab.pad;
+    let (_, vocab) = corrflow::graph::load_corpus_meta(&corpus)?;
+    let index = CorpusIndex::open(&corpus, &[])?;
+    let mut cells: Vec<Vec<u32>> = Vec::new();
+    index.for_each_cell_block(vocab.len(), |b| {
+        cells.extend((0..b.len()).map(|i| b.cell(i).iter().take(keep).copied().collect::<Vec<u32>>()));
+        Ok(())
+    })?;
+    cells.truncate(4000);
+    let mean_len = cells.iter().map(Vec::len).sum::<usize>() as f64 / cells.len() as f64;
+    println!(
+        "model {} ({} layers, hidden {}), {} cells, mean length {mean_len:.0}, runtime {}",
+        model.display(),
+        encoder.meta.model.layers,
+        encoder.meta.model.hidden,
+        cells.len(),
+        encoder.library.display()
+    );
+
+    // 1. burn vs ort on one batch of 8 cells × 256 tokens.
+    let long: Vec<&[u32]> = cells.iter().filter(|c| c.len() >= 256).take(8).map(|c| &c[..256]).collect();
+    anyhow::ensure!(long.len() == 8, "need 8 cells with ≥ 256 tokens");
+    let batch = PaddedBatch::new(long, pad);
+    let device = Default::default();
+    let loaded = corrflow::embed::load_checkpoint::<CpuBackend>(&ckpt, &device)?;
+    let burn_once = || {
+        let shape = [batch.rows, batch.len];
+        let ids = Tensor::<CpuBackend, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
+        let pad_mask = Tensor::<CpuBackend, 2, Bool>::from_data(
+            TensorData::new(batch.attention_mask.iter().map(|&m| m == 0).collect::<Vec<_>>(), shape),
+            &device,
+        );
+        let w: Vec<f32> =
+            batch.input_ids.iter().map(|&t| f32::from(u8::from(loaded.vocab.is_gene(t as u32)))).collect();
+        let w = Tensor::<CpuBackend, 2>::from_data(TensorData::new(w, shape), &device);
+        let pooled = CellEncoder::mean_pool(loaded.model.hidden(ids, pad_mask), w);
+        pooled.into_data().to_vec::<f32>().expect("f32")
+    };
+    let burn_ms = median_ms(5, 2.0 * secs.min(5.0), || {
+        burn_once();
+    });
+    let ort_ms = median_ms(5, 2.0 * secs.min(5.0), || {
+        encoder.embed(&batch).expect("ort run");
+    });
+    println!("forward 8x256: burn (ndarray CPU) {burn_ms:.1} ms, onnxruntime {ort_ms:.1} ms: {:.2}x", burn_ms / ort_ms);
+
+    // 2. Offline throughput.
+    let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
+    let plan = plan_batches(&lengths, TOKEN_BUDGET, MAX_ROWS);
+    let t = Instant::now();
+    for rows in &plan {
+        encoder.embed(&PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), pad))?;
+    }
+    let offline = cells.len() as f64 / t.elapsed().as_secs_f64();
+    println!("offline: {offline:.0} cells/s ({} batches, budget {TOKEN_BUDGET} tokens)", plan.len());
+    drop(encoder);
+
+    // 3. Server under load.
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let options = ServeOptions {
+        model: model.clone(),
+        addr: "127.0.0.1:0".parse()?,
+        runtime: RuntimeOptions::default(),
+        batch: BatchConfig { token_budget: TOKEN_BUDGET, max_rows: MAX_ROWS, max_wait: Duration::from_millis(2) },
+        max_queue: 1024,
+        max_body_bytes: 64 << 20,
+        max_cells_per_request: 1024,
+        bearer_token: None,
+    };
+    let server = std::thread::spawn(move || {
+        rt.block_on(serve(
+            options,
+            async {
+                let _ = stop_rx.await;
+            },
+            move |a| {
+                let _ = addr_tx.send(a);
+            },
+        ))
+    });
+    let url = format!("http://{}", addr_rx.recv()?);
+    let start = Instant::now();
+    while ureq::get(&format!("{url}/health")).call().is_err() {
+        anyhow::ensure!(start.elapsed() < Duration::from_secs(60), "server not ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bodies: Vec<String> =
+        cells.chunks(CELLS_PER_REQUEST).map(|c| serde_json::json!({ "input_ids": c }).to_string()).collect();
+    println!("| clients | requests | cells/s | vs offline | p50 ms | p90 ms | p99 ms | max ms | non-200 |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &c in &levels {
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        let results: Vec<(Vec<f64>, usize, usize)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..c)
+                .map(|k| {
+                    let (url, bodies) = (&url, &bodies);
+                    s.spawn(move || {
+                        let agent = ureq::AgentBuilder::new().build();
+                        let (mut lat, mut cells_done, mut failed) = (Vec::new(), 0usize, 0usize);
+                        let mut i = k;
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let r = agent
+                                .post(&format!("{url}/v1/embed"))
+                                .set("Content-Type", "application/json")
+                                .send_string(&bodies[i % bodies.len()]);
+                            match r {
+                                Ok(resp) => {
+                                    let _ = resp.into_string();
+                                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                                    cells_done += CELLS_PER_REQUEST;
+                                }
+                                Err(_) => failed += 1,
+                            }
+                            i += c;
+                        }
+                        (lat, cells_done, failed)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("client")).collect()
+        });
+        let mut lat: Vec<f64> = results.iter().flat_map(|r| r.0.iter().copied()).collect();
+        let done: usize = results.iter().map(|r| r.1).sum();
+        let failed: usize = results.iter().map(|r| r.2).sum();
+        lat.sort_by(f64::total_cmp);
+        let q = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
+        let rate = done as f64 / secs;
+        println!(
+            "| {c} | {} | {rate:.0} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {failed} |",
+            lat.len(),
+            100.0 * rate / offline,
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            lat.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+    let _ = stop_tx.send(());
+    server.join().expect("server thread")?;
+    Ok(())
+}
+
+/// Median wall time (ms) of `f` over at least `min_runs` runs and about `budget_s` seconds.
+fn median_ms(min_runs: usize, budget_s: f64, mut f: impl FnMut()) -> f64 {
+    f(); // warm-up
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < min_runs || start.elapsed().as_secs_f64() < budget_s {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}

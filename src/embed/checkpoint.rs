@@ -1,0 +1,120 @@
+//! Checkpoints as embedding models: burn's forward on the CPU backend.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::record::{BinFileRecorder, FullPrecisionSettings};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+use super::{CellVectors, Pooling};
+use crate::error::{Error, Result};
+use crate::runtime::PaddedBatch;
+use crate::train::checkpoint::{self, inference_layout, CheckpointState, MODEL_FILE};
+use crate::train::{CellEncoder, CpuBackend};
+use crate::vocab::Vocabulary;
+use corrflow_operators::SequenceLayout;
+
+/// A trained encoder with its checkpoint state and vocabulary.
+pub struct LoadedModel<B: Backend> {
+    pub model: CellEncoder<B>,
+    pub state: CheckpointState,
+    pub vocab: Vocabulary,
+}
+
+/// Loads a checkpoint (directory, or run directory = its latest) with the run's vocabulary.
+pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    let dir = checkpoint::resolve(path)?;
+    let state = checkpoint::load_state(&dir)?;
+    let run = dir
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| Error::format(&dir, "checkpoint is not inside a run directory"))?;
+    let vocab = Vocabulary::load_dir(&run.join("vocab"))?;
+    let vocab = if state.layout.cls.is_some() { vocab.with_v2_specials() } else { vocab };
+    if vocab.hash() != state.vocab_hash || vocab.len() != state.vocab_size {
+        return Err(Error::conflict(&dir, "the run's vocabulary does not match the checkpoint's"));
+    }
+    let model: CellEncoder<B> = state.model.init(vocab.len(), device);
+    let model = model
+        .load_file(dir.join(MODEL_FILE), &BinFileRecorder::<FullPrecisionSettings>::new(), device)
+        .map_err(|e| Error::format(dir.join(MODEL_FILE), format!("cannot load the model: {e}")))?;
+    Ok(LoadedModel { model, state, vocab })
+}
+
+pub(super) struct BurnVectors {
+    loaded: LoadedModel<CpuBackend>,
+    pooling: Pooling,
+    layer: usize,
+}
+
+impl BurnVectors {
+    pub(super) fn open(path: &Path, pooling: Option<Pooling>, layer: i64) -> Result<Self> {
+        let loaded = load_checkpoint::<CpuBackend>(path, &Default::default())?;
+        let n_layers = loaded.state.model.layers as i64;
+        let resolved = if layer < 0 { n_layers + 1 + layer } else { layer };
+        if !(0..=n_layers).contains(&resolved) {
+            return Err(Error::Usage(format!(
+                "--layer {layer} is outside the model's 0..={n_layers} (or −1..=−{})",
+                n_layers + 1
+            )));
+        }
+        let pooling = pooling.unwrap_or_default();
+        if pooling == Pooling::Cls && loaded.state.layout.cls.is_none() {
+            return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
+        }
+        Ok(Self { loaded, pooling, layer: resolved as usize })
+    }
+}
+
+impl CellVectors for BurnVectors {
+    fn name(&self) -> &'static str {
+        "burn"
+    }
+
+    fn vocab(&self) -> &Vocabulary {
+        &self.loaded.vocab
+    }
+
+    fn layout(&self) -> SequenceLayout {
+        inference_layout(self.loaded.state.layout, self.loaded.state.max_len())
+    }
+
+    fn dim(&self) -> usize {
+        self.loaded.state.model.hidden
+    }
+
+    fn layer(&self) -> usize {
+        self.layer
+    }
+
+    fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        let device = Default::default();
+        let m = &self.loaded;
+        let shape = [batch.rows, batch.len];
+        let pad: Vec<bool> = batch.attention_mask.iter().map(|&k| k == 0).collect();
+        let weights: Vec<f32> = batch
+            .input_ids
+            .iter()
+            .zip(&batch.attention_mask)
+            .enumerate()
+            .map(|(i, (&t, &k))| {
+                let t = t as u32;
+                let use_it = k == 1
+                    && match self.pooling {
+                        Pooling::Mean => m.vocab.is_gene(t),
+                        Pooling::Cls => Some(t) == m.vocab.cls && i % batch.len == 0,
+                    };
+                f32::from(u8::from(use_it))
+            })
+            .collect();
+        let input = Tensor::<CpuBackend, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
+        let pad = Tensor::<CpuBackend, 2, Bool>::from_data(TensorData::new(pad, shape), &device);
+        let weights = Tensor::<CpuBackend, 2>::from_data(TensorData::new(weights, shape), &device);
+        let states = m.model.states_after(input, pad, self.layer);
+        CellEncoder::mean_pool(states, weights)
+            .into_data()
+            .to_vec()
+            .map_err(|e| Error::Runtime(format!("burn forward: {e:?}")))
+    }
+}

@@ -1,0 +1,247 @@
+//! `export onnx`: the exported graph computes what the burn model computes (max abs diff ≤ 1e-4
+//! on both outputs, padded batches of real cells of several lengths) under tract (pure Rust) and
+//! under Python's onnxruntime; the metadata and vocabulary sidecar round-trip; broken models and
+//! sidecars fail with messages that name the file.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use common::*;
+use corrflow::train::CpuBackend;
+use tract_onnx::prelude::*;
+
+const TOL: f32 = 1e-4;
+
+/// A briefly trained tiny model on the bundled cells, exported once per test binary.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    corpus: PathBuf,
+    run: PathBuf,
+    model: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let (corpus, run, model) = exported_tiny_model(dir.path());
+        Fixture { _dir: dir, corpus, run, model }
+    })
+}
+
+/// A padded batch of real cells cut to different lengths: (ids, attention mask, batch, seq).
+fn padded_batch(f: &Fixture, pad: u32) -> (Vec<i64>, Vec<i64>, usize, usize) {
+    let cells = atlas_tokens(&f.corpus, "pbmc");
+    let lengths = [256usize, 131, 37, 5, 1, 200];
+    let seq = *lengths.iter().max().unwrap();
+    let (mut ids, mut mask) = (vec![i64::from(pad); lengths.len() * seq], vec![0i64; lengths.len() * seq]);
+    for (r, (&len, (_, tokens))) in lengths.iter().zip(cells.iter().skip(3)).enumerate() {
+        for (c, &t) in tokens.iter().take(len).enumerate() {
+            ids[r * seq + c] = i64::from(t);
+            mask[r * seq + c] = 1;
+        }
+    }
+    (ids, mask, lengths.len(), seq)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn tract_runs_the_exported_graph_with_burns_outputs_on_padded_batches() {
+    let f = fixture();
+    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let (ids, mask, batch, seq) = padded_batch(f, exported.meta.pad);
+    let (hidden, pooled) = burn_outputs(&f.run, &ids, &mask, batch, seq);
+    // Two different shapes through one model: the batch and sequence axes are dynamic.
+    for (b, s) in [(batch, seq), (2, 37)] {
+        let (ids, mask): (Vec<i64>, Vec<i64>) = if (b, s) == (batch, seq) {
+            (ids.clone(), mask.clone())
+        } else {
+            let pick = |v: &[i64]| (0..b).flat_map(|r| v[(r + 2) * seq..(r + 2) * seq + s].to_vec()).collect();
+            (pick(&ids), pick(&mask))
+        };
+        let model = tract_onnx::onnx()
+            .model_for_path(&f.model)
+            .unwrap()
+            .with_input_fact(0, i64::fact([b, s]).into())
+            .unwrap()
+            .with_input_fact(1, i64::fact([b, s]).into())
+            .unwrap()
+            .into_optimized()
+            .unwrap()
+            .into_runnable()
+            .unwrap();
+        let t =
+            |v: Vec<i64>| -> TValue { tract_ndarray::Array2::from_shape_vec((b, s), v).unwrap().into_tensor().into() };
+        let out = model.run(tvec!(t(ids.clone()), t(mask.clone()))).unwrap();
+        let h: Vec<f32> = out[0].to_plain_array_view::<f32>().unwrap().iter().copied().collect();
+        let e: Vec<f32> = out[1].to_plain_array_view::<f32>().unwrap().iter().copied().collect();
+        assert_eq!(out[0].shape(), &[b, s, 64]);
+        assert_eq!(out[1].shape(), &[b, 64]);
+        let (want_h, want_e) = burn_outputs(&f.run, &ids, &mask, b, s);
+        let (dh, de) = (max_abs_diff(&h, &want_h), max_abs_diff(&e, &want_e));
+        eprintln!("tract {b}x{s}: max abs diff last_hidden_state {dh:e}, cell_embedding {de:e}");
+        assert!(dh <= TOL && de <= TOL, "{b}x{s}: last_hidden_state diff {dh}, cell_embedding diff {de}");
+        if (b, s) == (batch, seq) {
+            assert_eq!((want_h, want_e), (hidden.clone(), pooled.clone()));
+        }
+    }
+}
+
+#[test]
+fn python_onnxruntime_agrees_with_burn_and_reads_the_metadata() {
+    let Some(py) = python() else { return };
+    let f = fixture();
+    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let (ids, mask, batch, seq) = padded_batch(f, exported.meta.pad);
+    let (hidden, pooled) = burn_outputs(&f.run, &ids, &mask, batch, seq);
+    let tmp = tempfile::tempdir().unwrap();
+    let case = tmp.path().join("case.json");
+    let json = serde_json::json!({
+        "shape": [batch, seq], "input_ids": ids, "attention_mask": mask,
+        "last_hidden_state": hidden, "cell_embedding": pooled,
+    });
+    std::fs::write(&case, json.to_string()).unwrap();
+    let out = run_python(&py, "onnx_parity.py", &[f.model.to_str().unwrap(), case.to_str().unwrap()]);
+    assert!(out.status.success(), "onnx_parity.py failed: {}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_str(stdout(&out).trim().lines().last().unwrap()).unwrap();
+    let (dh, de) = (r["last_hidden_state"].as_f64().unwrap(), r["cell_embedding"].as_f64().unwrap());
+    assert!(dh <= f64::from(TOL) && de <= f64::from(TOL), "onnxruntime diffs: {r}");
+    assert_eq!(r["vocab_hash"], exported.meta.vocab_hash.as_str());
+    assert_eq!(r["opset"], 17);
+    assert_eq!(r["dynamic_axes"], true);
+}
+
+#[test]
+fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly() {
+    let f = fixture();
+    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let ckpt = corrflow::embed::load_checkpoint::<CpuBackend>(&f.run, &Default::default()).unwrap();
+    assert_eq!(exported.meta.vocab_hash, ckpt.vocab.hash());
+    assert_eq!(exported.meta.model, ckpt.state.model);
+    assert_eq!(exported.meta.max_len, 256);
+    assert_eq!(exported.vocab.len(), ckpt.vocab.len());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = |name: &str| {
+        let p = tmp.path().join(name).join("model.onnx");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::copy(&f.model, &p).unwrap();
+        p
+    };
+    // Truncated model file.
+    let truncated = copy("truncated");
+    let bytes = std::fs::read(&truncated).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let e = corrflow::export::open_exported(&truncated).err().unwrap().to_string();
+    assert!(e.contains("model.onnx") && e.contains("not an ONNX model"), "{e}");
+    // No sidecar.
+    let lonely = copy("lonely");
+    let e = corrflow::export::open_exported(&lonely).err().unwrap().to_string();
+    assert!(e.contains("model.vocab") && e.contains("missing"), "{e}");
+    // A sidecar whose medians were edited.
+    let other = copy("other");
+    exported.vocab.write_dir(&corrflow::export::vocab_sidecar(&other)).unwrap();
+    let medians = corrflow::export::vocab_sidecar(&other).join(corrflow::vocab::MEDIAN_FILE);
+    let text = std::fs::read_to_string(&medians).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.remove(1);
+    std::fs::write(&medians, lines.join("\n")).unwrap();
+    let e = corrflow::export::open_exported(&other).err().unwrap().to_string();
+    assert!(e.contains("does not match"), "{e}");
+    // Not a checkpoint.
+    let out = corrflow(&["export", "onnx", "--checkpoint", tmp.path().to_str().unwrap(), "--out", "x.onnx"]);
+    assert!(!out.status.success());
+    assert!(!Path::new("x.onnx").exists());
+}
+
+/// cell_id → embedding of an `embed` Parquet output.
+fn read_embeddings(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
+    use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
+    let f = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+    let mut out = std::collections::HashMap::new();
+    for rb in reader {
+        let rb = rb.unwrap();
+        let ids = rb.column_by_name("cell_id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let emb =
+            rb.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
+        for i in 0..rb.num_rows() {
+            let v = emb.value(i);
+            let v = v.as_any().downcast_ref::<Float32Array>().unwrap();
+            out.insert(ids.value(i).to_string(), v.values().to_vec());
+        }
+    }
+    out
+}
+
+#[test]
+fn embed_with_the_onnx_model_matches_embed_with_the_checkpoint() {
+    let f = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = bundled();
+    let mut got = Vec::new();
+    for (flag, source, name) in [("--checkpoint", &f.run, "burn"), ("--model", &f.model, "onnxruntime")] {
+        let out = tmp.path().join(format!("{name}.parquet"));
+        let s = ok_json(&corrflow(&[
+            "embed",
+            "--json",
+            flag,
+            source.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--gene-column",
+            "gene_ids",
+            "--token-budget",
+            "3000",
+            "--out",
+            out.to_str().unwrap(),
+        ]));
+        assert_eq!(s["encoder"], name);
+        assert_eq!(s["cells"], 1000);
+        got.push(read_embeddings(&out));
+    }
+    assert_eq!(got[0].len(), 1000);
+    let mut worst = 0f32;
+    for (id, a) in &got[0] {
+        worst = worst.max(max_abs_diff(a, &got[1][id]));
+    }
+    assert!(worst <= TOL, "embed --model differs from embed --checkpoint by {worst}");
+    // Options that only apply to checkpoints are refused for exported models.
+    let out = corrflow(&[
+        "embed",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        "x.parquet",
+        "--layer",
+        "1",
+    ]);
+    assert!(!out.status.success() && stderr(&out).contains("--layer applies to checkpoints"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_missing_onnx_runtime_library_is_reported_with_every_place_tried() {
+    let f = fixture();
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow"))
+        .args(["embed", "--model", f.model.to_str().unwrap(), "--input", bundled().to_str().unwrap(), "--out"])
+        .arg(empty.path().join("x.parquet"))
+        .env("ORT_DYLIB_PATH", "/nonexistent/libonnxruntime.so")
+        .env("CORRFLOW_CACHE", empty.path())
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(e.contains("ORT_DYLIB_PATH: /nonexistent/libonnxruntime.so (no such file)"), "{e}");
+    assert!(e.contains("corrflow cache") && e.contains("fetch-onnxruntime.sh"), "{e}");
+    assert!(!empty.path().join("x.parquet").exists());
+}

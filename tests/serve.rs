@@ -1,0 +1,308 @@
+//! `serve` over loopback: embeddings equal the offline runtime's for token ids and for raw
+//! counts; concurrent clients each get their own cells back; every error status (401, 404, 413,
+//! 422, 429, 503) comes with a JSON message; overload gives 429s and no crash; metrics count it
+//! all; SIGTERM shuts down gracefully with a summary.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    corpus: PathBuf,
+    model: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let (corpus, _run, model) = exported_tiny_model(dir.path());
+        Fixture { _dir: dir, corpus, model }
+    })
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_corrflow"));
+        cmd.args(["serve", "--json", "--model", model.to_str().unwrap(), "--addr", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("corrflow serve: listening on ") {
+                    let _ = tx.send(url.to_string());
+                }
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let url = rx.recv_timeout(Duration::from_secs(60)).expect("server did not report its address");
+        Server { child, url, log }
+    }
+
+    fn wait_ready(&self) {
+        let start = Instant::now();
+        while get(&format!("{}/health", self.url), None).0 != 200 {
+            assert!(start.elapsed() < Duration::from_secs(60), "not ready: {}", self.log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then the exit status and stdout.
+    fn terminate(mut self) -> (bool, String) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn respond(r: Result<ureq::Response, ureq::Error>) -> (u16, String) {
+    match r {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+fn get(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = ureq::get(url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    match req.call() {
+        Err(ureq::Error::Transport(_)) => (0, String::new()),
+        r => respond(r),
+    }
+}
+
+fn post(url: &str, body: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = ureq::post(url).set("Content-Type", "application/json");
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    respond(req.send_string(body))
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+/// Real cells' tokens, cut to the model's input layout.
+fn cells(f: &Fixture, n: usize) -> Vec<Vec<u32>> {
+    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let keep = exported.meta.tokenize_layout().max_genes;
+    atlas_tokens(&f.corpus, "pbmc").into_iter().take(n).map(|(_, t)| t.into_iter().take(keep).collect()).collect()
+}
+
+/// The runtime's embeddings of `cells`, each run alone (no batching, no padding).
+fn offline(f: &Fixture, cells: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    let mut enc = corrflow::runtime::OrtEncoder::open(&f.model, &Default::default()).unwrap();
+    let pad = enc.vocab.pad;
+    cells.iter().map(|c| enc.embed(&corrflow::runtime::PaddedBatch::new([c.as_slice()], pad)).unwrap()).collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn embeddings(body: &str) -> Vec<Vec<f32>> {
+    serde_json::from_value(json(body)["embeddings"].clone()).unwrap()
+}
+
+#[test]
+fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_clients() {
+    let f = fixture();
+    let server = Server::start(&f.model, &[], &[]);
+    server.wait_ready();
+    let url = format!("{}/v1/embed", server.url);
+    let cells = cells(f, 24);
+    let want = offline(f, &cells);
+
+    // Token ids, several cells of different lengths padded together.
+    let body = serde_json::json!({"input_ids": cells[..6]}).to_string();
+    let (status, text) = post(&url, &body, None);
+    assert_eq!(status, 200, "{text}");
+    let r = json(&text);
+    assert_eq!(r["dim"], 64);
+    assert_eq!(r["model"], "model");
+    for (got, want) in embeddings(&text).iter().zip(&want) {
+        assert!(max_diff(got, want) <= 1e-4);
+    }
+
+    // Raw counts: genes and counts that tokenize to a known sequence (descending counts over
+    // genes with equal medians would be fragile; use the tokenizer's own contract instead).
+    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let vocab = &exported.vocab;
+    let genes: Vec<String> = cells[0].iter().map(|&t| vocab.token(t).unwrap().to_string()).collect();
+    let counts: Vec<f64> = (0..genes.len()).map(|i| 1.0 + (i % 7) as f64).collect();
+    let mut with_unknown = genes.clone();
+    with_unknown.push("NOT_A_GENE".into());
+    let mut counts_unknown = counts.clone();
+    counts_unknown.push(3.0);
+    let expected = corrflow::tokenize::tokenize_named_cell(
+        vocab,
+        &exported.meta.tokenize_layout(),
+        &with_unknown,
+        &counts_unknown,
+    )
+    .unwrap();
+    let body = serde_json::json!({"cells": [{"genes": with_unknown, "counts": counts_unknown}]}).to_string();
+    let (status, text) = post(&url, &body, None);
+    assert_eq!(status, 200, "{text}");
+    let r = json(&text);
+    assert_eq!(r["unknown_genes"], serde_json::json!([1]));
+    assert_eq!(r["tokens"], serde_json::json!([expected.tokens.len()]));
+    let want_counts = offline(f, &[expected.tokens]);
+    assert!(max_diff(&embeddings(&text)[0], &want_counts[0]) <= 1e-4);
+
+    // Concurrent clients: each gets its own cells back, whatever batches they were put in.
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (url, cells, want) = (&url, &cells, &want);
+            s.spawn(move || {
+                for k in 0..5 {
+                    let pick: Vec<usize> = (0..3).map(|j| (t * 3 + k + j * 5) % cells.len()).collect();
+                    let ids: Vec<&Vec<u32>> = pick.iter().map(|&i| &cells[i]).collect();
+                    let (status, text) = post(url, &serde_json::json!({"input_ids": ids}).to_string(), None);
+                    assert_eq!(status, 200, "{text}");
+                    for (got, &i) in embeddings(&text).iter().zip(&pick) {
+                        assert!(max_diff(got, &want[i]) <= 1e-4, "client {t} request {k}: cell {i} differs");
+                    }
+                }
+            });
+        }
+    });
+
+    let (status, info) = get(&format!("{}/info", server.url), None);
+    assert_eq!(status, 200);
+    assert_eq!(json(&info)["vocab"]["hash"], exported.meta.vocab_hash.as_str());
+    let (status, spec) = get(&format!("{}/openapi.json", server.url), None);
+    assert_eq!(status, 200);
+    let spec = json(&spec);
+    for path in ["/v1/embed", "/health", "/info", "/metrics", "/openapi.json"] {
+        assert!(spec["paths"].get(path).is_some(), "openapi.json lacks {path}");
+    }
+    let (_, metrics) = get(&format!("{}/metrics", server.url), None);
+    assert!(metrics.contains("corrflow_http_requests_total{endpoint=\"/v1/embed\",status=\"200\"} 42"), "{metrics}");
+    assert!(metrics.contains("corrflow_cells_embedded_total 127"), "{metrics}");
+    assert!(metrics.contains("corrflow_batch_cells_bucket"));
+    assert!(metrics.contains("corrflow_http_request_duration_seconds_bucket"));
+    let (ok, stdout) = server.terminate();
+    assert!(ok, "serve did not exit cleanly on SIGTERM");
+    let summary = json(stdout.trim().lines().last().unwrap());
+    assert_eq!(summary["requests"], 42);
+    assert_eq!(summary["cells"], 127);
+}
+
+#[test]
+fn every_error_status_has_a_json_message() {
+    let f = fixture();
+    let server = Server::start(
+        &f.model,
+        &["--max-body-bytes", "2000", "--max-cells", "2", "--token", "s3cret"],
+        &[("CORRFLOW_TEST_LOAD_DELAY_MS", "1500")],
+    );
+    let url = format!("{}/v1/embed", server.url);
+    let auth = Some("s3cret");
+    // Loading: 503 from /health and /v1/embed.
+    assert_eq!(get(&format!("{}/health", server.url), None).0, 503);
+    let (status, text) = post(&url, r#"{"input_ids":[[5]]}"#, auth);
+    assert_eq!(status, 503, "{text}");
+    assert!(json(&text)["error"]["message"].as_str().unwrap().contains("loading"));
+    server.wait_ready();
+    for (body, token, status, needle) in [
+        (r#"{"input_ids":[[5,6]]}"#.to_string(), None, 401, "bearer token"),
+        (r#"{"input_ids":[[5,6]]}"#.to_string(), Some("wrong"), 401, "bearer token"),
+        ("{".repeat(3000), auth, 413, "length limit"),
+        (r#"{"input_ids":[[5],[6],[7]]}"#.to_string(), auth, 413, "limit is 2"),
+        ("[1,2".to_string(), auth, 422, "invalid request body"),
+        (r#"{"input_ids":[[999999]]}"#.to_string(), auth, 422, "outside the vocabulary"),
+        (r#"{"cells":[{"genes":["TSPAN6"],"counts":[-1]}]}"#.to_string(), auth, 422, "finite"),
+        (r#"{"cells":[{"genes":["nope"],"counts":[1]}]}"#.to_string(), auth, 422, "no expressed gene"),
+    ] {
+        let (got, text) = post(&url, &body, token);
+        assert_eq!(got, status, "{body:.60}: {text}");
+        let msg = json(&text)["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.contains(needle), "{body:.60}: {msg}");
+    }
+    assert_eq!(post(&url, r#"{"input_ids":[[5,6]]}"#, auth).0, 200);
+    assert_eq!(get(&format!("{}/nope", server.url), auth).0, 404);
+    assert_eq!(get(&format!("{}/health", server.url), None).0, 200, "/health needs no token");
+    assert_eq!(get(&format!("{}/metrics", server.url), None).0, 401);
+    let (_, m) = get(&format!("{}/metrics", server.url), auth);
+    assert!(m.contains("status=\"422\"} 4") && m.contains("status=\"401\"} 2"), "{m}");
+}
+
+#[test]
+fn overload_gets_429s_and_the_server_keeps_serving() {
+    let f = fixture();
+    let server = Server::start(&f.model, &["--max-queue", "1", "--batch-wait-ms", "0", "--token-budget", "512"], &[]);
+    server.wait_ready();
+    let url = format!("{}/v1/embed", server.url);
+    let cells = cells(f, 64);
+    let body = serde_json::json!({"input_ids": cells}).to_string();
+    let statuses = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..12 {
+            s.spawn(|| {
+                for _ in 0..4 {
+                    let (status, text) = post(&url, &body, None);
+                    assert!(status == 200 || status == 429, "{status}: {text}");
+                    if status == 429 {
+                        assert!(json(&text)["error"]["message"].as_str().unwrap().contains("queue is full"));
+                    }
+                    statuses.lock().unwrap().push(status);
+                }
+            });
+        }
+    });
+    let statuses = statuses.into_inner().unwrap();
+    let rejected = statuses.iter().filter(|&&s| s == 429).count();
+    assert!(rejected > 0, "48 concurrent requests against a queue of 1 were all accepted");
+    assert!(rejected < statuses.len(), "every request was rejected");
+    // Still alive and correct.
+    let (status, text) = post(&url, &serde_json::json!({"input_ids": [&cells[0]]}).to_string(), None);
+    assert_eq!(status, 200);
+    assert!(max_diff(&embeddings(&text)[0], &offline(f, &cells[..1])[0]) <= 1e-4);
+    let (_, m) = get(&format!("{}/metrics", server.url), None);
+    assert!(m.contains(&format!("status=\"429\"}} {rejected}")), "{m}");
+}
+
+#[test]
+fn a_model_that_cannot_load_stops_the_server_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bogus = tmp.path().join("model.onnx");
+    std::fs::write(&bogus, b"not a model").unwrap();
+    let out = corrflow(&["serve", "--model", bogus.to_str().unwrap(), "--addr", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not an ONNX model"), "{}", stderr(&out));
+}

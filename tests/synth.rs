@@ -18,7 +18,8 @@ fn structure_recovery_co_occurrence_beats_adjacency() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("synth");
     let cfg = preset();
-    let o = corrflow(&["synth", "structure", "--json", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o =
+        corrflow(&["synth", "structure", "--json", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     let j = ok_json(&o);
     assert_eq!(j["experiment"], "structure");
     assert_eq!((j["genes"].as_u64(), j["cells"].as_u64(), j["top_k"].as_u64()), (Some(1000), Some(1000), Some(100)));

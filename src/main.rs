@@ -26,7 +26,7 @@ fn update_line(s: &corrflow::graph::UpdateSummary) -> String {
         return format!("{}: {}", s.command, s.change);
     }
     let mut line = format!(
-        "{} ({}): {} edges from {} cells; +{} -{} ~{} edges (delta {}); drift mean {:.4} max {:.4}{}",
+        "{} ({}): {} edges from {} cells; +{} -{} ~{} edges (delta {}); drift mean {:.4} max {:.4}, {} genes outside the graph vocabulary{}",
         s.command,
         s.change,
         s.edges,
@@ -37,10 +37,13 @@ fn update_line(s: &corrflow::graph::UpdateSummary) -> String {
         s.delta.as_deref().unwrap_or("-"),
         s.drift.mean_ks,
         s.drift.max_ks,
+        s.drift.vocab_missing.map_or("?".to_string(), |m| m.to_string()),
         if s.rebased { "; rebased" } else { "" }
     );
     if s.rebase_recommended && !s.rebased {
-        line.push_str("\nrebase recommended: drift is above graph.rebase_drift (run `corrflow graph rebase`)");
+        line.push_str(
+            "\nrebase recommended: drift is above graph.rebase_drift, or more genes than graph.rebase_vocab would enter the graph vocabulary (run `corrflow graph rebase`)",
+        );
     }
     line
 }

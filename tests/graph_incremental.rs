@@ -214,6 +214,11 @@ fn kang_interferon_shift_stays_close_to_the_exact_graph() {
         genes_a.contains(&e.0) && genes_a.contains(&e.1) && genes_b.contains(&e.0) && genes_b.contains(&e.1)
     });
     println!("Jaccard incremental vs exact: {all:.3} over all edges, {common:.3} over genes in both vocabularies");
+    // The state counts every gene's presence: the vocabulary drift it reports is exactly the
+    // genes of the exact graph that the frozen vocabulary lacks.
+    let entering = genes_b.difference(&genes_a).count();
+    assert!(entering > 0, "stim brings interferon genes into the top genes");
+    assert_eq!(u["drift"]["vocab_missing"].as_u64(), Some(entering as u64), "{u}");
     // The frozen graph vocabulary (top genes of ctrl) differs from the exact one in ~7% of
     // genes; on the genes both graphs have, the frozen rank maps keep the edge set.
     assert!(common >= 0.90, "Jaccard on common genes {common}");

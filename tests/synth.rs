@@ -77,6 +77,8 @@ fn modularity_sweep_scaled_down_has_the_documented_json() {
     }
     assert_eq!(j["runs"].as_array().unwrap().len(), 4);
     assert!(out.join("modularity.json").exists());
+    let journal = std::fs::read_to_string(out.join("modularity.runs.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), 4, "one journal line per finished run");
     assert!(std::fs::read_to_string(out.join("modularity.svg")).unwrap().starts_with("<svg"));
 }
 
@@ -91,8 +93,8 @@ fn bad_synth_flags_fail_clearly() {
 }
 
 /// The paper's full sweep (5 γ × 5 trials × 2 strategies × 2 background readings, 50 epochs):
-/// correlation masking should not lose at γ = 1. Minutes of CPU: `cargo test --release --test
-/// synth -- --ignored`.
+/// with Exp(0.1) read as the mean, correlation masking wins at γ = 1 (REPORT.md §2). About 1.5 h
+/// on 2 cores: `cargo test --release --test synth -- --ignored`.
 #[test]
 #[ignore]
 fn modularity_full_sweep() {
@@ -100,8 +102,6 @@ fn modularity_full_sweep() {
     let j = ok_json(&corrflow(&["synth", "modularity", "--json", "--config", cfg.to_str().unwrap()]));
     let rows = j["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 10);
-    for row in rows.iter().filter(|r| r["gamma"].as_f64() == Some(1.0)) {
-        eprintln!("{row}");
-        assert!(row["gain"]["mean"].as_f64().unwrap() > -0.02, "{row}");
-    }
+    let row = rows.iter().find(|r| r["gamma"].as_f64() == Some(1.0) && r["background"] == "mean").unwrap();
+    assert!(row["gain"]["mean"].as_f64().unwrap() > 0.05, "{row}");
 }

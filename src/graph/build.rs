@@ -175,6 +175,8 @@ pub struct BuildParts {
     pub hist: ScoreHistograms,
     pub maps: RankMaps,
     pub scored: Vec<ScoredCell>,
+    /// Cells each gene is present in (indexed by token id; 0 for special tokens).
+    pub presence: Vec<u64>,
     /// Included atlases (name, directory), sorted by name.
     pub atlases: Vec<(String, PathBuf)>,
 }
@@ -201,7 +203,12 @@ pub fn build_exact(
     for i in 0..cells.len() {
         count_presence(cells.cell(i), params.l_max, &mut presence);
     }
-    let gv = GraphVocab::select(&presence, params.min_presence, params.max_genes, |t| vocab.is_gene(t));
+    for (t, p) in presence.iter_mut().enumerate() {
+        if !vocab.is_gene(t as u32) {
+            *p = 0;
+        }
+    }
+    let gv = GraphVocab::select(&presence, params.min_presence, params.max_genes, |_| true);
     let g = gv.len();
     let scored: Vec<ScoredCell> = (0..cells.len())
         .into_par_iter()
@@ -290,7 +297,7 @@ pub fn build_exact(
         seconds_local,
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
-    let parts = BuildParts { vocab: gv, hist, maps, scored, atlases: names.into_iter().zip(dirs).collect() };
+    let parts = BuildParts { vocab: gv, hist, maps, scored, presence, atlases: names.into_iter().zip(dirs).collect() };
     Ok((graph, summary, parts))
 }
 

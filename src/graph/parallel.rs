@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use corrflow_operators::graph::{GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
+use corrflow_operators::graph::{count_presence, GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
 use serde::{Deserialize, Serialize};
 use timely::dataflow::operators::{Exchange, Input, Inspect, Probe};
 use timely::dataflow::InputHandle;
@@ -55,6 +55,15 @@ struct Partial {
     co: Vec<i64>,
     yp: Vec<i128>,
     y2p: Vec<i128>,
+    /// Cells each gene (token id) is present in, over all genes of the vocabulary.
+    presence: Vec<i64>,
+}
+
+/// An atlas' statistics under the state's maps, and the presence of every gene in it.
+pub struct AtlasStatistics {
+    pub hist: ScoreHistograms,
+    pub sums: PairSums,
+    pub presence: Vec<i64>,
 }
 
 /// What each worker needs: the vocabulary, the graph's genes and frozen maps, and the shards.
@@ -69,7 +78,7 @@ pub struct StatsJob {
 }
 
 /// Statistics of the atlas' cells summed over all workers: `Some` on process 0's first worker.
-pub fn cluster_statistics(cluster: &Cluster, job: StatsJob) -> Result<Option<(ScoreHistograms, PairSums)>> {
+pub fn cluster_statistics(cluster: &Cluster, job: StatsJob) -> Result<Option<AtlasStatistics>> {
     let job = Arc::new(job);
     let guards = timely::execute(cluster.config()?, move |worker| -> Result<Option<Partial>> {
         let (index, peers) = (worker.index(), worker.peers());
@@ -111,10 +120,11 @@ pub fn cluster_statistics(cluster: &Cluster, job: StatsJob) -> Result<Option<(Sc
     }
     Ok(result.map(|p| {
         let (g, l) = (p.co.len().isqrt(), p.hist.len() / p.co.len().isqrt().max(1));
-        (
-            ScoreHistograms { l_max: l, n_genes: g, n_cells: p.n_cells, counts: p.hist },
-            PairSums { n_genes: g, n_cells: p.n_cells, yy: p.yy, co: p.co, yp: p.yp, y2p: p.y2p },
-        )
+        AtlasStatistics {
+            hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: p.n_cells, counts: p.hist },
+            sums: PairSums { n_genes: g, n_cells: p.n_cells, yy: p.yy, co: p.co, yp: p.yp, y2p: p.y2p },
+            presence: p.presence,
+        }
     }))
 }
 
@@ -124,7 +134,9 @@ fn partial_of(job: &StatsJob, shards: &[usize]) -> Result<Partial> {
     let cells = load_shard_cells(&job.atlas_dir, shards, &job.vocab, l)?;
     let mut hist = ScoreHistograms::new(g, l);
     let mut scored = Vec::with_capacity(cells.len());
+    let mut presence = vec![0u64; job.vocab.len()];
     for i in 0..cells.len() {
+        count_presence(cells.cell(i), l, &mut presence);
         let mut c = ScoredCell::default();
         job.genes.score(cells.cell(i), l, &mut c);
         hist.add_cell(&c, 1);
@@ -132,12 +144,23 @@ fn partial_of(job: &StatsJob, shards: &[usize]) -> Result<Partial> {
     }
     let mut sums = PairSums::new(g);
     sums.add_cells(&scored, &job.maps, 1, job.gemm_threads);
-    Ok(Partial { n_cells: hist.n_cells, hist: hist.counts, yy: sums.yy, co: sums.co, yp: sums.yp, y2p: sums.y2p })
+    let presence =
+        presence.iter().enumerate().map(|(t, &p)| if job.vocab.is_gene(t as u32) { p as i64 } else { 0 }).collect();
+    Ok(Partial {
+        n_cells: hist.n_cells,
+        hist: hist.counts,
+        yy: sums.yy,
+        co: sums.co,
+        yp: sums.yp,
+        y2p: sums.y2p,
+        presence,
+    })
 }
 
 fn add(t: &mut Partial, p: &Partial) {
     t.n_cells += p.n_cells;
     t.hist.iter_mut().zip(&p.hist).for_each(|(a, b)| *a += b);
+    t.presence.iter_mut().zip(&p.presence).for_each(|(a, b)| *a += b);
     t.co.iter_mut().zip(&p.co).for_each(|(a, b)| *a += b);
     for (a, b) in [(&mut t.yy, &p.yy), (&mut t.yp, &p.yp), (&mut t.y2p, &p.y2p)] {
         a.iter_mut().zip(b).for_each(|(x, y)| *x += y);

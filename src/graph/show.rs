@@ -49,12 +49,14 @@ pub fn show_graph(
         let d = &state.drift;
         let _ = writeln!(
             out,
-            "incremental state: {} atlases ({} at the last rebase); drift mean KS {:.4}, max {:.4} (rebase recommended above {})",
+            "incremental state: {} atlases ({} at the last rebase); drift mean KS {:.4}, max {:.4} (rebase recommended above {}); {} genes would enter the graph vocabulary at a rebase (recommended above {:.0}% of it)",
             state.atlases.len(),
             state.rebase_atlases.len(),
             d.mean_ks,
             d.max_ks,
-            state.params.rebase_drift
+            state.params.rebase_drift,
+            d.vocab_missing.map_or("?".to_string(), |m| m.to_string()),
+            100.0 * state.params.rebase_vocab
         );
     }
     if let Some(name) = gene {

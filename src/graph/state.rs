@@ -62,16 +62,32 @@ pub struct GraphState {
     pub sums: PairSums,
     /// The candidate records of the current sums (input of the next update's dataflow).
     pub candidates: Vec<Candidate>,
+    /// Cells each gene of the corpus vocabulary is present in (token id → count), for every gene
+    /// and not only the graph's: what the graph vocabulary would be now. `None` in states
+    /// written before it was kept.
+    pub presence: Option<Vec<i64>>,
 }
 
 const CANDIDATES_BIN: &str = "candidates.bin";
+const PRESENCE_BIN: &str = "presence.bin";
 
-/// How far the current score distributions have moved from the frozen rank maps:
-/// Kolmogorov–Smirnov distance per gene between the current and the rebase CDF of its scores.
+/// How far the current data have moved from the state's frozen parts: per gene, the
+/// Kolmogorov–Smirnov distance between the current and the rebase CDF of its scores; and the
+/// genes that the graph vocabulary rule would pick now but the state has no statistics for
+/// (they enter the graph only at a rebase).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Drift {
     pub mean_ks: f64,
     pub max_ks: f64,
+    #[serde(default)]
+    pub vocab_missing: Option<usize>,
+}
+
+impl Drift {
+    /// The share of the graph vocabulary that a rebase would replace (0 when unknown).
+    pub fn vocab_share(&self, genes: usize) -> f64 {
+        self.vocab_missing.map_or(0.0, |m| m as f64 / genes.max(1) as f64)
+    }
 }
 
 impl GraphState {
@@ -107,9 +123,19 @@ impl GraphState {
             maps: parts.maps.clone(),
             sums,
             candidates: Vec::new(),
+            presence: Some(parts.presence.iter().map(|&p| p as i64).collect()),
         };
         state.refresh_candidates(&state.correlations());
         state
+    }
+
+    /// Adds (`sign` 1) or subtracts (−1) an atlas' statistics.
+    pub fn merge(&mut self, stats: &super::parallel::AtlasStatistics, sign: i64) {
+        self.hist.merge(&stats.hist, sign);
+        self.sums.merge(&stats.sums, sign);
+        if let Some(p) = self.presence.as_mut() {
+            p.iter_mut().zip(&stats.presence).for_each(|(a, b)| *a += sign * b);
+        }
     }
 
     /// Recomputes the candidate records from correlations of the current sums.
@@ -138,7 +164,13 @@ impl GraphState {
             ks.push(worst);
         }
         let mean_ks = ks.iter().sum::<f64>() / ks.len().max(1) as f64;
-        Drift { mean_ks, max_ks: ks.iter().copied().fold(0.0, f64::max) }
+        let vocab_missing = self.presence.as_ref().map(|presence| {
+            let p = &self.info.params;
+            let counts: Vec<u64> = presence.iter().map(|&c| c.max(0) as u64).collect();
+            let now = GraphVocab::select(&counts, p.min_presence, p.max_genes, |_| true);
+            now.tokens().iter().filter(|&&t| self.vocab.index(t).is_none()).count()
+        });
+        Drift { mean_ks, max_ks: ks.iter().copied().fold(0.0, f64::max), vocab_missing }
     }
 
     /// Whether the sums are exactly those of the last rebase (the same atlases, added and
@@ -243,6 +275,10 @@ impl GraphState {
             raw.extend_from_slice(&co.to_le_bytes());
         }
         crate::util::atomic::write_atomic(&dir.join(CANDIDATES_BIN), &raw)?;
+        if let Some(presence) = &self.presence {
+            let raw: Vec<u8> = presence.iter().flat_map(|c| c.to_le_bytes()).collect();
+            crate::util::atomic::write_atomic(&dir.join(PRESENCE_BIN), &raw)?;
+        }
         let mut info = self.info.clone();
         info.drift = self.drift();
         write_json_atomic(&dir.join(STATE_JSON), &info)
@@ -306,8 +342,18 @@ impl GraphState {
             .chunks_exact(24)
             .map(|r| (word(&r[0..4]), ((wide(&r[4..12]), word(&r[12..16])), wide(&r[16..24]) as i64)))
             .collect();
+        let ppath = dir.join(PRESENCE_BIN);
+        let presence = match std::fs::read(&ppath) {
+            Ok(raw) if raw.len() % 8 == 0 && raw.len() / 8 > info.genes.last().map_or(0, |&t| t as usize) => Some(
+                raw.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect(), // ok: invariant
+            ),
+            Ok(_) => return Err(Error::format(&ppath, "gene presence counts are truncated")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).at(&ppath),
+        };
         Ok(Self {
             candidates,
+            presence,
             vocab,
             hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: hn, counts },
             maps: RankMaps { l_max: l, n_genes: g, n_cells: mn, t2 },

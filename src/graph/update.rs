@@ -15,11 +15,10 @@ use serde::{Deserialize, Serialize};
 use super::build::{build_exact, load_corpus_meta};
 use super::changes::edge_changes;
 use super::files::{read_graph, write_graph_with, Graph};
-use super::parallel::{cluster_statistics, Cluster, StatsJob};
+use super::parallel::{cluster_statistics, AtlasStatistics, Cluster, StatsJob};
 use super::state::{Drift, GraphState, IncludedAtlas};
 use crate::error::{Error, IoContext, Result};
 use crate::vocab::Vocabulary;
-use corrflow_operators::graph::{PairSums, ScoreHistograms};
 
 const DELTAS: &str = "deltas";
 
@@ -165,7 +164,7 @@ fn atlas_statistics(
     dir: &Path,
     vocab: &Vocabulary,
     cluster: &Cluster,
-) -> Result<Option<(ScoreHistograms, PairSums)>> {
+) -> Result<Option<AtlasStatistics>> {
     let shards = crate::corpus::AtlasManifest::load(dir)?.shards.len();
     let job = StatsJob {
         vocab: vocab.clone(),
@@ -215,12 +214,11 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             if vocab.hash() != state.info.vocab_hash {
                 return Err(Error::conflict(dir, "atlas uses another vocabulary than this graph"));
             }
-            let Some((hist, sums)) = atlas_statistics(&state, dir, &vocab, cluster)? else {
+            let Some(stats) = atlas_statistics(&state, dir, &vocab, cluster)? else {
                 return Ok(helper_summary(graph_dir, &format!("add-{}", manifest.atlas)));
             };
-            let cells = hist.n_cells as u64;
-            state.hist.merge(&hist, 1);
-            state.sums.merge(&sums, 1);
+            let cells = stats.hist.n_cells as u64;
+            state.merge(&stats, 1);
             state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir: dir.to_path_buf(), cells });
             state.info.atlases.sort_by(|a, b| a.name.cmp(&b.name));
             vocab_of_change = Some(vocab);
@@ -238,11 +236,10 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             }
             let atlas = state.info.atlases[pos].clone();
             let (_, vocab) = load_corpus_meta(&corpus_of(&atlas.dir)?)?;
-            let Some((hist, sums)) = atlas_statistics(&state, &atlas.dir, &vocab, cluster)? else {
+            let Some(stats) = atlas_statistics(&state, &atlas.dir, &vocab, cluster)? else {
                 return Ok(helper_summary(graph_dir, &format!("retract-{name}")));
             };
-            state.hist.merge(&hist, -1);
-            state.sums.merge(&sums, -1);
+            state.merge(&stats, -1);
             state.info.atlases.remove(pos);
             vocab_of_change = Some(vocab);
             (format!("retract-{name}"), false)
@@ -251,13 +248,17 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     };
     let drift = state.drift();
     let p = &state.info.params;
-    let rebase_recommended = !rebased && p.rebase_drift > 0.0 && drift.max_ks > p.rebase_drift;
+    let vocab_share = drift.vocab_share(state.vocab.len());
+    let rebase_recommended = !rebased
+        && ((p.rebase_drift > 0.0 && drift.max_ks > p.rebase_drift)
+            || (p.rebase_vocab > 0.0 && vocab_share > p.rebase_vocab));
     if rebase_recommended {
+        let what = "drift above graph.rebase_drift or graph.rebase_vocab";
         if p.auto_rebase {
-            tracing::warn!(max_ks = drift.max_ks, "drift above graph.rebase_drift: rebasing (graph.auto_rebase)");
+            tracing::warn!(max_ks = drift.max_ks, vocab_share, "{what}: rebasing (graph.auto_rebase)");
             rebased = true;
         } else {
-            tracing::warn!(max_ks = drift.max_ks, "drift above graph.rebase_drift: run `corrflow graph rebase`");
+            tracing::warn!(max_ks = drift.max_ks, vocab_share, "{what}: run `corrflow graph rebase`");
         }
     }
     let mut changes: Option<(Vec<(u32, u32)>, Vec<(u32, u32)>)> = None;

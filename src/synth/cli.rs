@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use super::plot::{modularity_plot, structure_plot};
 use super::structure;
 use super::sweep::{markdown_table, sweep};
-use super::{Background, Incoherent, SynthConfig};
+use super::{Background, SynthConfig};
 use crate::error::{Error, IoContext, Result};
 
 #[derive(Subcommand, Clone, Debug)]
@@ -45,7 +45,8 @@ pub enum BackgroundChoice {
 
 #[derive(Args, Clone, Debug)]
 pub struct ModularityArgs {
-    /// Directory for modularity.json and modularity.svg (created).
+    /// Directory for modularity.json, modularity.svg and the journal of finished runs,
+    /// modularity.runs.jsonl: the same command started again resumes from it (created).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Trials per γ (overrides synth.modularity.seeds).
@@ -60,9 +61,6 @@ pub struct ModularityArgs {
     /// Exp(0.1) as a rate (mean 10), as a mean, or both (overrides synth.modularity.backgrounds).
     #[arg(long, value_enum)]
     pub background: Option<BackgroundChoice>,
-    /// How incoherent activation scatters (overrides synth.modularity.incoherent).
-    #[arg(long, value_enum)]
-    pub incoherent: Option<Incoherent>,
     /// First seed; trial t uses seed + t (overrides synth.modularity.seed).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -114,7 +112,6 @@ pub fn execute(cmd: &SynthCommand, cfg: &SynthConfig, progress: bool) -> Result<
             p.epochs = a.epochs.unwrap_or(p.epochs);
             p.seed = a.seed.unwrap_or(p.seed);
             p.threads = a.threads.unwrap_or(p.threads);
-            p.incoherent = a.incoherent.unwrap_or(p.incoherent);
             if let Some(g) = &a.gammas {
                 p.gammas = g.clone();
             }
@@ -140,7 +137,8 @@ pub fn execute(cmd: &SynthCommand, cfg: &SynthConfig, progress: bool) -> Result<
                     );
                 }
             };
-            let mut report = sweep(&p, &show)?;
+            let journal = a.out.as_ref().map(|dir| dir.join("modularity.runs.jsonl"));
+            let mut report = sweep(&p, journal.as_deref(), &show)?;
             if let Some(dir) = &a.out {
                 let (json, svg) = paths(dir, "modularity")?;
                 modularity_plot(&svg, &report)?;
@@ -149,8 +147,9 @@ pub fn execute(cmd: &SynthCommand, cfg: &SynthConfig, progress: bool) -> Result<
                 crate::util::atomic::write_json_atomic(&json, &report)?;
             }
             let human = format!(
-                "synth modularity: {} runs ({} trials × {} γ × 2 strategies × {} background(s)), {} epochs, {:.1}s on {} thread(s)\n{}{}",
+                "synth modularity: {} runs ({} from the journal; {} trials × {} γ × 2 strategies × {} background(s)), {} epochs, {:.1}s on {} thread(s)\n{}{}",
                 report.runs.len(),
+                report.resumed,
                 p.seeds,
                 p.gammas.len(),
                 p.backgrounds.len(),

@@ -15,7 +15,7 @@ pub mod pretrain;
 pub mod structure;
 pub mod sweep;
 
-pub use params::{Background, Incoherent, ModularityParams, StructureParams, SynthConfig};
+pub use params::{Background, ModularityParams, StructureParams, SynthConfig};
 
 use rand::Rng;
 

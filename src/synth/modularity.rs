@@ -9,7 +9,7 @@ use corrflow_operators::mask::{apply_replacement, MaskPlan, MaskRng, Replacement
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::{exponential, normal, rng, Background, Incoherent, ModularityParams};
+use super::{exponential, normal, rng, Background, ModularityParams};
 
 /// A generated data set.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,16 +39,13 @@ pub fn module_genes(m: usize, genes: usize, modules: usize) -> std::ops::Range<u
     m * size..(m + 1) * size
 }
 
-/// Appendix B.2, steps (1)–(4): sample `i` draws from its own stream `(seed, i)`; with
-/// [`Incoherent::Module`] each module's scattered gene set comes from stream `(seed, u64::MAX)`.
+/// Appendix B.2, steps (1)–(4): sample `i` draws from its own stream `(seed, i)`. With
+/// probability 1 − γ the signal goes to a fresh uniform set of |m| genes (the paper's "random
+/// set of the same size", read literally: per sample).
 pub fn generate(p: &ModularityParams, background: Background, gamma: f64, seed: u64) -> ModularityData {
     let (n, k) = (p.genes, p.modules);
     let size = n / k;
     let rate = background.rate(p.background_param);
-    let scattered: Vec<Vec<usize>> = {
-        let mut r = rng(seed, u64::MAX);
-        (0..k).map(|_| rand::seq::index::sample(&mut r, n, size).into_vec()).collect()
-    };
     let mut out = ModularityData { tokens: vec![], labels: vec![], coherent: vec![], activated: vec![] };
     for i in 0..p.samples {
         let mut r = rng(seed, i as u64);
@@ -58,10 +55,7 @@ pub fn generate(p: &ModularityParams, background: Background, gamma: f64, seed: 
         let mut genes: Vec<usize> = if coherent {
             module_genes(m, n, k).collect()
         } else {
-            match p.incoherent {
-                Incoherent::Sample => rand::seq::index::sample(&mut r, n, size).into_vec(),
-                Incoherent::Module => scattered[m].clone(),
-            }
+            rand::seq::index::sample(&mut r, n, size).into_vec()
         };
         genes.sort_unstable();
         for &g in &genes {
@@ -227,13 +221,6 @@ mod tests {
                 a.iter().all(|&g| module_genes(m as usize, p.genes, p.modules).contains(&(g as usize)))
             });
         assert_eq!(inside.count(), 0, "scattered sets are (almost surely) not the module");
-        // Per-module scattering: the same set for every sample of a module.
-        let q = ModularityParams { incoherent: Incoherent::Module, ..params() };
-        let d = generate(&q, Background::Mean, 0.0, 0);
-        for m in 0..3 {
-            let sets: Vec<&Vec<u32>> = (0..q.samples).filter(|&i| d.labels[i] == m).map(|i| &d.activated[i]).collect();
-            assert!(sets.windows(2).all(|w| w[0] == w[1]));
-        }
     }
 
     #[test]

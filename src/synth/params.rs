@@ -110,18 +110,6 @@ impl Background {
     }
 }
 
-/// How incoherent activation (probability 1 − γ) picks its genes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Incoherent {
-    /// A fresh uniform subset of |m| genes per sample (the paper's text, read literally).
-    #[default]
-    Sample,
-    /// One uniform subset of |m| genes per module, drawn once per dataset: the label stays
-    /// decodable at γ = 0 but the active genes do not follow the ground-truth modules.
-    Module,
-}
-
 /// Appendix B.2: the modularity sweep.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -135,7 +123,6 @@ pub struct ModularityParams {
     pub background_param: f64,
     pub signal_mean: f64,
     pub signal_sd: f64,
-    pub incoherent: Incoherent,
     /// Modularity levels γ.
     pub gammas: Vec<f64>,
     /// Independent trials per γ (dataset, model and masks seeded by `seed + trial`).
@@ -172,7 +159,6 @@ impl Default for ModularityParams {
             background_param: 0.1,
             signal_mean: 10.0,
             signal_sd: 0.5,
-            incoherent: Incoherent::Sample,
             gammas: vec![0.0, 0.25, 0.5, 0.75, 1.0],
             seeds: 5,
             seed: 0,

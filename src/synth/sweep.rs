@@ -1,13 +1,22 @@
 //! The modularity sweep: for each background reading, γ and trial, one data set and one run per
 //! masking strategy (paired: same data, same initial weights); accuracies summarised per γ.
+//!
+//! The full sweep is 100 runs of minutes each, so finished runs go to a journal (one JSON line
+//! each, appended as they finish): the same command started again skips them.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::modularity::generate;
 use super::pretrain::{run, RunOutcome, Strategy};
 use super::{mean_sd, Background, ModularityParams};
-use crate::error::Result;
+use crate::error::{IoContext, Result};
 
 /// Mean ± sample standard deviation of the test accuracy over trials.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -47,27 +56,102 @@ pub struct SweepReport {
     pub runs: Vec<RunRecord>,
     pub seeds: usize,
     pub epochs: usize,
-    pub incoherent: super::Incoherent,
     pub threads: usize,
+    /// Runs taken from the journal rather than trained by this invocation.
+    pub resumed: usize,
     pub seconds: f64,
     pub json: Option<String>,
     pub plot: Option<String>,
 }
 
-/// Runs the sweep; `progress` is called after each finished run with (done, total, record).
-pub fn sweep(p: &ModularityParams, progress: &(dyn Fn(usize, usize, &RunRecord) + Sync)) -> Result<SweepReport> {
+/// A journal line: a run and the fingerprint of the settings it was trained with.
+#[derive(Serialize, Deserialize)]
+struct JournalLine {
+    settings: String,
+    #[serde(flatten)]
+    run: RunRecord,
+}
+
+/// sha256 of every setting that decides one run's outcome; which runs are made (backgrounds,
+/// γs, trials) and how many at once do not, so a journal serves any sweep that overlaps it.
+fn settings_fingerprint(p: &ModularityParams) -> String {
+    let q = ModularityParams { backgrounds: vec![], gammas: vec![], seeds: 0, seed: 0, threads: 0, ..p.clone() };
+    hex::encode(Sha256::digest(serde_json::to_vec(&q).expect("serialisable")))
+}
+
+/// The journal's runs made with `settings`. A line cut short by an interrupted run is skipped.
+fn read_journal(path: &Path, settings: &str) -> Result<Vec<RunRecord>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).at(path),
+    };
+    let mut runs = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        match serde_json::from_str::<JournalLine>(&line.at(path)?) {
+            Ok(l) if l.settings == settings => runs.push(l.run),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("{}: line {} skipped (incomplete run record: {e})", path.display(), n + 1),
+        }
+    }
+    Ok(runs)
+}
+
+/// Runs the sweep, resuming from `journal` when given; `progress` is called after each run
+/// trained here with (done, total, record).
+pub fn sweep(
+    p: &ModularityParams,
+    journal: Option<&Path>,
+    progress: &(dyn Fn(usize, usize, &RunRecord) + Sync),
+) -> Result<SweepReport> {
     p.validate().map_err(crate::Error::Usage)?;
     let start = std::time::Instant::now();
+    let settings = settings_fingerprint(p);
+    let journaled = match journal {
+        Some(path) => read_journal(path, &settings)?,
+        None => Vec::new(),
+    };
+    let mut runs = Vec::new();
     let mut jobs = Vec::new();
-    for &background in &p.backgrounds {
-        for &gamma in &p.gammas {
-            for trial in 0..p.seeds {
+    // Trial-major, and taken from the front by the workers: a sweep stopped early leaves whole
+    // trials in the journal.
+    for trial in 0..p.seeds {
+        let seed = p.seed + trial as u64;
+        for &background in &p.backgrounds {
+            for &gamma in &p.gammas {
                 for strategy in Strategy::BOTH {
-                    jobs.push((background, gamma, trial, strategy));
+                    let same = |r: &&RunRecord| {
+                        (r.background, r.gamma, r.seed, r.strategy) == (background, gamma, seed, strategy)
+                    };
+                    match journaled.iter().find(same) {
+                        Some(r) => runs.push(RunRecord { trial, ..r.clone() }),
+                        None => jobs.push((background, gamma, trial, strategy)),
+                    }
                 }
             }
         }
     }
+    let resumed = runs.len();
+    let total = resumed + jobs.len();
+    if resumed > 0 {
+        tracing::info!("synth modularity: {resumed} of {total} runs from the journal");
+    }
+    let mut append = match journal {
+        Some(path) => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).at(dir)?;
+            }
+            Some(std::fs::OpenOptions::new().create(true).append(true).open(path).at(path)?)
+        }
+        None => None,
+    };
+    // A line cut short by an interrupted run must not glue onto the next one.
+    if let (Some(f), Some(path)) = (append.as_mut(), journal) {
+        if std::fs::metadata(path).at(path)?.len() > 0 && !std::fs::read(path).at(path)?.ends_with(b"\n") {
+            f.write_all(b"\n").at(path)?;
+        }
+    }
+    let append = Mutex::new(append);
     // Dropout draws from the backend's process-wide RNG: with dropout, runs go one at a time
     // so that they stay deterministic.
     let threads = if p.model.dropout > 0.0 {
@@ -81,20 +165,48 @@ pub fn sweep(p: &ModularityParams, progress: &(dyn Fn(usize, usize, &RunRecord) 
         .num_threads(threads)
         .build()
         .map_err(|e| crate::Error::Usage(format!("synth modularity: thread pool: {e}")))?;
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = jobs.len();
-    let runs: Vec<RunRecord> = pool.install(|| {
-        jobs.par_iter()
-            .map(|&(background, gamma, trial, strategy)| {
-                let seed = p.seed + trial as u64;
-                let data = generate(p, background, gamma, seed);
-                let outcome = run(p, &data, strategy, seed)?;
-                let rec = RunRecord { background, gamma, trial, seed, strategy, outcome };
-                progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, total, &rec);
-                Ok(rec)
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(resumed));
+    let one = |(background, gamma, trial, strategy): (Background, f64, usize, Strategy)| -> Result<RunRecord> {
+        let seed = p.seed + trial as u64;
+        let data = generate(p, background, gamma, seed);
+        let outcome = run(p, &data, strategy, seed)?;
+        let rec = RunRecord { background, gamma, trial, seed, strategy, outcome };
+        if let (Some(f), Some(path)) = (append.lock().unwrap_or_else(|e| e.into_inner()).as_mut(), journal) {
+            let line = JournalLine { settings: settings.clone(), run: rec.clone() };
+            let mut bytes = serde_json::to_vec(&line).expect("serialisable");
+            bytes.push(b'\n');
+            f.write_all(&bytes).and_then(|()| f.sync_data()).at(path)?;
+        }
+        progress(done.fetch_add(1, Ordering::Relaxed) + 1, total, &rec);
+        Ok(rec)
+    };
+    let trained: Vec<Vec<RunRecord>> = pool.install(|| {
+        (0..threads)
+            .into_par_iter()
+            .map(|_| {
+                let mut mine = Vec::new();
+                while let Some(&job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    match one(job) {
+                        Ok(r) => mine.push(r),
+                        Err(e) => {
+                            next.store(jobs.len(), Ordering::Relaxed); // the others stop too
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(mine)
             })
-            .collect::<Result<Vec<_>>>()
+            .collect::<Result<_>>()
     })?;
+    runs.extend(trained.into_iter().flatten());
+    // Journal order is completion order: put trials back in order so that gains pair up.
+    let bg = |b: Background| p.backgrounds.iter().position(|&x| x == b);
+    runs.sort_by(|a, b| {
+        bg(a.background)
+            .cmp(&bg(b.background))
+            .then(a.gamma.total_cmp(&b.gamma))
+            .then((a.trial, a.strategy as u8).cmp(&(b.trial, b.strategy as u8)))
+    });
     let mut rows = Vec::new();
     for &background in &p.backgrounds {
         for &gamma in &p.gammas {
@@ -125,8 +237,8 @@ pub fn sweep(p: &ModularityParams, progress: &(dyn Fn(usize, usize, &RunRecord) 
         runs,
         seeds: p.seeds,
         epochs: p.epochs,
-        incoherent: p.incoherent,
         threads,
+        resumed,
         seconds: start.elapsed().as_secs_f64(),
         json: None,
         plot: None,
@@ -170,7 +282,7 @@ mod tests {
             threads: 2,
             ..Default::default()
         };
-        let r = sweep(&p, &|_, _, _| {}).unwrap();
+        let r = sweep(&p, None, &|_, _, _| {}).unwrap();
         assert_eq!(r.rows.len(), 2);
         assert_eq!(r.runs.len(), 2 * 2 * 2);
         for row in &r.rows {
@@ -179,9 +291,45 @@ mod tests {
         }
         // Deterministic whatever the thread count.
         let q = ModularityParams { threads: 1, ..p };
-        let again = sweep(&q, &|_, _, _| {}).unwrap();
+        let again = sweep(&q, None, &|_, _, _| {}).unwrap();
         let accs = |r: &SweepReport| r.runs.iter().map(|x| x.outcome.accuracy).collect::<Vec<_>>();
         assert_eq!(accs(&r), accs(&again));
+        assert_eq!(r.resumed, 0);
         assert!(markdown_table(&r).lines().count() == 4);
+    }
+
+    #[test]
+    fn an_interrupted_sweep_resumes_from_its_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("runs.jsonl");
+        let p = ModularityParams {
+            samples: 120,
+            train_samples: 80,
+            test_samples: 40,
+            epochs: 1,
+            seeds: 1,
+            gammas: vec![1.0],
+            backgrounds: vec![Background::Mean],
+            threads: 1,
+            ..Default::default()
+        };
+        let first = sweep(&p, Some(&journal), &|_, _, _| {}).unwrap();
+        // An interruption mid-line, then a wider sweep: the finished runs are reused, the cut
+        // line is skipped, and only the new γ is trained.
+        std::fs::OpenOptions::new().append(true).open(&journal).unwrap().write_all(b"{\"settings\":\"ab").unwrap();
+        let trained = std::sync::atomic::AtomicUsize::new(0);
+        let wider = ModularityParams { gammas: vec![0.0, 1.0], ..p.clone() };
+        let both = sweep(&wider, Some(&journal), &|_, _, _| {
+            trained.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!((both.resumed, trained.into_inner(), both.runs.len()), (2, 2, 4));
+        let at_one: Vec<f64> = both.runs.iter().filter(|r| r.gamma == 1.0).map(|r| r.outcome.accuracy).collect();
+        assert_eq!(at_one, first.runs.iter().map(|r| r.outcome.accuracy).collect::<Vec<_>>());
+        // A journal line counts only for the settings it was trained with.
+        let other = ModularityParams { lr: 2e-3, ..p };
+        assert_eq!(sweep(&other, Some(&journal), &|_, _, _| {}).unwrap().resumed, 0);
+        let lines = std::fs::read_to_string(&journal).unwrap();
+        assert_eq!(lines.lines().filter(|l| l.ends_with('}')).count(), 6);
     }
 }

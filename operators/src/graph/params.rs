@@ -23,7 +23,11 @@ pub struct GraphParams {
     /// Incremental updates: drift (largest per-gene KS distance between the current score
     /// distribution and the frozen rank maps) above which a rebase is recommended.
     pub rebase_drift: f64,
-    /// Rebase automatically when the drift exceeds `rebase_drift`.
+    /// Incremental updates: share of the graph vocabulary that the vocabulary rule would now
+    /// replace (genes more present than some of the graph's, which the state has no statistics
+    /// for) above which a rebase is recommended.
+    pub rebase_vocab: f64,
+    /// Rebase automatically when the drift exceeds `rebase_drift` or `rebase_vocab`.
     pub auto_rebase: bool,
 }
 
@@ -39,6 +43,7 @@ impl Default for GraphParams {
             n_neigh: 50,
             seed: 0,
             rebase_drift: 0.1,
+            rebase_vocab: 0.02,
             auto_rebase: false,
         }
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
 use super::plot::{modularity_plot, structure_plot};
 use super::structure;
@@ -35,14 +35,6 @@ pub struct StructureArgs {
     pub top_k: Option<usize>,
 }
 
-/// Which reading(s) of the paper's Exp(0.1) background to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackgroundChoice {
-    Rate,
-    Mean,
-    Both,
-}
-
 #[derive(Args, Clone, Debug)]
 pub struct ModularityArgs {
     /// Directory for modularity.json, modularity.svg and the journal of finished runs,
@@ -58,9 +50,10 @@ pub struct ModularityArgs {
     /// Modularity levels, e.g. 0,0.25,0.5,0.75,1 (overrides synth.modularity.gammas).
     #[arg(long, value_delimiter = ',', value_name = "G,G")]
     pub gammas: Option<Vec<f64>>,
-    /// Exp(0.1) as a rate (mean 10), as a mean, or both (overrides synth.modularity.backgrounds).
-    #[arg(long, value_enum)]
-    pub background: Option<BackgroundChoice>,
+    /// Exp(0.1) read as a rate (mean 10), as a mean, or both: rate,mean (overrides
+    /// synth.modularity.backgrounds).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "rate|mean")]
+    pub background: Option<Vec<Background>>,
     /// First seed; trial t uses seed + t (overrides synth.modularity.seed).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -115,11 +108,8 @@ pub fn execute(cmd: &SynthCommand, cfg: &SynthConfig, progress: bool) -> Result<
             if let Some(g) = &a.gammas {
                 p.gammas = g.clone();
             }
-            match a.background {
-                Some(BackgroundChoice::Rate) => p.backgrounds = vec![Background::Rate],
-                Some(BackgroundChoice::Mean) => p.backgrounds = vec![Background::Mean],
-                Some(BackgroundChoice::Both) => p.backgrounds = vec![Background::Rate, Background::Mean],
-                None => {}
+            if let Some(b) = &a.background {
+                p.backgrounds = b.clone();
             }
             p.validate().map_err(Error::Usage)?;
             let show = |done: usize, total: usize, r: &super::sweep::RunRecord| {

@@ -204,6 +204,11 @@ impl ModularityParams {
         if self.backgrounds.is_empty() || !(self.background_param > 0.0) {
             return Err(format!("{p}: backgrounds must not be empty and background_param must be > 0"));
         }
+        if self.backgrounds.iter().enumerate().any(|(i, b)| self.backgrounds[..i].contains(b))
+            || self.gammas.iter().enumerate().any(|(i, g)| self.gammas[..i].contains(g))
+        {
+            return Err(format!("{p}: backgrounds and gammas must not repeat a value"));
+        }
         if self.gammas.is_empty() || self.gammas.iter().any(|g| !(0.0..=1.0).contains(g)) {
             return Err(format!("{p}.gammas must be a non-empty list of values in [0, 1]"));
         }

@@ -4,8 +4,8 @@
 //! The full sweep is 100 runs of minutes each, so finished runs go to a journal (one JSON line
 //! each, appended as they finish): the same command started again skips them.
 
-use std::io::{BufRead, Write};
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -79,22 +79,48 @@ fn settings_fingerprint(p: &ModularityParams) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(&q).expect("serialisable")))
 }
 
-/// The journal's runs made with `settings`. A line cut short by an interrupted run is skipped.
-fn read_journal(path: &Path, settings: &str) -> Result<Vec<RunRecord>> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).at(path),
-    };
-    let mut runs = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        match serde_json::from_str::<JournalLine>(&line.at(path)?) {
-            Ok(l) if l.settings == settings => runs.push(l.run),
-            Ok(_) => {}
-            Err(e) => tracing::warn!("{}: line {} skipped (incomplete run record: {e})", path.display(), n + 1),
+/// The journal of finished runs: one JSON line per run, appended (and synced) as runs finish.
+struct Journal {
+    path: PathBuf,
+    settings: String,
+    file: Mutex<std::fs::File>,
+}
+
+impl Journal {
+    /// Opens (creating) the journal and returns the runs it holds that were made with
+    /// `settings`. A line cut short by an interrupted run is skipped and terminated, so that the
+    /// next run's line starts clean.
+    fn open(path: &Path, settings: String) -> Result<(Self, Vec<RunRecord>)> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).at(dir)?;
         }
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).at(path),
+        };
+        let mut runs = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            match serde_json::from_str::<JournalLine>(line) {
+                Ok(l) if l.settings == settings => runs.push(l.run),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("{}: line {} skipped (incomplete run record: {e})", path.display(), n + 1),
+            }
+        }
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).at(path)?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            file.write_all(b"\n").at(path)?;
+        }
+        Ok((Self { path: path.to_path_buf(), settings, file: Mutex::new(file) }, runs))
     }
-    Ok(runs)
+
+    fn append(&self, run: &RunRecord) -> Result<()> {
+        let line = JournalLine { settings: self.settings.clone(), run: run.clone() };
+        let mut bytes = serde_json::to_vec(&line).expect("serialisable");
+        bytes.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        file.write_all(&bytes).and_then(|()| file.sync_data()).at(&self.path)
+    }
 }
 
 /// Runs the sweep, resuming from `journal` when given; `progress` is called after each run
@@ -106,10 +132,12 @@ pub fn sweep(
 ) -> Result<SweepReport> {
     p.validate().map_err(crate::Error::Usage)?;
     let start = std::time::Instant::now();
-    let settings = settings_fingerprint(p);
-    let journaled = match journal {
-        Some(path) => read_journal(path, &settings)?,
-        None => Vec::new(),
+    let (journal, journaled) = match journal {
+        Some(path) => {
+            let (j, runs) = Journal::open(path, settings_fingerprint(p))?;
+            (Some(j), runs)
+        }
+        None => (None, Vec::new()),
     };
     let mut runs = Vec::new();
     let mut jobs = Vec::new();
@@ -136,22 +164,6 @@ pub fn sweep(
     if resumed > 0 {
         tracing::info!("synth modularity: {resumed} of {total} runs from the journal");
     }
-    let mut append = match journal {
-        Some(path) => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).at(dir)?;
-            }
-            Some(std::fs::OpenOptions::new().create(true).append(true).open(path).at(path)?)
-        }
-        None => None,
-    };
-    // A line cut short by an interrupted run must not glue onto the next one.
-    if let (Some(f), Some(path)) = (append.as_mut(), journal) {
-        if std::fs::metadata(path).at(path)?.len() > 0 && !std::fs::read(path).at(path)?.ends_with(b"\n") {
-            f.write_all(b"\n").at(path)?;
-        }
-    }
-    let append = Mutex::new(append);
     // Dropout draws from the backend's process-wide RNG: with dropout, runs go one at a time
     // so that they stay deterministic.
     let threads = if p.model.dropout > 0.0 {
@@ -171,11 +183,8 @@ pub fn sweep(
         let data = generate(p, background, gamma, seed);
         let outcome = run(p, &data, strategy, seed)?;
         let rec = RunRecord { background, gamma, trial, seed, strategy, outcome };
-        if let (Some(f), Some(path)) = (append.lock().unwrap_or_else(|e| e.into_inner()).as_mut(), journal) {
-            let line = JournalLine { settings: settings.clone(), run: rec.clone() };
-            let mut bytes = serde_json::to_vec(&line).expect("serialisable");
-            bytes.push(b'\n');
-            f.write_all(&bytes).and_then(|()| f.sync_data()).at(path)?;
+        if let Some(j) = &journal {
+            j.append(&rec)?;
         }
         progress(done.fetch_add(1, Ordering::Relaxed) + 1, total, &rec);
         Ok(rec)

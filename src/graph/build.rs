@@ -150,6 +150,21 @@ fn append_cells(
     Ok(())
 }
 
+/// Cells each gene is present in (among the first `l_max` tokens), indexed by token id; special
+/// tokens count 0, so they never enter a graph vocabulary.
+pub fn gene_presence(cells: &CorpusCells, vocab: &Vocabulary, l_max: usize) -> Vec<u64> {
+    let mut presence = vec![0u64; vocab.len()];
+    for i in 0..cells.len() {
+        count_presence(cells.cell(i), l_max, &mut presence);
+    }
+    for (t, p) in presence.iter_mut().enumerate() {
+        if !vocab.is_gene(t as u32) {
+            *p = 0;
+        }
+    }
+    presence
+}
+
 /// Reads the cells of some shards of one atlas (by index in its manifest), all cells.
 pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, l_max: usize) -> Result<CorpusCells> {
     let manifest = corpus::AtlasManifest::load(atlas_dir)?;
@@ -199,16 +214,8 @@ pub fn build_exact(
     check_memory(params, false)?;
     let cells = load_corpus_cells(&dirs, &vocab, params.l_max, params.n_sub, params.seed)?;
 
-    let mut presence = vec![0u64; vocab.len()];
-    for i in 0..cells.len() {
-        count_presence(cells.cell(i), params.l_max, &mut presence);
-    }
-    for (t, p) in presence.iter_mut().enumerate() {
-        if !vocab.is_gene(t as u32) {
-            *p = 0;
-        }
-    }
-    let gv = GraphVocab::select(&presence, params.min_presence, params.max_genes, |_| true);
+    let presence = gene_presence(&cells, &vocab, params.l_max);
+    let gv = GraphVocab::select(&presence, params.min_presence, params.max_genes, |_| true); // specials count 0
     let g = gv.len();
     let scored: Vec<ScoredCell> = (0..cells.len())
         .into_par_iter()

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use corrflow_operators::graph::{count_presence, GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
+use corrflow_operators::graph::{GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
 use serde::{Deserialize, Serialize};
 use timely::dataflow::operators::{Exchange, Input, Inspect, Probe};
 use timely::dataflow::InputHandle;
 
-use super::build::load_shard_cells;
+use super::build::{gene_presence, load_shard_cells};
 use crate::error::{Error, Result};
 use crate::vocab::Vocabulary;
 
@@ -134,9 +134,7 @@ fn partial_of(job: &StatsJob, shards: &[usize]) -> Result<Partial> {
     let cells = load_shard_cells(&job.atlas_dir, shards, &job.vocab, l)?;
     let mut hist = ScoreHistograms::new(g, l);
     let mut scored = Vec::with_capacity(cells.len());
-    let mut presence = vec![0u64; job.vocab.len()];
     for i in 0..cells.len() {
-        count_presence(cells.cell(i), l, &mut presence);
         let mut c = ScoredCell::default();
         job.genes.score(cells.cell(i), l, &mut c);
         hist.add_cell(&c, 1);
@@ -144,8 +142,7 @@ fn partial_of(job: &StatsJob, shards: &[usize]) -> Result<Partial> {
     }
     let mut sums = PairSums::new(g);
     sums.add_cells(&scored, &job.maps, 1, job.gemm_threads);
-    let presence =
-        presence.iter().enumerate().map(|(t, &p)| if job.vocab.is_gene(t as u32) { p as i64 } else { 0 }).collect();
+    let presence = gene_presence(&cells, &job.vocab, l).into_iter().map(|p| p as i64).collect();
     Ok(Partial {
         n_cells: hist.n_cells,
         hist: hist.counts,

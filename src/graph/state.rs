@@ -48,7 +48,8 @@ pub struct StateInfo {
     pub rebase_atlases: Vec<String>,
     pub rebase_sums_hash: String,
     pub rebase_cells: i64,
-    /// Drift of the current statistics from the rank maps, as of the last save.
+    /// Drift of the current statistics from the rank maps and vocabulary (set by whoever
+    /// changes the statistics: a build, rebase or update).
     #[serde(default)]
     pub drift: Drift,
 }
@@ -126,16 +127,26 @@ impl GraphState {
             presence: Some(parts.presence.iter().map(|&p| p as i64).collect()),
         };
         state.refresh_candidates(&state.correlations());
+        state.info.drift = state.drift();
         state
     }
 
     /// Adds (`sign` 1) or subtracts (−1) an atlas' statistics.
-    pub fn merge(&mut self, stats: &super::parallel::AtlasStatistics, sign: i64) {
+    pub fn merge(&mut self, graph_dir: &Path, stats: &super::parallel::AtlasStatistics, sign: i64) -> Result<()> {
+        if let Some(p) = &self.presence {
+            if p.len() != stats.presence.len() {
+                return Err(Error::format(
+                    graph_dir.join(STATE_DIR).join(PRESENCE_BIN),
+                    format!("counts {} genes, the corpus vocabulary has {}", p.len(), stats.presence.len()),
+                ));
+            }
+        }
         self.hist.merge(&stats.hist, sign);
         self.sums.merge(&stats.sums, sign);
         if let Some(p) = self.presence.as_mut() {
             p.iter_mut().zip(&stats.presence).for_each(|(a, b)| *a += sign * b);
         }
+        Ok(())
     }
 
     /// Recomputes the candidate records from correlations of the current sums.
@@ -279,9 +290,7 @@ impl GraphState {
             let raw: Vec<u8> = presence.iter().flat_map(|c| c.to_le_bytes()).collect();
             crate::util::atomic::write_atomic(&dir.join(PRESENCE_BIN), &raw)?;
         }
-        let mut info = self.info.clone();
-        info.drift = self.drift();
-        write_json_atomic(&dir.join(STATE_JSON), &info)
+        write_json_atomic(&dir.join(STATE_JSON), &self.info)
     }
 
     pub fn load(graph_dir: &Path) -> Result<Self> {

@@ -218,7 +218,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
                 return Ok(helper_summary(graph_dir, &format!("add-{}", manifest.atlas)));
             };
             let cells = stats.hist.n_cells as u64;
-            state.merge(&stats, 1);
+            state.merge(graph_dir, &stats, 1)?;
             state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir: dir.to_path_buf(), cells });
             state.info.atlases.sort_by(|a, b| a.name.cmp(&b.name));
             vocab_of_change = Some(vocab);
@@ -239,7 +239,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             let Some(stats) = atlas_statistics(&state, &atlas.dir, &vocab, cluster)? else {
                 return Ok(helper_summary(graph_dir, &format!("retract-{name}")));
             };
-            state.merge(&stats, -1);
+            state.merge(graph_dir, &stats, -1)?;
             state.info.atlases.remove(pos);
             vocab_of_change = Some(vocab);
             (format!("retract-{name}"), false)
@@ -247,6 +247,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         Change::Rebase => ("rebase".to_string(), true),
     };
     let drift = state.drift();
+    state.info.drift = drift.clone();
     let p = &state.info.params;
     let vocab_share = drift.vocab_share(state.vocab.len());
     let rebase_recommended = !rebased
@@ -306,7 +307,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         }
         delta.write(&deltas.join(&delta_name))
     })?;
-    let drift = if rebased { state.drift() } else { drift };
+    let drift = state.info.drift.clone();
     Ok(UpdateSummary {
         command: if label == "rebase" { "graph rebase".into() } else { "graph update".into() },
         graph: graph_dir.display().to_string(),

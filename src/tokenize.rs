@@ -201,9 +201,10 @@ pub struct NamedCellTokens {
     pub unknown_genes: usize,
 }
 
-/// Tokenizes one cell given as parallel `genes` (Ensembl ids or symbols) and `counts`, exactly
-/// as ingest does: the total is over all genes, duplicates are summed, and genes outside the
-/// vocabulary are counted but not tokenized. Errors describe the problem for the client.
+/// Tokenizes one cell given as parallel `genes` (Ensembl ids or symbols) and `counts` as ingest
+/// does (the total is over all genes, duplicates are summed, genes outside the vocabulary are
+/// counted but not tokenized), except that counts need not be integers. Errors describe the
+/// problem for the client.
 pub fn tokenize_named_cell(
     vocab: &Vocabulary,
     layout: &SequenceLayout,
@@ -228,16 +229,35 @@ pub fn tokenize_named_cell(
         }
     }
     let mut out = NamedCellTokens { tokens: Vec::new(), unknown_genes: unknown };
+    encode_cell(vocab, layout, &mut pairs, n_counts, true, &mut Vec::new(), &mut out.tokens);
+    Ok(out)
+}
+
+/// The tokens of a cell from its vocabulary genes' raw counts (`pairs`: token, count) and its
+/// total count: duplicates summed (when `may_repeat`), each value normalised by the gene's
+/// median, then rank-value encoded into `out`. Returns whether the cell has any token.
+fn encode_cell(
+    vocab: &Vocabulary,
+    layout: &SequenceLayout,
+    pairs: &mut Vec<(u32, f64)>,
+    n_counts: f64,
+    may_repeat: bool,
+    scratch: &mut Vec<(u64, u32)>,
+    out: &mut Vec<u32>,
+) -> bool {
     if pairs.is_empty() || n_counts <= 0.0 {
-        return Ok(out);
+        out.clear();
+        return false;
     }
-    sum_duplicates(&mut pairs);
+    if may_repeat {
+        sum_duplicates(pairs);
+    }
     for p in pairs.iter_mut() {
-        let median = vocab.median(p.0).expect("vocabulary lookups are genes with medians"); // ok: invariant
+        let median = vocab.median(p.0).expect("vocabulary tokens of genes have medians"); // ok: invariant
         p.1 = normalized_expression(p.1, n_counts, median);
     }
-    rank_value_encode(&pairs, layout, &mut Vec::new(), &mut out.tokens);
-    Ok(out)
+    rank_value_encode(pairs, layout, scratch, out);
+    true
 }
 
 /// Whether a finite, non-negative value is an integer (a cast round trip is much cheaper
@@ -267,19 +287,7 @@ fn tokenize_cell(
             pairs.push((t, v));
         }
     })?;
-    if pairs.is_empty() || n_counts <= 0.0 {
-        out.clear();
-        return Ok(false);
-    }
-    if mapper.has_duplicates {
-        sum_duplicates(pairs);
-    }
-    for p in pairs.iter_mut() {
-        let median = vocab.median(p.0).expect("mapped tokens are genes with medians"); // ok: invariant
-        p.1 = normalized_expression(p.1, n_counts, median);
-    }
-    rank_value_encode(pairs, &opts.layout, scratch, out);
-    Ok(true)
+    Ok(encode_cell(vocab, &opts.layout, pairs, n_counts, mapper.has_duplicates, scratch, out))
 }
 
 #[cfg(test)]

@@ -200,9 +200,9 @@ fn embed_rows(
             v.as_any()
                 .downcast_ref::<Int32Array>()
                 .map(|a| a.values().iter().map(|&t| t as u32).collect())
-                .unwrap_or_default()
+                .ok_or_else(|| Error::format(path, "input_ids are not int32"))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
     let dim = encoder.dim();
     let pad = encoder.vocab().pad;

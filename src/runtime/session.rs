@@ -41,9 +41,10 @@ pub struct OrtEncoder {
     pub library: PathBuf,
 }
 
-fn ort_err(path: &Path, what: &str) -> impl FnOnce(ort::Error) -> Error {
-    let (path, what) = (path.display().to_string(), what.to_string());
-    move |e| Error::Runtime(format!("{path}: {what}: {e}"))
+/// The error of an ort call; the message is only formatted when the call failed (embed runs
+/// once per batch).
+fn ort_err<'a>(path: &'a Path, what: &'a str) -> impl FnOnce(ort::Error) -> Error + 'a {
+    move |e| Error::Runtime(format!("{}: {what}: {e}", path.display()))
 }
 
 impl OrtEncoder {
@@ -80,24 +81,23 @@ impl OrtEncoder {
     /// Cell embeddings of a batch, row-major `[rows, hidden]`.
     pub fn embed(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let shape = [batch.rows, batch.len];
-        let path = self.path.clone();
-        let ids =
-            TensorRef::from_array_view((shape, batch.input_ids.as_slice())).map_err(ort_err(&path, "input_ids"))?;
+        let ids = TensorRef::from_array_view((shape, batch.input_ids.as_slice()))
+            .map_err(ort_err(&self.path, "input_ids"))?;
         let mask = TensorRef::from_array_view((shape, batch.attention_mask.as_slice()))
-            .map_err(ort_err(&path, "attention_mask"))?;
+            .map_err(ort_err(&self.path, "attention_mask"))?;
         let outputs = self
             .session
             .run_with_options(ort::inputs![INPUT_IDS => ids, ATTENTION_MASK => mask], &self.run_options)
-            .map_err(ort_err(&path, "running the model"))?;
+            .map_err(ort_err(&self.path, "running the model"))?;
         let value = outputs
             .get(CELL_EMBEDDING)
-            .ok_or_else(|| Error::Runtime(format!("{}: no {CELL_EMBEDDING} output", path.display())))?;
-        let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&path, CELL_EMBEDDING))?;
+            .ok_or_else(|| Error::Runtime(format!("{}: no {CELL_EMBEDDING} output", self.path.display())))?;
+        let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&self.path, CELL_EMBEDDING))?;
         let want = [batch.rows as i64, self.meta.model.hidden as i64];
         if dims.as_ref() != want {
             return Err(Error::Runtime(format!(
                 "{}: {CELL_EMBEDDING} has shape {dims:?}, expected {want:?}",
-                path.display()
+                self.path.display()
             )));
         }
         Ok(data.to_vec())

@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use common::*;
 use corrflow::train::CpuBackend;
@@ -14,25 +13,8 @@ use tract_onnx::prelude::*;
 
 const TOL: f32 = 1e-4;
 
-/// A briefly trained tiny model on the bundled cells, exported once per test binary.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    corpus: PathBuf,
-    run: PathBuf,
-    model: PathBuf,
-}
-
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let (corpus, run, model) = exported_tiny_model(dir.path());
-        Fixture { _dir: dir, corpus, run, model }
-    })
-}
-
 /// A padded batch of real cells cut to different lengths: (ids, attention mask, batch, seq).
-fn padded_batch(f: &Fixture, pad: u32) -> (Vec<i64>, Vec<i64>, usize, usize) {
+fn padded_batch(f: &TinyModel, pad: u32) -> (Vec<i64>, Vec<i64>, usize, usize) {
     let cells = atlas_tokens(&f.corpus, "pbmc");
     let lengths = [256usize, 131, 37, 5, 1, 200];
     let seq = *lengths.iter().max().unwrap();
@@ -46,14 +28,9 @@ fn padded_batch(f: &Fixture, pad: u32) -> (Vec<i64>, Vec<i64>, usize, usize) {
     (ids, mask, lengths.len(), seq)
 }
 
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
 #[test]
 fn tract_runs_the_exported_graph_with_burns_outputs_on_padded_batches() {
-    let f = fixture();
+    let f = tiny_model();
     let exported = corrflow::export::open_exported(&f.model).unwrap();
     let (ids, mask, batch, seq) = padded_batch(f, exported.meta.pad);
     let (hidden, pooled) = burn_outputs(&f.run, &ids, &mask, batch, seq);
@@ -96,7 +73,7 @@ fn tract_runs_the_exported_graph_with_burns_outputs_on_padded_batches() {
 #[test]
 fn python_onnxruntime_agrees_with_burn_and_reads_the_metadata() {
     let Some(py) = python() else { return };
-    let f = fixture();
+    let f = tiny_model();
     let exported = corrflow::export::open_exported(&f.model).unwrap();
     let (ids, mask, batch, seq) = padded_batch(f, exported.meta.pad);
     let (hidden, pooled) = burn_outputs(&f.run, &ids, &mask, batch, seq);
@@ -119,7 +96,7 @@ fn python_onnxruntime_agrees_with_burn_and_reads_the_metadata() {
 
 #[test]
 fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly() {
-    let f = fixture();
+    let f = tiny_model();
     let exported = corrflow::export::open_exported(&f.model).unwrap();
     let ckpt = corrflow::embed::load_checkpoint::<CpuBackend>(&f.run, &Default::default()).unwrap();
     assert_eq!(exported.meta.vocab_hash, ckpt.vocab.hash());
@@ -182,7 +159,7 @@ fn read_embeddings(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
 
 #[test]
 fn embed_with_the_onnx_model_matches_embed_with_the_checkpoint() {
-    let f = fixture();
+    let f = tiny_model();
     let tmp = tempfile::tempdir().unwrap();
     let input = bundled();
     let mut got = Vec::new();
@@ -229,7 +206,7 @@ fn embed_with_the_onnx_model_matches_embed_with_the_checkpoint() {
 
 #[test]
 fn a_missing_onnx_runtime_library_is_reported_with_every_place_tried() {
-    let f = fixture();
+    let f = tiny_model();
     let empty = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow"))
         .args(["embed", "--model", f.model.to_str().unwrap(), "--input", bundled().to_str().unwrap(), "--out"])

@@ -6,27 +6,12 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    corpus: PathBuf,
-    model: PathBuf,
-}
-
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let (corpus, _run, model) = exported_tiny_model(dir.path());
-        Fixture { _dir: dir, corpus, model }
-    })
-}
 
 struct Server {
     child: Child,
@@ -117,21 +102,17 @@ fn json(s: &str) -> serde_json::Value {
 }
 
 /// Real cells' tokens, cut to the model's input layout.
-fn cells(f: &Fixture, n: usize) -> Vec<Vec<u32>> {
+fn cells(f: &TinyModel, n: usize) -> Vec<Vec<u32>> {
     let exported = corrflow::export::open_exported(&f.model).unwrap();
     let keep = exported.meta.tokenize_layout().max_genes;
     atlas_tokens(&f.corpus, "pbmc").into_iter().take(n).map(|(_, t)| t.into_iter().take(keep).collect()).collect()
 }
 
 /// The runtime's embeddings of `cells`, each run alone (no batching, no padding).
-fn offline(f: &Fixture, cells: &[Vec<u32>]) -> Vec<Vec<f32>> {
+fn offline(f: &TinyModel, cells: &[Vec<u32>]) -> Vec<Vec<f32>> {
     let mut enc = corrflow::runtime::OrtEncoder::open(&f.model, &Default::default()).unwrap();
     let pad = enc.vocab.pad;
     cells.iter().map(|c| enc.embed(&corrflow::runtime::PaddedBatch::new([c.as_slice()], pad)).unwrap()).collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 fn embeddings(body: &str) -> Vec<Vec<f32>> {
@@ -140,7 +121,7 @@ fn embeddings(body: &str) -> Vec<Vec<f32>> {
 
 #[test]
 fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_clients() {
-    let f = fixture();
+    let f = tiny_model();
     let server = Server::start(&f.model, &[], &[]);
     server.wait_ready();
     let url = format!("{}/v1/embed", server.url);
@@ -155,7 +136,7 @@ fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_
     assert_eq!(r["dim"], 64);
     assert_eq!(r["model"], "model");
     for (got, want) in embeddings(&text).iter().zip(&want) {
-        assert!(max_diff(got, want) <= 1e-4);
+        assert!(max_abs_diff(got, want) <= 1e-4);
     }
 
     // Raw counts: genes and counts that tokenize to a known sequence (descending counts over
@@ -182,7 +163,7 @@ fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_
     assert_eq!(r["unknown_genes"], serde_json::json!([1]));
     assert_eq!(r["tokens"], serde_json::json!([expected.tokens.len()]));
     let want_counts = offline(f, &[expected.tokens]);
-    assert!(max_diff(&embeddings(&text)[0], &want_counts[0]) <= 1e-4);
+    assert!(max_abs_diff(&embeddings(&text)[0], &want_counts[0]) <= 1e-4);
 
     // Concurrent clients: each gets its own cells back, whatever batches they were put in.
     std::thread::scope(|s| {
@@ -195,7 +176,7 @@ fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_
                     let (status, text) = post(url, &serde_json::json!({"input_ids": ids}).to_string(), None);
                     assert_eq!(status, 200, "{text}");
                     for (got, &i) in embeddings(&text).iter().zip(&pick) {
-                        assert!(max_diff(got, &want[i]) <= 1e-4, "client {t} request {k}: cell {i} differs");
+                        assert!(max_abs_diff(got, &want[i]) <= 1e-4, "client {t} request {k}: cell {i} differs");
                     }
                 }
             });
@@ -225,7 +206,7 @@ fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_
 
 #[test]
 fn every_error_status_has_a_json_message() {
-    let f = fixture();
+    let f = tiny_model();
     let server = Server::start(
         &f.model,
         &["--max-body-bytes", "2000", "--max-cells", "2", "--token", "s3cret"],
@@ -264,7 +245,7 @@ fn every_error_status_has_a_json_message() {
 
 #[test]
 fn overload_gets_429s_and_the_server_keeps_serving() {
-    let f = fixture();
+    let f = tiny_model();
     let server = Server::start(&f.model, &["--max-queue", "1", "--batch-wait-ms", "0", "--token-budget", "512"], &[]);
     server.wait_ready();
     let url = format!("{}/v1/embed", server.url);
@@ -292,7 +273,7 @@ fn overload_gets_429s_and_the_server_keeps_serving() {
     // Still alive and correct.
     let (status, text) = post(&url, &serde_json::json!({"input_ids": [&cells[0]]}).to_string(), None);
     assert_eq!(status, 200);
-    assert!(max_diff(&embeddings(&text)[0], &offline(f, &cells[..1])[0]) <= 1e-4);
+    assert!(max_abs_diff(&embeddings(&text)[0], &offline(f, &cells[..1])[0]) <= 1e-4);
     let (_, m) = get(&format!("{}/metrics", server.url), None);
     assert!(m.contains(&format!("status=\"429\"}} {rejected}")), "{m}");
 }

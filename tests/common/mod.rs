@@ -120,9 +120,31 @@ pub fn bundled_corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
     (corpus, graph)
 }
 
-/// A tiny model trained briefly on the bundled cells and exported: (corpus, run, model.onnx).
-#[allow(dead_code)]
-pub fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+/// A tiny model trained briefly on the bundled cells and exported, once per test binary.
+pub struct TinyModel {
+    _dir: tempfile::TempDir,
+    pub corpus: PathBuf,
+    pub run: PathBuf,
+    pub model: PathBuf,
+}
+
+pub fn tiny_model() -> &'static TinyModel {
+    static M: OnceLock<TinyModel> = OnceLock::new();
+    M.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let (corpus, run, model) = exported_tiny_model(dir.path());
+        TinyModel { _dir: dir, corpus, run, model }
+    })
+}
+
+/// The largest absolute difference of two equally long vectors.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// (corpus, run, model.onnx) of [`tiny_model`], built in `dir`.
+fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let (corpus, graph) = bundled_corpus_and_graph(dir);
     let run = dir.join("run");
     let model = dir.join("onnx/model.onnx");
@@ -149,7 +171,6 @@ pub fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 /// burn's cell embeddings (mean over gene tokens of the last layer) of a checkpoint for padded
 /// inputs `[batch, seq]`: (last_hidden_state, cell_embedding), flattened.
-#[allow(dead_code)]
 pub fn burn_outputs(run: &Path, ids: &[i64], mask: &[i64], batch: usize, seq: usize) -> (Vec<f32>, Vec<f32>) {
     use burn::tensor::{Bool, Int, Tensor, TensorData};
     use corrflow::train::{CellEncoder, CpuBackend};

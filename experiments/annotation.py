@@ -74,11 +74,14 @@ def prepare(binary, out, name):
 
 
 def delta_curve(reports_c, reports_r):
-    """ΔF1(k) = macro-F1 of the k rarest classes, CorrMask − random, averaged over seeds."""
+    """ΔF1(k) = macro-F1 of the k rarest classes, CorrMask − random, averaged over seeds; classes
+    as `eval probe` ranks them for its rare_macro_f1 (those with test cells, by size)."""
+    def tested(report):
+        return sorted((c for c in report["per_class"] if c["test_cells"] > 0), key=lambda c: c["cells"])
+
     def rare_f1(report, k):
-        classes = sorted(report["per_class"], key=lambda c: (c["cells"], c["class"]))
-        return statistics.mean(c["f1"] for c in classes[:k])
-    n = min(len(r["per_class"]) for r in reports_c + reports_r)
+        return statistics.mean(c["f1"] for c in tested(report)[:k])
+    n = min(len(tested(r)) for r in reports_c + reports_r)
     return [statistics.mean(rare_f1(c, k) - rare_f1(r, k) for c, r in zip(reports_c, reports_r)) for k in range(1, n + 1)]
 
 
@@ -158,8 +161,10 @@ def main():
             ms = lambda xs: (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
             (mr, sr), (mc, sc) = ms([r["macro_f1"] for r in rr]), ms([r["macro_f1"] for r in rc])
             curve = delta_curve(rc, rr)
-            k = max(1, round(0.25 * len(curve)))
-            lines.append(f"| {probe} | {n} ({n * 8:,}) | {mr:.3f} ± {sr:.3f} | {mc:.3f} ± {sc:.3f} | {mc - mr:+.3f} | {curve[k - 1]:+.3f} (k = {k}) |")
+            # eval probe's own rare-class macro-F1 (the rarest 25% of the tested classes).
+            rare = statistics.mean(r["rare_macro_f1"] for r in rc) - statistics.mean(r["rare_macro_f1"] for r in rr)
+            k = len(rr[0]["rare_classes"])
+            lines.append(f"| {probe} | {n} ({n * 8:,}) | {mr:.3f} ± {sr:.3f} | {mc:.3f} ± {sc:.3f} | {mc - mr:+.3f} | {rare:+.3f} (k = {k}) |")
             curves.append((f"{probe}, {n} steps", curve))
     with open(os.path.join(a.out, "annotation.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

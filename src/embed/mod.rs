@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
 use crate::ingest::{run_ingest, IngestRequest, ReadOptions};
-use crate::runtime::{plan_batches, PaddedBatch};
+use crate::runtime::{encode_in_batches, PaddedBatch};
 use crate::tokenize::{TokenizeOptions, ValueTransform};
 use crate::vocab::Vocabulary;
 use corrflow_operators::SequenceLayout;
@@ -203,18 +203,8 @@ fn embed_rows(
                 .ok_or_else(|| Error::format(path, "input_ids are not int32"))
         })
         .collect::<Result<_>>()?;
-    let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
-    let dim = encoder.dim();
-    let pad = encoder.vocab().pad;
-    let mut out = vec![0f32; cells.len() * dim];
-    for rows in plan_batches(&lengths, token_budget, max_rows) {
-        let batch = PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), pad);
-        let values = encoder.encode(&batch)?;
-        for (r, &i) in rows.iter().enumerate() {
-            out[i * dim..(i + 1) * dim].copy_from_slice(&values[r * dim..(r + 1) * dim]);
-        }
-    }
-    Ok(out)
+    let (dim, pad) = (encoder.dim(), encoder.vocab().pad);
+    encode_in_batches(&cells, pad, dim, token_budget, max_rows, |batch| encoder.encode(batch))
 }
 
 /// `cell_id`, `embedding` (fixed-size list of f32) and the shard's obs columns.

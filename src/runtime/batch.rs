@@ -33,6 +33,28 @@ impl PaddedBatch {
     }
 }
 
+/// Embeddings (row-major `cells × dim`, in the order of `cells`) of cells encoded in the batches
+/// [`plan_batches`] makes; `encode` returns one batch's rows, row-major `rows × dim`.
+pub fn encode_in_batches<E>(
+    cells: &[Vec<u32>],
+    pad: u32,
+    dim: usize,
+    token_budget: usize,
+    max_rows: usize,
+    mut encode: impl FnMut(&PaddedBatch) -> Result<Vec<f32>, E>,
+) -> Result<Vec<f32>, E> {
+    let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
+    let mut out = vec![0f32; cells.len() * dim];
+    for rows in plan_batches(&lengths, token_budget, max_rows) {
+        let batch = PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), pad);
+        let values = encode(&batch)?;
+        for (r, &i) in rows.iter().enumerate() {
+            out[i * dim..(i + 1) * dim].copy_from_slice(&values[r * dim..(r + 1) * dim]);
+        }
+    }
+    Ok(out)
+}
+
 /// Splits cells into batches of at most `token_budget` padded tokens (a cell longer than the
 /// budget gets a batch of its own) and at most `max_rows` rows. Cells are taken longest first,
 /// so each batch holds similar lengths and little padding; returns indices into `lengths`.
@@ -62,6 +84,25 @@ pub fn plan_batches(lengths: &[usize], token_budget: usize, max_rows: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batched_encodings_come_back_in_cell_order() {
+        // Each "embedding" is (first token, length): batches are planned longest first.
+        let cells: Vec<Vec<u32>> = vec![vec![7], vec![3, 1, 2], vec![9, 9], vec![5, 5, 5, 5]];
+        let out = encode_in_batches(&cells, 0, 2, 6, 2, |b| {
+            Ok::<_, ()>(
+                (0..b.rows)
+                    .flat_map(|r| {
+                        let row = &b.attention_mask[r * b.len..(r + 1) * b.len];
+                        [b.input_ids[r * b.len] as f32, row.iter().sum::<i64>() as f32]
+                    })
+                    .collect(),
+            )
+        })
+        .unwrap();
+        assert_eq!(out, vec![7.0, 1.0, 3.0, 3.0, 9.0, 2.0, 5.0, 4.0]);
+        assert_eq!(encode_in_batches(&cells, 0, 2, 6, 2, |_| Err("boom")), Err("boom"));
+    }
 
     #[test]
     fn padding_fills_ids_with_pad_and_the_mask_with_zeros() {

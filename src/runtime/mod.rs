@@ -4,5 +4,5 @@ pub mod batch;
 pub mod library;
 pub mod session;
 
-pub use batch::{plan_batches, PaddedBatch};
+pub use batch::{encode_in_batches, plan_batches, PaddedBatch};
 pub use session::{OrtEncoder, RuntimeDevice, RuntimeOptions};

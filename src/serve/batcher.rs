@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::metrics::Metrics;
-use crate::runtime::{plan_batches, OrtEncoder, PaddedBatch};
+use crate::runtime::{encode_in_batches, OrtEncoder};
 
 /// One request's cells and where its embeddings go (row-major `[cells, dim]`).
 pub struct Job {
@@ -68,21 +68,15 @@ pub async fn run_batcher(
         let enc = encoder.clone();
         let m = metrics.clone();
         let result = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, String> {
-            let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
-            let mut out = vec![0f32; cells.len() * dim];
             let mut enc = enc.lock().map_err(|_| "the model runner panicked earlier".to_string())?;
-            for rows in plan_batches(&lengths, config.token_budget, config.max_rows) {
-                let batch = PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), pad);
+            encode_in_batches(&cells, pad, dim, config.token_budget, config.max_rows, |batch| {
                 m.batch_cells.observe(batch.rows as f64);
                 m.batch_tokens.observe(batch.tokens() as f64);
                 let t = Instant::now();
-                let values = enc.embed(&batch).map_err(|e| e.to_string())?;
+                let values = enc.embed(batch).map_err(|e| e.to_string())?;
                 m.inference_seconds.observe(t.elapsed().as_secs_f64());
-                for (r, &i) in rows.iter().enumerate() {
-                    out[i * dim..(i + 1) * dim].copy_from_slice(&values[r * dim..(r + 1) * dim]);
-                }
-            }
-            Ok(out)
+                Ok(values)
+            })
         })
         .await
         .unwrap_or_else(|e| Err(format!("the model runner failed: {e}")));

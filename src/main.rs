@@ -40,6 +40,12 @@ fn update_line(s: &corrflow::graph::UpdateSummary) -> String {
         s.drift.vocab_missing.map_or("?".to_string(), |m| m.to_string()),
         if s.rebased { "; rebased" } else { "" }
     );
+    if s.drift.vocab_entered > 0 {
+        line.push_str(&format!(
+            "\n{} genes entered the graph vocabulary (statistics computed from the stored shards)",
+            s.drift.vocab_entered
+        ));
+    }
     if s.rebase_recommended && !s.rebased {
         line.push_str(
             "\nrebase recommended: drift is above graph.rebase_drift, or more genes than graph.rebase_vocab would enter the graph vocabulary (run `corrflow graph rebase`)",

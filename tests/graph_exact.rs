@@ -148,7 +148,12 @@ fn a_graph_vocabulary_too_large_for_memory_is_refused_with_the_estimate() {
     ]);
     let err = stderr(&o);
     assert!(!o.status.success());
-    assert!(err.contains("graph.max_genes = 60000 needs about") && err.contains("GB"), "{err}");
+    assert!(
+        err.contains("statistics of 60000 genes need about")
+            && err.contains("lower graph.max_genes")
+            && err.contains("GB"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"));
     assert!(!out.exists());
     // A corpus path without a corpus is a clear error too.

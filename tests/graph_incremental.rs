@@ -1,9 +1,11 @@
 //! Incremental graph maintenance (rank maps frozen at the last rebase, exact integer sums):
-//! (a) build(A) → add(B) → retract(B) is byte-identical to build(A);
+//! (a) build(A) → add(B) → retract(B) is byte-identical to build(A), also when B brings genes
+//!     into the graph vocabulary;
 //! (b) add(B) → rebase equals build(A ∪ B) byte for byte;
 //! (c) `-w 1`, `-w 2` and a 2-process timely cluster on loopback give identical graphs;
 //! (d) Kang ctrl → add stim (interferon shift): the incremental edge set stays close to the
-//!     exact graph of both, the drift is reported and a rebase recommended.
+//!     exact graph of both (the interferon genes entering the vocabulary get statistics from the
+//!     stored shards), the drift is reported and a rebase recommended.
 
 mod common;
 
@@ -38,19 +40,12 @@ fn add_then_retract_restores_the_graph_and_rebase_equals_a_fresh_build() {
     ingest(&corpus, "a", &bundled(), Some("gene_ids"));
     ingest(&corpus, "b", &fx.join("good/repeat8.h5ad"), Some("gene_ids"));
     let (g, g0, gab) = (tmp.path().join("g"), tmp.path().join("g0"), tmp.path().join("gab"));
+    // Every gene the vocabulary rule picks gets statistics, however few are missing.
+    let config = tmp.path().join("follow.toml");
+    std::fs::write(&config, "[graph]\nrebase_vocab = 0.0\n").unwrap();
     let build = |out: &Path, atlas: &str| {
-        let mut args = vec![
-            "graph",
-            "build",
-            "--json",
-            "--incremental",
-            "--max-genes",
-            "400",
-            "--corpus",
-            s(&corpus),
-            "--out",
-            s(out),
-        ];
+        let mut args = vec!["graph", "build", "--json", "--incremental", "--max-genes", "400", "--config", s(&config)];
+        args.extend(["--corpus", s(&corpus), "--out", s(out)]);
         if !atlas.is_empty() {
             args.extend(["--atlas", atlas]);
         }
@@ -61,6 +56,9 @@ fn add_then_retract_restores_the_graph_and_rebase_equals_a_fresh_build() {
     let added =
         ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&g), "--add", s(&corpus.join("atlases/b"))]));
     assert_eq!(added["cells"], 1512);
+    // b moves genes into the top 400: they get statistics, and leave again with b below.
+    assert!(added["drift"]["vocab_entered"].as_u64().unwrap() > 0, "{added}");
+    assert_eq!(added["drift"]["vocab_missing"], 0);
     assert!(g.join("deltas").join(added["delta"].as_str().unwrap()).exists());
     // Adding the same atlas twice, or retracting an unknown one, is refused.
     let o = corrflow(&["graph", "update", "--graph", s(&g), "--add", s(&corpus.join("atlases/b"))]);
@@ -77,6 +75,16 @@ fn add_then_retract_restores_the_graph_and_rebase_equals_a_fresh_build() {
     assert_eq!(r["rebased"], true);
     build(&gab, "");
     same_files(&g, &gab);
+
+    // With the default graph.rebase_vocab (2% of 400 genes = 8) that shortfall is tolerated:
+    // nothing enters, the update reports the missing genes.
+    let t = tmp.path().join("t");
+    let mut args = vec!["graph", "build", "--json", "--incremental", "--max-genes", "400", "--atlas", "a"];
+    args.extend(["--corpus", s(&corpus), "--out", s(&t)]);
+    ok_json(&corrflow(&args));
+    let u = ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&t), "--add", s(&corpus.join("atlases/b"))]));
+    assert_eq!(u["drift"]["vocab_entered"], 0);
+    assert_eq!(u["drift"]["vocab_missing"], added["drift"]["vocab_entered"], "{u}");
 }
 
 #[test]
@@ -172,6 +180,19 @@ fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
+/// Edge-set Jaccard of two graphs, over all edges and over the edges between genes both have.
+fn jaccard(a: &corrflow::graph::Graph, b: &corrflow::graph::Graph) -> (f64, f64) {
+    use std::collections::HashSet;
+    let genes = |g: &corrflow::graph::Graph| g.genes.iter().map(|x| x.0).collect::<HashSet<u32>>();
+    let common: HashSet<u32> = genes(a).intersection(&genes(b)).copied().collect();
+    let j = |keep: &dyn Fn(&(u32, u32)) -> bool| {
+        let ea: HashSet<(u32, u32)> = a.edges.iter().map(|e| (e.u, e.v)).filter(|e| keep(e)).collect();
+        let eb: HashSet<(u32, u32)> = b.edges.iter().map(|e| (e.u, e.v)).filter(|e| keep(e)).collect();
+        ea.intersection(&eb).count() as f64 / ea.union(&eb).count() as f64
+    };
+    (j(&|_| true), j(&|e| common.contains(&e.0) && common.contains(&e.1)))
+}
+
 #[test]
 fn kang_interferon_shift_stays_close_to_the_exact_graph() {
     let (Some(ctrl), Some(stim)) = (data("kang_ctrl.h5ad"), data("kang_stim.h5ad")) else { return };
@@ -179,47 +200,59 @@ fn kang_interferon_shift_stays_close_to_the_exact_graph() {
     let corpus = tmp.path().join("c");
     ingest(&corpus, "ctrl", &ctrl, None);
     ingest(&corpus, "stim", &stim, None);
-    let (inc, exact) = (tmp.path().join("inc"), tmp.path().join("exact"));
-    ok_json(&corrflow(&[
-        "graph",
-        "build",
-        "--json",
-        "--incremental",
-        "--atlas",
-        "ctrl",
-        "--corpus",
-        s(&corpus),
-        "--out",
-        s(&inc),
-    ]));
-    let o = corrflow(&["graph", "update", "--json", "--graph", s(&inc), "--add", s(&corpus.join("atlases/stim"))]);
-    let u = ok_json(&o);
-    println!("{}", stdout(&o));
-    assert!(u["drift"]["max_ks"].as_f64().unwrap() > 0.1, "an interferon shift moves some genes: {u}");
-    assert_eq!(u["rebase_recommended"], true);
-    assert!(stdout(&o).contains("rebase recommended"));
+    let exact = tmp.path().join("exact");
     ok_json(&corrflow(&["graph", "build", "--json", "--n-sub", "0", "--corpus", s(&corpus), "--out", s(&exact)]));
-    let (a, b) = (corrflow::graph::read_graph(&inc).unwrap(), corrflow::graph::read_graph(&exact).unwrap());
-    let genes_a: std::collections::HashSet<u32> = a.genes.iter().map(|g| g.0).collect();
-    let genes_b: std::collections::HashSet<u32> = b.genes.iter().map(|g| g.0).collect();
-    let jaccard = |keep: &dyn Fn(&(u32, u32)) -> bool| {
-        let ea: std::collections::HashSet<(u32, u32)> =
-            a.edges.iter().map(|e| (e.u, e.v)).filter(|e| keep(e)).collect();
-        let eb: std::collections::HashSet<(u32, u32)> =
-            b.edges.iter().map(|e| (e.u, e.v)).filter(|e| keep(e)).collect();
-        ea.intersection(&eb).count() as f64 / ea.union(&eb).count() as f64
+    let exact = corrflow::graph::read_graph(&exact).unwrap();
+    let frozen_config = tmp.path().join("frozen.toml");
+    std::fs::write(&frozen_config, "[graph]\nextend_vocab = false\n").unwrap();
+    let build_ctrl = |out: &Path, config: Option<&Path>| {
+        let mut args = vec!["graph", "build", "--json", "--incremental", "--atlas", "ctrl", "--corpus", s(&corpus)];
+        args.extend(["--out", s(out)]);
+        if let Some(c) = config {
+            args.extend(["--config", s(c)]);
+        }
+        ok_json(&corrflow(&args));
     };
-    let all = jaccard(&|_| true);
-    let common = jaccard(&|e| {
-        genes_a.contains(&e.0) && genes_a.contains(&e.1) && genes_b.contains(&e.0) && genes_b.contains(&e.1)
-    });
-    println!("Jaccard incremental vs exact: {all:.3} over all edges, {common:.3} over genes in both vocabularies");
-    // The state counts every gene's presence: the vocabulary drift it reports is exactly the
-    // genes of the exact graph that the frozen vocabulary lacks.
-    let entering = genes_b.difference(&genes_a).count();
+    let add_stim = |graph: &Path| {
+        let o = corrflow(&["graph", "update", "--json", "--graph", s(graph), "--add", s(&corpus.join("atlases/stim"))]);
+        println!("{}", stdout(&o));
+        let u = ok_json(&o);
+        assert!(u["drift"]["max_ks"].as_f64().unwrap() > 0.1, "an interferon shift moves some genes: {u}");
+        assert_eq!(u["rebase_recommended"], true);
+        assert!(stdout(&o).contains("rebase recommended"));
+        (u, corrflow::graph::read_graph(graph).unwrap())
+    };
+
+    // Vocabulary frozen at the rebase (graph.extend_vocab = false): the drift it reports is
+    // exactly the genes of the exact graph that the frozen vocabulary lacks; on the genes both
+    // graphs have, the frozen rank maps keep the edge set.
+    let frozen = tmp.path().join("frozen");
+    build_ctrl(&frozen, Some(&frozen_config));
+    let (u, graph) = add_stim(&frozen);
+    let entering = exact.genes.iter().filter(|g| !graph.genes.iter().any(|x| x.0 == g.0)).count();
     assert!(entering > 0, "stim brings interferon genes into the top genes");
     assert_eq!(u["drift"]["vocab_missing"].as_u64(), Some(entering as u64), "{u}");
-    // The frozen graph vocabulary (top genes of ctrl) differs from the exact one in ~7% of
-    // genes; on the genes both graphs have, the frozen rank maps keep the edge set.
+    assert_eq!(u["drift"]["vocab_entered"], 0);
+    let (all, common) = jaccard(&graph, &exact);
+    println!("frozen vocabulary: Jaccard {all:.3} over all edges, {common:.3} over genes in both vocabularies");
     assert!(common >= 0.90, "Jaccard on common genes {common}");
+
+    // The default follows the vocabulary: the entering genes get statistics from the stored
+    // shards, the graph has the exact graph's genes, and the whole edge set stays close.
+    let (inc, inc0) = (tmp.path().join("inc"), tmp.path().join("inc0"));
+    build_ctrl(&inc, None);
+    copy_dir(&inc, &inc0);
+    let (u, graph) = add_stim(&inc);
+    assert_eq!(u["drift"]["vocab_entered"].as_u64(), Some(entering as u64), "{u}");
+    assert_eq!(u["drift"]["vocab_missing"], 0);
+    assert_eq!(
+        graph.genes.iter().map(|g| g.0).collect::<Vec<_>>(),
+        exact.genes.iter().map(|g| g.0).collect::<Vec<_>>()
+    );
+    let (all, _) = jaccard(&graph, &exact);
+    println!("vocabulary followed: Jaccard {all:.3} over all edges");
+    assert!(all >= 0.90, "Jaccard over all edges {all}");
+    // Retracting stim drops the genes that entered with it again: back to ctrl's graph exactly.
+    ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&inc), "--retract", "stim"]));
+    same_files(&inc, &inc0);
 }

@@ -182,8 +182,6 @@ pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, 
     Ok(cells)
 }
 
-/// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
-/// Spearman on the co-present cells for ρ_local.
 /// What an exact build computed on the way, for building incremental state from it.
 pub struct BuildParts {
     pub vocab: GraphVocab,
@@ -196,6 +194,8 @@ pub struct BuildParts {
     pub atlases: Vec<(String, PathBuf)>,
 }
 
+/// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
+/// Spearman on the co-present cells for ρ_local.
 pub fn build_exact(
     corpus_dir: &Path,
     atlases: &[String],
@@ -397,18 +397,22 @@ fn dot_y(overlap: &[(u16, u16)], maps: &RankMaps, u: usize, v: usize) -> i128 {
 /// The statistics hold a few G × G matrices; refuse clearly rather than run out of memory.
 /// `incremental` adds the state's exact sums (three i128 and one i64 matrix).
 pub fn check_memory(params: &GraphParams, incremental: bool) -> Result<()> {
-    let g = params.max_genes as u64;
+    check_memory_for(params.max_genes, params.l_max, incremental)
+}
+
+/// [`check_memory`] for statistics of `genes` genes.
+pub fn check_memory_for(genes: usize, l_max: usize, incremental: bool) -> Result<()> {
+    let g = genes as u64;
     // Screened correlations (f64), co-presence (i64), a block of products, maps and histograms.
-    let mut bytes = g * g * (8 + 8 + 8) + g * params.l_max as u64 * 16;
+    let mut bytes = g * g * (8 + 8 + 8) + g * l_max as u64 * 16;
     if incremental {
         bytes += g * g * (3 * 16 + 8 + 8);
     }
     let available = available_memory().unwrap_or(u64::MAX);
     if bytes > available / 2 {
         return Err(Error::Usage(format!(
-            "graph.max_genes = {} needs about {:.1} GB for its statistics, more than half of the {:.1} GB available; \
+            "the statistics of {genes} genes need about {:.1} GB, more than half of the {:.1} GB available; \
              lower graph.max_genes",
-            params.max_genes,
             bytes as f64 / 1e9,
             available as f64 / 1e9
         )));

@@ -9,6 +9,7 @@
 mod build;
 mod changes;
 mod files;
+mod gene_stats;
 mod parallel;
 mod show;
 mod state;

@@ -8,15 +8,18 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use corrflow_operators::graph::{
-    candidate_pairs, global_correlations, GraphEdge, GraphParams, GraphVocab, PairSums, RankMaps, ScoreHistograms,
-};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use corrflow_operators::graph::{GraphParams, GraphVocab, PairSums, RankMaps, ScoreHistograms};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::build::BuildParts;
-use super::changes::{candidates, Candidate};
+use super::changes::Candidate;
 use super::files::{read_graph, Graph, GraphInfo};
+use super::gene_stats::GeneStats;
+use super::parallel::{shard_histograms, shard_row_sums, Cluster, ShardSet};
 use crate::error::{Error, IoContext, Result};
 use crate::util::atomic::write_json_atomic;
 use crate::vocab::Vocabulary;
@@ -48,6 +51,10 @@ pub struct StateInfo {
     pub rebase_atlases: Vec<String>,
     pub rebase_sums_hash: String,
     pub rebase_cells: i64,
+    /// The genes at the last rebase (`None` in states written before genes could enter: then
+    /// `genes`). Genes that entered since are dropped again when they leave the vocabulary.
+    #[serde(default)]
+    pub rebase_genes: Option<Vec<u32>>,
     /// Drift of the current statistics from the rank maps and vocabulary (set by whoever
     /// changes the statistics: a build, rebase or update).
     #[serde(default)]
@@ -57,10 +64,9 @@ pub struct StateInfo {
 /// The whole incremental state.
 pub struct GraphState {
     pub info: StateInfo,
-    pub vocab: GraphVocab,
-    pub hist: ScoreHistograms,
-    pub maps: RankMaps,
-    pub sums: PairSums,
+    /// Statistics of the state's genes: the graph vocabulary, plus genes of the last rebase's
+    /// vocabulary that have left it (kept so that retracting what pushed them out is exact).
+    pub stats: GeneStats,
     /// The candidate records of the current sums (input of the next update's dataflow).
     pub candidates: Vec<Candidate>,
     /// Cells each gene of the corpus vocabulary is present in (token id → count), for every gene
@@ -82,6 +88,10 @@ pub struct Drift {
     pub max_ks: f64,
     #[serde(default)]
     pub vocab_missing: Option<usize>,
+    /// Genes that entered the graph vocabulary in this update, with statistics computed from the
+    /// stored shards (`graph.extend_vocab`).
+    #[serde(default)]
+    pub vocab_entered: usize,
 }
 
 impl Drift {
@@ -102,7 +112,7 @@ impl GraphState {
             .iter()
             .map(|(name, dir)| IncludedAtlas {
                 name: name.clone(),
-                dir: dir.clone(),
+                dir: absolute(dir),
                 cells: crate::corpus::AtlasManifest::load(dir).map(|m| m.cells).unwrap_or(0),
             })
             .collect::<Vec<_>>();
@@ -115,18 +125,13 @@ impl GraphState {
             atlases,
             rebase_sums_hash: sums_hash(&sums),
             rebase_cells: parts.hist.n_cells,
+            rebase_genes: Some(parts.vocab.tokens().to_vec()),
             drift: Drift::default(),
         };
-        let mut state = Self {
-            info,
-            vocab: parts.vocab.clone(),
-            hist: parts.hist.clone(),
-            maps: parts.maps.clone(),
-            sums,
-            candidates: Vec::new(),
-            presence: Some(parts.presence.iter().map(|&p| p as i64).collect()),
-        };
-        state.refresh_candidates(&state.correlations());
+        let stats = GeneStats { vocab: parts.vocab.clone(), hist: parts.hist.clone(), maps: parts.maps.clone(), sums };
+        let candidates = stats.candidates(&stats.correlations(), params);
+        let mut state =
+            Self { info, stats, candidates, presence: Some(parts.presence.iter().map(|&p| p as i64).collect()) };
         state.info.drift = state.drift();
         state
     }
@@ -141,89 +146,137 @@ impl GraphState {
                 ));
             }
         }
-        self.hist.merge(&stats.hist, sign);
-        self.sums.merge(&stats.sums, sign);
+        self.stats.hist.merge(&stats.hist, sign);
+        self.stats.sums.merge(&stats.sums, sign);
         if let Some(p) = self.presence.as_mut() {
             p.iter_mut().zip(&stats.presence).for_each(|(a, b)| *a += sign * b);
         }
         Ok(())
     }
 
-    /// Recomputes the candidate records from correlations of the current sums.
-    pub fn refresh_candidates(&mut self, rho: &[f64]) {
+    /// What the vocabulary rule picks from the current presence counts among the genes
+    /// `allowed` accepts (`None` in states written before presence counts were kept).
+    fn vocabulary_rule(&self, allowed: impl Fn(u32) -> bool) -> Option<GraphVocab> {
         let p = &self.info.params;
-        self.candidates = candidates(rho, &self.sums.co, self.vocab.tokens(), p.rho_min, p.n_neigh);
+        let counts: Vec<u64> = self.presence.as_ref()?.iter().map(|&c| c.max(0) as u64).collect();
+        Some(GraphVocab::select(&counts, p.min_presence, p.max_genes, allowed))
+    }
+
+    /// The graph's genes: the vocabulary rule among the genes the state has statistics for.
+    fn graph_genes(&self) -> Vec<u32> {
+        let has = |t: u32| self.stats.vocab.index(t).is_some();
+        self.vocabulary_rule(has).map_or_else(|| self.stats.vocab.tokens().to_vec(), |v| v.tokens().to_vec())
+    }
+
+    /// The statistics of the graph's genes (a copy only when the state keeps others).
+    pub fn graph_stats(&self) -> Cow<'_, GeneStats> {
+        let genes = self.graph_genes();
+        if genes == self.stats.vocab.tokens() {
+            Cow::Borrowed(&self.stats)
+        } else {
+            Cow::Owned(self.stats.remap(genes))
+        }
+    }
+
+    /// Brings the state's genes to the vocabulary rule (`graph.extend_vocab`). When more than
+    /// `graph.rebase_vocab` of the vocabulary would be genes the state lacks, those genes get
+    /// histograms, rank maps (from every included cell) and pair sums, computed from the stored
+    /// shards of the included atlases by a dataflow over their shards (a smaller shortfall is
+    /// tolerated, like a small rank-map drift). Genes that entered after the last rebase and
+    /// have left the graph again are dropped. Returns the number of genes that entered.
+    pub fn follow_vocabulary(&mut self, vocab: &Vocabulary, cluster: &Cluster) -> Result<usize> {
+        let Some(now) = self.vocabulary_rule(|_| true).filter(|_| self.info.params.extend_vocab) else {
+            return Ok(0);
+        };
+        let rebase = self.info.rebase_genes.get_or_insert_with(|| self.info.genes.clone()).clone();
+        let has = |t: u32| self.stats.vocab.index(t).is_some();
+        let missing: Vec<u32> = now.tokens().iter().copied().filter(|&t| !has(t)).collect();
+        let share = missing.len() as f64 / self.info.genes.len().max(1) as f64;
+        let entering = if share > self.info.params.rebase_vocab { missing } else { Vec::new() };
+        let graph =
+            self.vocabulary_rule(|t| has(t) || entering.binary_search(&t).is_ok()).expect("presence counts are kept"); // ok: invariant (checked above)
+        let mut genes: Vec<u32> = self
+            .stats
+            .vocab
+            .tokens()
+            .iter()
+            .copied()
+            .filter(|&t| graph.index(t).is_some() || rebase.binary_search(&t).is_ok())
+            .chain(entering.iter().copied())
+            .collect();
+        genes.sort_unstable();
+        if genes == self.stats.vocab.tokens() {
+            return Ok(0);
+        }
+        let l = self.info.params.l_max;
+        super::build::check_memory_for(genes.len(), l, true)?;
+        let mut grown = self.stats.remap(genes);
+        if !entering.is_empty() {
+            tracing::info!(genes = entering.len(), "genes entered the vocabulary: computing their statistics");
+            let threads = (rayon::current_num_threads() / cluster.workers.max(1)).max(1);
+            let dirs = self.info.atlases.iter().map(|a| a.dir.as_path());
+            let set = Arc::new(ShardSet::of_atlases(dirs, vocab.clone(), threads)?);
+            // Process 0's own workers: the other processes of a cluster have returned already.
+            let local = Cluster { workers: cluster.workers, ..Cluster::default() };
+            let new_genes = GraphVocab::from_tokens(entering.clone(), vocab.len());
+            let hist = shard_histograms(&local, set.clone(), new_genes, l)?.expect("worker 0 sums"); // ok: invariant
+            if hist.n_cells != grown.hist.n_cells {
+                return Err(Error::format(
+                    &self.info.atlases[0].dir,
+                    format!(
+                        "the included atlases now hold {} cells, the graph counted {}; rebase the graph",
+                        hist.n_cells, grown.hist.n_cells
+                    ),
+                ));
+            }
+            let maps = RankMaps::from_histograms(&hist);
+            let rows: Vec<usize> = entering.iter().map(|&t| grown.vocab.index(t).expect("entered")).collect(); // ok: invariant
+            for (i, &u) in rows.iter().enumerate() {
+                let span = |x: usize| x * l..(x + 1) * l;
+                grown.hist.counts[span(u)].copy_from_slice(&hist.counts[span(i)]);
+                grown.maps.t2[span(u)].copy_from_slice(&maps.t2[span(i)]);
+            }
+            let sums =
+                shard_row_sums(&local, set, grown.vocab.clone(), grown.maps.clone(), rows)?.expect("worker 0 sums"); // ok: invariant
+            grown.sums.insert_rows(&sums);
+        }
+        self.info.genes = grown.vocab.tokens().to_vec();
+        self.stats = grown;
+        Ok(entering.len())
     }
 
     pub fn drift(&self) -> Drift {
-        let (g, l) = (self.hist.n_genes, self.hist.l_max);
-        let (n_now, n_then) = (self.hist.n_cells.max(1) as f64, self.maps.n_cells.max(1) as f64);
-        let mut ks = Vec::with_capacity(g);
-        for u in 0..g {
-            let hist = self.hist.gene(u);
-            let t2 = &self.maps.t2[u * l..(u + 1) * l];
-            let absent = self.hist.n_cells - hist.iter().sum::<i64>();
-            // Current cells with score ≤ s, and the same at the rebase, recovered from the map:
-            // t2(s) = 2·less(s) + eq(s) + 1 and less(s+1) = less(s) + eq(s).
-            let (mut now_le, mut then_less, mut worst) = (0i64, 0i64, 0f64);
-            for s in 0..l {
-                now_le += hist[s] + if s == 0 { absent } else { 0 };
-                let then_eq = t2[s] - 1 - 2 * then_less;
-                then_less += then_eq;
-                worst = worst.max((now_le as f64 / n_now - then_less as f64 / n_then).abs());
-            }
-            ks.push(worst);
-        }
+        let ks = self.stats.ks_distances();
         let mean_ks = ks.iter().sum::<f64>() / ks.len().max(1) as f64;
-        let vocab_missing = self.presence.as_ref().map(|presence| {
-            let p = &self.info.params;
-            let counts: Vec<u64> = presence.iter().map(|&c| c.max(0) as u64).collect();
-            let now = GraphVocab::select(&counts, p.min_presence, p.max_genes, |_| true);
-            now.tokens().iter().filter(|&&t| self.vocab.index(t).is_none()).count()
-        });
-        Drift { mean_ks, max_ks: ks.iter().copied().fold(0.0, f64::max), vocab_missing }
+        let vocab_missing = self
+            .vocabulary_rule(|_| true)
+            .map(|now| now.tokens().iter().filter(|&&t| self.stats.vocab.index(t).is_none()).count());
+        Drift { mean_ks, max_ks: ks.iter().copied().fold(0.0, f64::max), vocab_missing, vocab_entered: 0 }
     }
 
-    /// Whether the sums are exactly those of the last rebase (the same atlases, added and
-    /// retracted back).
+    /// Whether the sums are exactly those of the last rebase (the same atlases and genes, added
+    /// and retracted back).
     pub fn at_rebase_point(&self) -> bool {
         let names: Vec<&str> = self.info.atlases.iter().map(|a| a.name.as_str()).collect();
         names == self.info.rebase_atlases.iter().map(String::as_str).collect::<Vec<_>>()
-            && sums_hash(&self.sums) == self.info.rebase_sums_hash
+            && self.info.rebase_genes.as_ref().is_none_or(|g| *g == self.info.genes)
+            && sums_hash(&self.stats.sums) == self.info.rebase_sums_hash
     }
 
-    /// ρ_global of all pairs under the frozen maps (row-major `G × G`).
-    pub fn correlations(&self) -> Vec<f64> {
-        global_correlations(&self.hist, &self.maps, &self.sums)
-    }
-
-    /// The graph the state implies (`rho` = [`GraphState::correlations`]): the rebase's exact graph when the state is back at its
-    /// rebase point; otherwise ρ_global from the exact sums under the frozen maps, selection as
-    /// in Algorithm 1, and ρ_local estimated on the co-present cells under the maps.
-    pub fn derive_graph(&self, graph_dir: &Path, vocab: &Vocabulary, rho: &[f64]) -> Result<Graph> {
+    /// The graph the state implies, from the statistics of the graph's genes (`rho` = their
+    /// correlations): the rebase's exact graph when the state is back at its rebase point;
+    /// otherwise ρ_global from the exact sums under the frozen maps, selection as in Algorithm
+    /// 1, and ρ_local estimated on the co-present cells under the maps.
+    pub fn derive_graph(&self, graph_dir: &Path, vocab: &Vocabulary, stats: &GeneStats, rho: &[f64]) -> Result<Graph> {
         if self.at_rebase_point() {
             return read_graph(&graph_dir.join(STATE_DIR).join(REBASE_DIR));
         }
-        let g = self.vocab.len();
         let p = &self.info.params;
-        let pairs = candidate_pairs(&rho, &self.sums.co, g, p);
-        let edges: Vec<GraphEdge> = pairs
-            .into_iter()
-            .filter_map(|(u, v)| {
-                let local = self.sums.local_correlation(u, v);
-                (!local.is_nan()).then(|| GraphEdge {
-                    u: self.vocab.token(u),
-                    v: self.vocab.token(v),
-                    rho: local,
-                    rho_global: rho[u * g + v],
-                    co_count: self.sums.co[u * g + v] as u64,
-                })
-            })
-            .collect();
-        let genes = (0..g)
+        let edges = stats.edges(rho, p);
+        let genes = (0..stats.vocab.len())
             .map(|i| {
-                let t = self.vocab.token(i);
-                (t, vocab.token(t).unwrap_or("?").to_string(), self.hist.presence(i) as u64)
+                let t = stats.vocab.token(i);
+                (t, vocab.token(t).unwrap_or("?").to_string(), stats.hist.presence(i) as u64)
             })
             .collect();
         Ok(Graph {
@@ -231,11 +284,11 @@ impl GraphState {
                 format_version: 1,
                 mode: "rank-maps".into(),
                 params: p.clone(),
-                cells: self.hist.n_cells as u64,
+                cells: stats.hist.n_cells as u64,
                 corpus_cells: self.info.atlases.iter().map(|a| a.cells).sum(),
                 atlases: self.info.atlases.iter().map(|a| a.name.clone()).collect(),
                 vocab_hash: self.info.vocab_hash.clone(),
-                genes: g,
+                genes: stats.vocab.len(),
                 edges: edges.len(),
                 content_hash: String::new(),
             },
@@ -257,7 +310,7 @@ impl GraphState {
         let bin = dir.join(STATS_BIN);
         let tmp = crate::util::atomic::temp_path(&bin);
         // One contiguous buffer, compressed in one call (much faster than streaming small writes).
-        let (hist, maps, sums) = (&self.hist, &self.maps, &self.sums);
+        let (hist, maps, sums) = (&self.stats.hist, &self.stats.maps, &self.stats.sums);
         let mut raw =
             Vec::with_capacity(24 + (hist.counts.len() + maps.t2.len() + sums.co.len()) * 8 + sums.yy.len() * 48);
         for x in [hist.n_cells, maps.n_cells, sums.n_cells] {
@@ -360,15 +413,13 @@ impl GraphState {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e).at(&ppath),
         };
-        Ok(Self {
-            candidates,
-            presence,
+        let stats = GeneStats {
             vocab,
             hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: hn, counts },
             maps: RankMaps { l_max: l, n_genes: g, n_cells: mn, t2 },
             sums: PairSums { n_genes: g, n_cells: sn, yy: i128s(0), co, yp: i128s(1), y2p: i128s(2) },
-            info,
-        })
+        };
+        Ok(Self { candidates, presence, stats, info })
     }
 
     /// Keeps a copy of the graph files as of this rebase.
@@ -380,6 +431,12 @@ impl GraphState {
         }
         Ok(())
     }
+}
+
+/// The atlas directory as an absolute path, so later updates and rebases find its shards from
+/// any working directory.
+pub fn absolute(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
 fn sums_hash(s: &PairSums) -> String {

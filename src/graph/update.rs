@@ -168,8 +168,8 @@ fn atlas_statistics(
     let shards = crate::corpus::AtlasManifest::load(dir)?.shards.len();
     let job = StatsJob {
         vocab: vocab.clone(),
-        genes: state.vocab.clone(),
-        maps: state.maps.clone(),
+        genes: state.stats.vocab.clone(),
+        maps: state.stats.maps.clone(),
         atlas_dir: dir.to_path_buf(),
         shards,
         gemm_threads: (rayon::current_num_threads() / cluster.workers.max(1)).max(1),
@@ -219,7 +219,8 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
             };
             let cells = stats.hist.n_cells as u64;
             state.merge(graph_dir, &stats, 1)?;
-            state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir: dir.to_path_buf(), cells });
+            let dir = super::state::absolute(dir);
+            state.info.atlases.push(IncludedAtlas { name: manifest.atlas.clone(), dir, cells });
             state.info.atlases.sort_by(|a, b| a.name.cmp(&b.name));
             vocab_of_change = Some(vocab);
             (format!("add-{}", manifest.atlas), false)
@@ -246,10 +247,14 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         }
         Change::Rebase => ("rebase".to_string(), true),
     };
-    let drift = state.drift();
+    let entered = match &vocab_of_change {
+        Some(vocab) => state.follow_vocabulary(vocab, cluster)?,
+        None => 0,
+    };
+    let drift = Drift { vocab_entered: entered, ..state.drift() };
     state.info.drift = drift.clone();
     let p = &state.info.params;
-    let vocab_share = drift.vocab_share(state.vocab.len());
+    let vocab_share = drift.vocab_share(state.info.genes.len());
     let rebase_recommended = !rebased
         && ((p.rebase_drift > 0.0 && drift.max_ks > p.rebase_drift)
             || (p.rebase_vocab > 0.0 && vocab_share > p.rebase_vocab));
@@ -271,14 +276,18 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         let fresh = GraphState::from_build(&parts, &state.info.params, &graph.info.vocab_hash);
         (graph, fresh)
     } else {
-        let rho = state.correlations();
-        state.refresh_candidates(&rho);
-        changes = Some(edge_changes(before, state.candidates.clone(), params.n_neigh, params.m_min as i64));
         let vocab = match vocab_of_change {
             Some(v) => v,
             None => load_corpus_meta(&corpus_of(&state.info.atlases[0].dir)?)?.1,
         };
-        (state.derive_graph(graph_dir, &vocab, &rho)?, state)
+        let stats = state.graph_stats();
+        let rho = stats.correlations();
+        let after = stats.candidates(&rho, &params);
+        let graph = state.derive_graph(graph_dir, &vocab, &stats, &rho)?;
+        drop(stats);
+        changes = Some(edge_changes(before, after.clone(), params.n_neigh, params.m_min as i64));
+        state.candidates = after;
+        (graph, state)
     };
     let delta = match &changes {
         Some((added, removed)) => GraphDelta::from_changes(&old.edges, &graph.edges, added, removed),

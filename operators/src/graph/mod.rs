@@ -9,6 +9,7 @@
 //! ranks; when the maps are frozen and cells are added or retracted, sums stay exact under the
 //! frozen maps (the incremental design of DESIGN.md §3).
 
+mod extend;
 mod params;
 mod scores;
 mod screen;
@@ -16,6 +17,7 @@ mod select;
 mod spearman;
 mod stats;
 
+pub use extend::{remap_rows, remap_square, GeneRowSums};
 pub use params::GraphParams;
 pub use scores::{count_presence, GraphVocab, ScoredCell};
 pub use screen::{adjacency_counts, approx_correlations, co_presence};

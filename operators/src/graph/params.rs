@@ -23,12 +23,17 @@ pub struct GraphParams {
     /// Incremental updates: drift (largest per-gene KS distance between the current score
     /// distribution and the frozen rank maps) above which a rebase is recommended.
     pub rebase_drift: f64,
-    /// Incremental updates: share of the graph vocabulary that the vocabulary rule would now
-    /// replace (genes more present than some of the graph's, which the state has no statistics
-    /// for) above which a rebase is recommended.
+    /// Incremental updates: share of the graph vocabulary that may be missing (genes the
+    /// vocabulary rule picks now that the state has no statistics for). Above it an update
+    /// computes theirs (`extend_vocab`) or, without that, recommends a rebase.
     pub rebase_vocab: f64,
     /// Rebase automatically when the drift exceeds `rebase_drift` or `rebase_vocab`.
     pub auto_rebase: bool,
+    /// Incremental updates: when more than `rebase_vocab` of the vocabulary is missing, compute
+    /// the missing genes' statistics from the stored shards of the included atlases (two passes
+    /// over them; the products cost `missing / max_genes` of a rebase's) so the graph has the
+    /// vocabulary of an exact build. `false` leaves them out until a rebase.
+    pub extend_vocab: bool,
 }
 
 impl Default for GraphParams {
@@ -45,6 +50,7 @@ impl Default for GraphParams {
             rebase_drift: 0.1,
             rebase_vocab: 0.02,
             auto_rebase: false,
+            extend_vocab: true,
         }
     }
 }

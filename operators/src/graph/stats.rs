@@ -229,7 +229,25 @@ pub(crate) fn at_b<T: Scalar>(
     ld: usize,
     threads: usize,
 ) {
-    assert!(m <= ld && n <= ld && a.len() >= (k_len.max(1) - 1) * ld + m && b.len() >= (k_len.max(1) - 1) * ld + n);
+    at_b_strided(m, n, k_len, dst, dst_rs, a, ld, b, ld, threads);
+}
+
+/// [`at_b`] for row-major `a` and `b` of different row strides (`lda`, `ldb`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn at_b_strided<T: Scalar>(
+    m: usize,
+    n: usize,
+    k_len: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+    a: &[T],
+    lda: usize,
+    b: &[T],
+    ldb: usize,
+    threads: usize,
+) {
+    let k1 = k_len.max(1) - 1;
+    assert!(m <= lda && n <= ldb && a.len() >= k1 * lda + m && b.len() >= k1 * ldb + n);
     assert!(dst.len() >= (m.max(1) - 1) * dst_rs + n, "destination too small");
     let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: the asserts above keep every element (i, k) of a, (k, j) of b and (i, j) of dst
@@ -244,11 +262,11 @@ pub(crate) fn at_b<T: Scalar>(
             dst_rs as isize,
             false,
             a.as_ptr(),
-            ld as isize,
+            lda as isize,
             1,
             b.as_ptr(),
             1,
-            ld as isize,
+            ldb as isize,
             T::ZERO,
             T::ONE,
             false,

@@ -243,7 +243,9 @@ pub(crate) fn parse_strategy(s: &str) -> std::result::Result<MaskStrategy, Strin
 
 #[derive(Subcommand)]
 pub(crate) enum GraphCommand {
-    /// Build the graph from a corpus, exactly as Algorithm 1 defines it.
+    /// Build the graph from a corpus, exactly as Algorithm 1 defines it. With `--incremental`
+    /// the shards are streamed by a timely dataflow (`-w`/`-n`/`-p`/`-h` as for `update`).
+    #[command(disable_help_flag = true)]
     Build {
         #[arg(long, value_name = "CORPUS")]
         corpus: PathBuf,
@@ -264,6 +266,10 @@ pub(crate) enum GraphCommand {
         /// Also keep the incremental state (all cells) for `graph update` and `graph rebase`.
         #[arg(long)]
         incremental: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
     /// Add or retract an atlas, writing only the changes (a delta) and the new state.
     /// The atlas' statistics are computed by a timely dataflow: `-w` worker threads, and with
@@ -282,25 +288,21 @@ pub(crate) enum GraphCommand {
         /// Name of an included atlas to retract.
         #[arg(long, value_name = "NAME")]
         retract: Option<String>,
-        /// Worker threads per process.
-        #[arg(short = 'w', long, default_value_t = 1)]
-        workers: usize,
-        /// Processes in the cluster.
-        #[arg(short = 'n', long, default_value_t = 1)]
-        processes: usize,
-        /// This process' index (0..n).
-        #[arg(short = 'p', long, default_value_t = 0)]
-        process: usize,
-        /// Host file: one host:port per process, in process order.
-        #[arg(short = 'h', long, value_name = "FILE")]
-        hostfile: Option<PathBuf>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
     },
-    /// Recompute rank maps and statistics from the stored shards (= an exact build).
+    /// Recompute rank maps and statistics from the stored shards (= an exact build), streamed
+    /// by the same dataflow as `build --incremental`.
+    #[command(disable_help_flag = true)]
     Rebase {
         #[arg(long, value_name = "GRAPH")]
         graph: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
     /// Print size, degree distribution and a gene's neighbours.
     Show {
@@ -314,6 +316,31 @@ pub(crate) enum GraphCommand {
         #[arg(long, default_value_t = 15)]
         top: usize,
     },
+}
+
+/// Where a graph dataflow runs (timely's own options).
+#[derive(Args, Clone)]
+pub(crate) struct ClusterArgs {
+    /// Worker threads per process.
+    #[arg(short = 'w', long, default_value_t = 1)]
+    pub(crate) workers: usize,
+    /// Processes in the cluster (run the same command on each; process 0 writes the graph).
+    #[arg(short = 'n', long, default_value_t = 1)]
+    pub(crate) processes: usize,
+    /// This process' index (0..n).
+    #[arg(short = 'p', long, default_value_t = 0)]
+    pub(crate) process: usize,
+    /// Host file: one host:port per process, in process order.
+    #[arg(short = 'h', long, value_name = "FILE")]
+    pub(crate) hostfile: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    pub(crate) fn cluster(self) -> anyhow::Result<corrflow::graph::Cluster> {
+        let ClusterArgs { workers, processes, process, hostfile } = self;
+        anyhow::ensure!(workers >= 1 && processes >= 1 && process < processes, "need -w ≥ 1, -n ≥ 1 and 0 ≤ -p < -n");
+        Ok(corrflow::graph::Cluster { workers, processes, process, hostfile })
+    }
 }
 
 #[derive(Args, Clone)]

@@ -102,7 +102,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
 
     // The dependency graph of the bundled cells: Table 4 parameters over all 1,000 cells.
     let params = corrflow_operators::graph::GraphParams { n_sub: 0, ..config.graph.clone() };
-    let (mut graph, mut graph_summary, _) = crate::graph::build_exact(&corpus_dir, &[], &params)?;
+    let (mut graph, mut graph_summary) = crate::graph::build_exact(&corpus_dir, &[], &params)?;
     let graph_dir = out.join("graph");
     crate::graph::write_graph(&graph_dir, &mut graph)?;
     graph_summary.out = graph_dir.display().to_string();

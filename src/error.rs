@@ -40,6 +40,10 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// Another worker of a dataflow (thread or process) failed; the message is its error.
+    #[error("{0}")]
+    Remote(String),
+
     /// ONNX Runtime could not be loaded or failed to run a model.
     #[error("ONNX Runtime: {0}")]
     Runtime(String),

@@ -193,31 +193,50 @@ fn run(cli: Cli) -> Result<()> {
             );
             print_summary(cli.json, &human, &s)
         }
-        Command::Graph(GraphCommand::Build { corpus, out, atlas, n_sub, seed, max_genes, incremental }) => {
+        Command::Graph(GraphCommand::Build {
+            corpus,
+            out,
+            atlas,
+            n_sub,
+            seed,
+            max_genes,
+            incremental,
+            cluster,
+            ..
+        }) => {
             let mut params = cfg.graph.clone();
             params.n_sub = n_sub.unwrap_or(params.n_sub);
             params.seed = seed.unwrap_or(params.seed);
             params.max_genes = max_genes.unwrap_or(params.max_genes);
             let mut s = if incremental {
-                corrflow::graph::build_incremental(&corpus, &atlas, &params, &out)?.1
+                match corrflow::graph::build_incremental(&corpus, &atlas, &params, &out, &cluster.cluster()?)? {
+                    Some((_, s)) => s,
+                    None => {
+                        let what = serde_json::json!({"command": "graph build", "helper": true});
+                        return print_summary(cli.json, "graph build: statistics contributed to process 0", &what);
+                    }
+                }
             } else {
-                let (mut graph, s, _) = corrflow::graph::build_exact(&corpus, &atlas, &params)?;
+                let (mut graph, s) = corrflow::graph::build_exact(&corpus, &atlas, &params)?;
                 corrflow::graph::write_graph(&out, &mut graph)?;
                 s
             };
             s.out = out.display().to_string();
-            let human = format!(
-                "graph build: {} genes, {} edges from {} cells in {:.2}s (load {:.2}s, statistics {:.2}s incl. screening products {:.2}s at {:.0} GFLOP/s, exact ρ {:.2}s) -> {}",
-                s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_screening, s.screening_gflops, s.seconds_local, out.display()
-            );
+            let human = if incremental {
+                format!(
+                    "graph build: {} genes, {} edges from {} cells in {:.2}s (streamed: vocabulary and rank maps {:.2}s, exact statistics and selection {:.2}s, ρ_local {:.2}s) -> {}",
+                    s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_local, out.display()
+                )
+            } else {
+                format!(
+                    "graph build: {} genes, {} edges from {} cells in {:.2}s (load {:.2}s, statistics {:.2}s incl. screening products {:.2}s at {:.0} GFLOP/s, exact ρ {:.2}s) -> {}",
+                    s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_screening, s.screening_gflops, s.seconds_local, out.display()
+                )
+            };
             print_summary(cli.json, &human, &s)
         }
-        Command::Graph(GraphCommand::Update { graph, add, retract, workers, processes, process, hostfile, .. }) => {
-            anyhow::ensure!(
-                workers >= 1 && processes >= 1 && process < processes,
-                "need -w ≥ 1, -n ≥ 1 and 0 ≤ -p < -n"
-            );
-            let cluster = corrflow::graph::Cluster { workers, processes, process, hostfile };
+        Command::Graph(GraphCommand::Update { graph, add, retract, cluster, .. }) => {
+            let cluster = cluster.cluster()?;
             let s = match (add, retract) {
                 (Some(dir), _) => corrflow::graph::update_add(&graph, &dir, &cluster)?,
                 (_, Some(name)) => corrflow::graph::update_retract(&graph, &name, &cluster)?,
@@ -226,8 +245,8 @@ fn run(cli: Cli) -> Result<()> {
             let human = update_line(&s);
             print_summary(cli.json, &human, &s)
         }
-        Command::Graph(GraphCommand::Rebase { graph }) => {
-            let s = corrflow::graph::rebase(&graph)?;
+        Command::Graph(GraphCommand::Rebase { graph, cluster, .. }) => {
+            let s = corrflow::graph::rebase(&graph, &cluster.cluster()?)?;
             print_summary(cli.json, &update_line(&s), &s)
         }
         Command::Graph(GraphCommand::Show { graph, gene, vocab, top }) => {

@@ -131,41 +131,63 @@ fn one_worker_two_workers_and_a_two_process_cluster_give_identical_graphs() {
     let (w1, w2, cluster) = (copy("w1"), copy("w2"), copy("cluster"));
     ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&w1), "--add", &add, "-w", "1"]));
     ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&w2), "--add", &add, "-w", "2"]));
+    on_two_processes(tmp.path(), &["graph", "update", "--graph", s(&cluster), "--add", &add]);
+    same_files(&w1, &w2);
+    same_files(&w1, &cluster);
+    let stats = |g: &Path| std::fs::read(g.join("state/stats.bin.zst")).unwrap();
+    assert_eq!(stats(&w1), stats(&cluster));
+
+    // The streamed build itself, on 2 workers and on 2 processes.
+    let build = ["graph", "build", "--incremental", "--max-genes", "400", "--atlas", "a,b", "--corpus", s(&corpus)];
+    let (b1, b2, bc) = (tmp.path().join("b1"), tmp.path().join("b2"), tmp.path().join("bc"));
+    ok_json(&corrflow(&[&build[..], &["--json", "--out", s(&b1)]].concat()));
+    ok_json(&corrflow(&[&build[..], &["--json", "--out", s(&b2), "-w", "2"]].concat()));
+    on_two_processes(tmp.path(), &[&build[..], &["--out", s(&bc)]].concat());
+    same_files(&b1, &b2);
+    same_files(&b1, &bc);
+    assert_eq!(stats(&b1), stats(&b2));
+    assert_eq!(stats(&b1), stats(&bc));
+}
+
+/// Runs a graph command as a 2-process timely cluster on loopback; process 0's output must be
+/// a JSON summary, process 1 must succeed.
+fn on_two_processes(tmp: &Path, args: &[&str]) -> serde_json::Value {
     // Two free loopback ports (bound, read, released) for the two processes.
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (port0, port1) = (free(), free());
-    let hosts = tmp.path().join("hosts.txt");
+    let hosts = tmp.join(format!("hosts-{port0}.txt"));
     std::fs::write(&hosts, format!("127.0.0.1:{port0}\n127.0.0.1:{port1}\n")).unwrap();
     let mut p1 = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow"))
-        .args(["graph", "update", "--graph", s(&cluster), "--add", &add, "-n", "2", "-p", "1", "-h", s(&hosts)])
+        .args(args)
+        .args(["-n", "2", "-p", "1", "-h", s(&hosts)])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let p0 = corrflow(&[
-        "graph",
-        "update",
-        "--json",
-        "--graph",
-        s(&cluster),
-        "--add",
-        &add,
-        "-n",
-        "2",
-        "-p",
-        "0",
-        "-h",
-        s(&hosts),
-    ]);
-    let p1_status = p1.wait().unwrap();
-    ok_json(&p0);
-    assert!(p1_status.success());
-    same_files(&w1, &w2);
-    same_files(&w1, &cluster);
-    assert_eq!(
-        std::fs::read(w1.join("state/stats.bin.zst")).unwrap(),
-        std::fs::read(cluster.join("state/stats.bin.zst")).unwrap()
-    );
+    let p0 = corrflow(&[args, &["--json", "-n", "2", "-p", "0", "-h", s(&hosts)]].concat());
+    let p1 = p1.wait_with_output().unwrap();
+    assert!(p1.status.success(), "process 1: {}", String::from_utf8_lossy(&p1.stderr));
+    ok_json(&p0)
+}
+
+#[test]
+fn the_streamed_incremental_build_is_the_exact_build_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    ingest(&corpus, "a", &bundled(), Some("gene_ids"));
+    let (exact, inc, small) = (tmp.path().join("exact"), tmp.path().join("inc"), tmp.path().join("small"));
+    let base = ["graph", "build", "--json", "--n-sub", "0", "--max-genes", "500", "--corpus", s(&corpus)];
+    ok_json(&corrflow(&[&base[..], &["--out", s(&exact)]].concat()));
+    let summary = ok_json(&corrflow(&[&base[..], &["--incremental", "--out", s(&inc)]].concat()));
+    assert!(summary["edges"].as_u64().unwrap() > 1000, "{summary}");
+    same_files(&exact, &inc);
+    // A 1 MB budget for the ρ_local postings: many rounds (passes), the same graph.
+    let config = tmp.path().join("small.toml");
+    std::fs::write(&config, "[graph]\nstream_memory_mb = 1\n").unwrap();
+    ok_json(&corrflow(&[&base[..], &["--incremental", "--config", s(&config), "--out", s(&small)]].concat()));
+    for f in ["edges.parquet", "genes.parquet"] {
+        assert_eq!(std::fs::read(inc.join(f)).unwrap(), std::fs::read(small.join(f)).unwrap(), "{f} differs");
+    }
 }
 
 fn copy_dir(src: &Path, dst: &Path) {

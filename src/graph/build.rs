@@ -12,7 +12,8 @@ use rand::SeedableRng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::files::{Graph, GraphInfo};
+use super::files::{Coverage, Graph};
+use super::overlap::{postings, Overlaps};
 use crate::corpus::{self, for_each_batch, CorpusInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::vocab::Vocabulary;
@@ -182,35 +183,26 @@ pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, 
     Ok(cells)
 }
 
-/// What an exact build computed on the way, for building incremental state from it.
-pub struct BuildParts {
-    pub vocab: GraphVocab,
-    pub hist: ScoreHistograms,
-    pub maps: RankMaps,
-    pub scored: Vec<ScoredCell>,
-    /// Cells each gene is present in (indexed by token id; 0 for special tokens).
-    pub presence: Vec<u64>,
-    /// Included atlases (name, directory), sorted by name.
-    pub atlases: Vec<(String, PathBuf)>,
-}
-
-/// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
-/// Spearman on the co-present cells for ρ_local.
-pub fn build_exact(
-    corpus_dir: &Path,
-    atlases: &[String],
-    params: &GraphParams,
-) -> Result<(Graph, BuildSummary, BuildParts)> {
-    let started = Instant::now();
-    params.validate().map_err(Error::Usage)?;
-    let (_, vocab) = load_corpus_meta(corpus_dir)?;
+/// The atlases to build from (all of the corpus' when `atlases` is empty), sorted by name,
+/// and their directories.
+pub fn resolve_atlases(corpus_dir: &Path, atlases: &[String]) -> Result<(Vec<String>, Vec<PathBuf>)> {
     let mut names = if atlases.is_empty() { corpus::list_atlases(corpus_dir) } else { atlases.to_vec() };
     names.sort();
     names.dedup();
     if names.is_empty() {
         return Err(Error::format(corpus_dir, "no finished atlas in this corpus"));
     }
-    let dirs: Vec<PathBuf> = names.iter().map(|n| corpus::atlas_dir(corpus_dir, n)).collect();
+    let dirs = names.iter().map(|n| corpus::atlas_dir(corpus_dir, n)).collect();
+    Ok((names, dirs))
+}
+
+/// Algorithm 1, exactly: Spearman with average ranks over the sampled cells for ρ_global,
+/// Spearman on the co-present cells for ρ_local.
+pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) -> Result<(Graph, BuildSummary)> {
+    let started = Instant::now();
+    params.validate().map_err(Error::Usage)?;
+    let (_, vocab) = load_corpus_meta(corpus_dir)?;
+    let (_, dirs) = resolve_atlases(corpus_dir, atlases)?;
     check_memory(params, false)?;
     let cells = load_corpus_cells(&dirs, &vocab, params.l_max, params.n_sub, params.seed)?;
 
@@ -270,25 +262,14 @@ pub fn build_exact(
         .collect();
     let seconds_local = t_local.elapsed().as_secs_f64();
 
-    let genes: Vec<(u32, String, u64)> = (0..g)
-        .map(|i| (gv.token(i), vocab.token(gv.token(i)).unwrap_or("?").to_string(), hist.presence(i) as u64))
-        .collect();
-    let graph = Graph {
-        info: GraphInfo {
-            format_version: 1,
-            mode: "exact".into(),
-            params: params.clone(),
-            cells: cells.offsets.len() as u64 - 1,
-            corpus_cells: cells.total_cells,
-            atlases: cells.atlases.clone(),
-            vocab_hash: vocab.hash().to_string(),
-            genes: g,
-            edges: edges.len(),
-            content_hash: String::new(),
-        },
-        genes,
-        edges,
+    let coverage = Coverage {
+        mode: "exact",
+        params,
+        cells: cells.offsets.len() as u64 - 1,
+        corpus_cells: cells.total_cells,
+        atlases: cells.atlases.clone(),
     };
+    let graph = Graph::assemble(coverage, &vocab, &gv, &hist, edges);
     let summary = BuildSummary {
         command: "graph build".into(),
         out: String::new(),
@@ -304,81 +285,12 @@ pub fn build_exact(
         seconds_local,
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
-    let parts = BuildParts { vocab: gv, hist, maps, scored, presence, atlases: names.into_iter().zip(dirs).collect() };
-    Ok((graph, summary, parts))
+    Ok((graph, summary))
 }
 
 /// Floating-point operations of the upper-triangle screening products (256-gene blocks).
 fn screening_flops(cells: usize, g: usize) -> f64 {
     (0..g).step_by(256).map(|b0| ((b0 + 256).min(g) - b0) as f64 * (g - b0) as f64).sum::<f64>() * 2.0 * cells as f64
-}
-
-/// Per gene, the (cell, score) pairs where it is present, in cell order.
-fn postings(cells: &[ScoredCell], g: usize) -> Vec<Vec<(u32, u16)>> {
-    let mut p = vec![Vec::new(); g];
-    for (i, c) in cells.iter().enumerate() {
-        for (&u, &s) in c.genes.iter().zip(&c.scores) {
-            p[u as usize].push((i as u32, s));
-        }
-    }
-    p
-}
-
-/// (score of u, score of v) for the cells of `b` where u is present (`dense[cell]` ≠ MAX);
-/// written without a data-dependent branch.
-fn overlap_scores(dense: &[u16], b: &[(u32, u16)], out: &mut Vec<(u16, u16)>) {
-    out.clear();
-    out.resize(b.len(), (0, 0));
-    let mut len = 0;
-    for &(cell, s) in b {
-        let su = dense[cell as usize];
-        out[len] = (su, s);
-        len += usize::from(su != u16::MAX);
-    }
-    out.truncate(len);
-}
-
-thread_local! {
-    /// Per thread: which (lookup, gene) is scattered in the dense per-cell array, the array,
-    /// and an overlap buffer. Callers ask for several partners of one gene in a row.
-    static DENSE: std::cell::RefCell<((u64, usize), Vec<u16>, Vec<(u16, u16)>)> =
-        const { std::cell::RefCell::new(((0, usize::MAX), Vec::new(), Vec::new())) };
-}
-
-/// Score pairs of the cells where two genes are both present, found by scattering the first
-/// gene's scores into a dense per-cell array (kept per thread while the first gene repeats) and
-/// looking the partner's cells up in it, without branchy list merging.
-struct Overlaps<'a> {
-    /// Distinguishes lookups, so a thread's cached array is never reused across builds.
-    id: u64,
-    postings: &'a [Vec<(u32, u16)>],
-    n_cells: usize,
-}
-
-impl<'a> Overlaps<'a> {
-    fn new(postings: &'a [Vec<(u32, u16)>], n_cells: usize) -> Self {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        Self { id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), postings, n_cells }
-    }
-
-    fn with<R>(&self, u: usize, v: usize, f: impl FnOnce(&[(u16, u16)]) -> R) -> R {
-        DENSE.with(|cell| {
-            let (cached, dense, overlap) = &mut *cell.borrow_mut();
-            if cached.0 != self.id || dense.len() != self.n_cells {
-                *dense = vec![u16::MAX; self.n_cells];
-                *cached = (self.id, usize::MAX);
-            }
-            if cached.1 != u {
-                if let Some(old) = self.postings.get(cached.1) {
-                    old.iter().for_each(|&(c, _)| dense[c as usize] = u16::MAX);
-                }
-                self.postings[u].iter().for_each(|&(c, s)| dense[c as usize] = s);
-                cached.1 = u;
-            }
-            overlap_scores(dense, &self.postings[v], overlap);
-            f(overlap)
-        })
-    }
 }
 
 /// `Σ y_u(a)·y_v(b)` over score pairs, exactly: in i64 while the worst case fits (|y| ≤ 2N, so
@@ -420,7 +332,7 @@ pub fn check_memory_for(genes: usize, l_max: usize, incremental: bool) -> Result
     Ok(())
 }
 
-fn available_memory() -> Option<u64> {
+pub(super) fn available_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use corrflow_operators::graph::{GraphEdge, GraphParams};
+use corrflow_operators::graph::{GraphEdge, GraphParams, GraphVocab, ScoreHistograms};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
 use crate::util::atomic::write_json_atomic;
+use crate::vocab::Vocabulary;
 
 pub const EDGES: &str = "edges.parquet";
 pub const GENES: &str = "genes.parquet";
@@ -46,6 +47,51 @@ pub struct Graph {
     pub genes: Vec<(u32, String, u64)>,
     /// Sorted by (u, v).
     pub edges: Vec<GraphEdge>,
+}
+
+/// What a graph covers, besides its genes and edges.
+pub struct Coverage<'a> {
+    /// `exact` or `rank-maps`.
+    pub mode: &'a str,
+    pub params: &'a GraphParams,
+    /// Cells the statistics cover, and cells in the included atlases.
+    pub cells: u64,
+    pub corpus_cells: u64,
+    pub atlases: Vec<String>,
+}
+
+impl Graph {
+    /// A graph over the genes of `genes` (presence from `hist`, names from `vocab`).
+    pub fn assemble(
+        coverage: Coverage<'_>,
+        vocab: &Vocabulary,
+        genes: &GraphVocab,
+        hist: &ScoreHistograms,
+        edges: Vec<GraphEdge>,
+    ) -> Self {
+        let rows = (0..genes.len())
+            .map(|i| {
+                let t = genes.token(i);
+                (t, vocab.token(t).unwrap_or("?").to_string(), hist.presence(i) as u64)
+            })
+            .collect();
+        Self {
+            info: GraphInfo {
+                format_version: 1,
+                mode: coverage.mode.into(),
+                params: coverage.params.clone(),
+                cells: coverage.cells,
+                corpus_cells: coverage.corpus_cells,
+                atlases: coverage.atlases,
+                vocab_hash: vocab.hash().to_string(),
+                genes: genes.len(),
+                edges: edges.len(),
+                content_hash: String::new(),
+            },
+            genes: rows,
+            edges,
+        }
+    }
 }
 
 fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<()> {

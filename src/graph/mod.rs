@@ -10,14 +10,14 @@ mod build;
 mod changes;
 mod files;
 mod gene_stats;
+mod overlap;
 mod parallel;
 mod show;
 mod state;
+mod stream;
 mod update;
 
-pub use build::{
-    build_exact, load_corpus_cells, load_corpus_meta, load_shard_cells, BuildParts, BuildSummary, CorpusCells,
-};
+pub use build::{build_exact, load_corpus_cells, load_corpus_meta, load_shard_cells, BuildSummary, CorpusCells};
 pub use files::{read_graph, write_graph, write_graph_with, Graph, GraphInfo, INFO};
 pub use parallel::Cluster;
 pub use show::show_graph;

@@ -1,10 +1,10 @@
-//! Timely dataflow for the incremental statistics: every worker (threads, or processes of a
-//! cluster on loopback or a network) reads a disjoint subset of an atlas' shards, pre-aggregates
-//! the exact integer statistics of its cells, and the partials are exchanged to worker 0 and
-//! summed. Integer sums make the result identical for any number of workers or processes.
+//! Timely dataflow for the graph's statistics: every worker (threads, or processes of a cluster
+//! on loopback or a network) reads a disjoint subset of the shards, pre-aggregates the exact
+//! integer statistics of its cells, and the partials are exchanged and summed ([`gather`]).
+//! Integer sums make the result identical for any number of workers or processes.
 
 use std::cell::RefCell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -33,6 +33,11 @@ impl Cluster {
         self.processes > 1 && self.process > 0
     }
 
+    /// This process' workers alone (for work that follows what the others contributed).
+    pub fn local(&self) -> Self {
+        Self { workers: self.workers, ..Self::default() }
+    }
+
     fn config(&self) -> Result<timely::Config> {
         let mut args = vec!["corrflow".to_string(), "-w".into(), self.workers.max(1).to_string()];
         if self.processes > 1 {
@@ -46,9 +51,121 @@ impl Cluster {
     }
 }
 
-/// The partial statistics one worker sends.
+/// Where the sum of a [`gather`] round ends up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum To {
+    /// Worker 0 (of process 0).
+    First,
+    /// Every worker of every process.
+    Everyone,
+}
+
+/// One round of a dataflow on a running worker: every worker contributes its partial, the
+/// partials are exchanged and summed with `add` on worker 0 or on every worker (`Some` there,
+/// `None` elsewhere). A worker whose own share failed still takes part (so the others finish),
+/// and then every receiver gets the error.
+pub fn gather<T, A>(worker: &mut timely::worker::Worker, mine: Result<T>, add: &A, to: To) -> Result<Option<T>>
+where
+    T: timely::ExchangeData + Clone,
+    A: Fn(&mut T, &T),
+{
+    // (destination, partial, error): every worker hears of every failure, whatever `to` is,
+    // so no worker waits in a later round for one that has given up.
+    type Message<T> = (u64, Option<T>, Option<String>);
+    let peers = worker.peers() as u64;
+    let mut input = InputHandle::new();
+    let received: Rc<RefCell<Vec<Message<T>>>> = Rc::new(RefCell::new(Vec::new()));
+    let sink = received.clone();
+    let probe = worker.dataflow::<u64, _, _>(|scope| {
+        scope
+            .input_from(&mut input)
+            .container::<Vec<Message<T>>>()
+            .exchange(|m| m.0)
+            .inspect(move |m: &Message<T>| sink.borrow_mut().push(m.clone()))
+            .probe()
+            .0
+    });
+    let own_error = match mine {
+        Ok(t) => {
+            let targets = if to == To::Everyone { peers } else { 1 };
+            (0..targets).for_each(|w| input.send((w, Some(t.clone()), None)));
+            None
+        }
+        Err(e) => {
+            (0..peers).for_each(|w| input.send((w, None, Some(e.to_string()))));
+            Some(e)
+        }
+    };
+    input.advance_to(1);
+    while probe.less_than(input.time()) {
+        worker.step();
+    }
+    if let Some(e) = own_error {
+        return Err(e);
+    }
+    let mut total: Option<T> = None;
+    for (_, part, error) in received.borrow_mut().drain(..) {
+        if let Some(e) = error {
+            return Err(Error::Remote(e));
+        }
+        match (total.as_mut(), part) {
+            (_, None) => {}
+            (None, Some(p)) => total = Some(p),
+            (Some(t), Some(p)) => add(t, &p),
+        }
+    }
+    Ok(total)
+}
+
+/// Runs `work` on every worker of the cluster's dataflow and returns process 0's first
+/// worker's result (`None` on the other processes). Of several errors, a worker's own is
+/// preferred to the copies the others received.
+pub fn run_workers<R, F>(cluster: &Cluster, work: F) -> Result<Option<R>>
+where
+    R: Send + 'static,
+    F: Fn(&mut timely::worker::Worker) -> Result<Option<R>> + Send + Sync + 'static,
+{
+    let guards =
+        timely::execute(cluster.config()?, work).map_err(|e| Error::Usage(format!("starting the dataflow: {e}")))?;
+    let (mut result, mut remote) = (None, None);
+    for r in guards.join() {
+        match r.map_err(|e| Error::Usage(format!("dataflow worker failed: {e}")))? {
+            Ok(Some(p)) => result = Some(p),
+            Ok(None) => {}
+            Err(e @ Error::Remote(_)) => remote = remote.or(Some(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    match remote {
+        Some(e) => Err(e),
+        None => Ok(result),
+    }
+}
+
+/// Runs `compute` on every worker over its share of `units` work items (item `i` goes to
+/// worker `i mod peers`); the partials are summed with `add` on worker 0. `Some` on process 0.
+fn run_partials<T, F, A>(cluster: &Cluster, units: usize, compute: F, add: A) -> Result<Option<T>>
+where
+    T: timely::ExchangeData + Clone,
+    F: Fn(&[usize]) -> Result<T> + Send + Sync + 'static,
+    A: Fn(&mut T, &T) + Send + Sync + 'static,
+{
+    run_workers(cluster, move |worker| {
+        let mine = share(worker, units);
+        gather(worker, compute(&mine), &add, To::First)
+    })
+}
+
+/// The work items of this worker: item `i` goes to worker `i mod peers`.
+pub fn share(worker: &timely::worker::Worker, units: usize) -> Vec<usize> {
+    let (index, peers) = (worker.index(), worker.peers());
+    (0..units).filter(|s| s % peers == index).collect()
+}
+
+/// The statistics one worker sends: histograms and pair sums of the graph's genes under given
+/// maps, and every gene's presence.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Partial {
+pub struct Partial {
     n_cells: i64,
     hist: Vec<i64>,
     yy: Vec<i128>,
@@ -59,162 +176,194 @@ struct Partial {
     presence: Vec<i64>,
 }
 
-/// An atlas' statistics under the state's maps, and the presence of every gene in it.
+impl Partial {
+    pub fn add(&mut self, p: &Partial) {
+        self.n_cells += p.n_cells;
+        self.hist.iter_mut().zip(&p.hist).for_each(|(a, b)| *a += b);
+        self.presence.iter_mut().zip(&p.presence).for_each(|(a, b)| *a += b);
+        self.co.iter_mut().zip(&p.co).for_each(|(a, b)| *a += b);
+        for (a, b) in [(&mut self.yy, &p.yy), (&mut self.yp, &p.yp), (&mut self.y2p, &p.y2p)] {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        }
+    }
+
+    pub fn into_statistics(self, l_max: usize) -> AtlasStatistics {
+        let g = self.hist.len() / l_max.max(1);
+        let p = self;
+        AtlasStatistics {
+            hist: ScoreHistograms { l_max, n_genes: g, n_cells: p.n_cells, counts: p.hist },
+            sums: PairSums { n_genes: g, n_cells: p.n_cells, yy: p.yy, co: p.co, yp: p.yp, y2p: p.y2p },
+            presence: p.presence,
+        }
+    }
+}
+
+/// Statistics of some cells under the state's maps, and the presence of every gene in them.
 pub struct AtlasStatistics {
     pub hist: ScoreHistograms,
     pub sums: PairSums,
     pub presence: Vec<i64>,
 }
 
-/// What each worker needs: the vocabulary, the graph's genes and frozen maps, and the shards.
-pub struct StatsJob {
-    pub vocab: Vocabulary,
-    pub genes: GraphVocab,
-    pub maps: RankMaps,
-    pub atlas_dir: PathBuf,
-    pub shards: usize,
-    /// Threads each worker's matrix products may use.
-    pub gemm_threads: usize,
-}
-
-/// Runs `compute` on every worker over its share of `units` work items (item `i` goes to
-/// worker `i mod peers`); the partials are exchanged to worker 0 and summed with `add`. `Some`
-/// on process 0's first worker, `None` elsewhere.
-fn run_partials<T, F, A>(cluster: &Cluster, units: usize, compute: F, add: A) -> Result<Option<T>>
-where
-    T: timely::ExchangeData + Clone,
-    F: Fn(&[usize]) -> Result<T> + Send + Sync + 'static,
-    A: Fn(&mut T, &T) + Send + Sync + 'static,
-{
-    let (compute, add) = (Arc::new(compute), Arc::new(add));
-    let guards = timely::execute(cluster.config()?, move |worker| -> Result<Option<T>> {
-        let (index, peers) = (worker.index(), worker.peers());
-        let mut input = InputHandle::new();
-        let total: Rc<RefCell<Option<T>>> = Rc::new(RefCell::new(None));
-        let (sink, add) = (total.clone(), add.clone());
-        let probe = worker.dataflow::<u64, _, _>(|scope| {
-            scope
-                .input_from(&mut input)
-                .container::<Vec<T>>()
-                .exchange(|_| 0)
-                .inspect(move |p: &T| {
-                    let mut t = sink.borrow_mut();
-                    match t.as_mut() {
-                        None => *t = Some(p.clone()),
-                        Some(t) => add(t, p),
-                    }
-                })
-                .probe()
-                .0
-        });
-        let mine: Vec<usize> = (0..units).filter(|s| s % peers == index).collect();
-        input.send(compute(&mine)?);
-        input.advance_to(1);
-        while probe.less_than(input.time()) {
-            worker.step();
-        }
-        let out = total.borrow_mut().take();
-        Ok(out)
-    })
-    .map_err(|e| Error::Usage(format!("starting the dataflow: {e}")))?;
-    let mut result = None;
-    for r in guards.join() {
-        if let Some(p) = r.map_err(|e| Error::Usage(format!("dataflow worker failed: {e}")))?? {
-            result = Some(p);
-        }
-    }
-    Ok(result)
-}
-
-/// Statistics of the atlas' cells summed over all workers: `Some` on process 0's first worker.
-pub fn cluster_statistics(cluster: &Cluster, job: StatsJob) -> Result<Option<AtlasStatistics>> {
-    let shards = job.shards;
-    let result = run_partials(cluster, shards, move |mine| partial_of(&job, mine), add)?;
-    Ok(result.map(|p| {
-        let (g, l) = (p.co.len().isqrt(), p.hist.len() / p.co.len().isqrt().max(1));
-        AtlasStatistics {
-            hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: p.n_cells, counts: p.hist },
-            sums: PairSums { n_genes: g, n_cells: p.n_cells, yy: p.yy, co: p.co, yp: p.yp, y2p: p.y2p },
-            presence: p.presence,
-        }
-    }))
-}
-
-/// Scores the cells of each shard in turn (one shard in memory at a time).
-fn for_each_shard(
-    atlas_dir: &std::path::Path,
-    shards: &[usize],
-    vocab: &Vocabulary,
-    genes: &GraphVocab,
-    l_max: usize,
-    mut f: impl FnMut(&CorpusCells, &[ScoredCell]),
-) -> Result<()> {
-    for &k in shards {
-        let cells = load_shard_cells(atlas_dir, &[k], vocab, l_max)?;
-        let scored: Vec<ScoredCell> = (0..cells.len())
-            .map(|i| {
-                let mut c = ScoredCell::default();
-                genes.score(cells.cell(i), l_max, &mut c);
-                c
-            })
-            .collect();
-        f(&cells, &scored);
-    }
-    Ok(())
-}
-
-fn partial_of(job: &StatsJob, shards: &[usize]) -> Result<Partial> {
-    let (l, g) = (job.maps.l_max, job.genes.len());
-    let mut hist = ScoreHistograms::new(g, l);
-    let mut sums = PairSums::new(g);
-    let mut presence = vec![0i64; job.vocab.len()];
-    for_each_shard(&job.atlas_dir, shards, &job.vocab, &job.genes, l, |cells, scored| {
-        scored.iter().for_each(|c| hist.add_cell(c, 1));
-        sums.add_cells(scored, &job.maps, 1, job.gemm_threads);
-        let counts = gene_presence(cells, &job.vocab, l);
-        presence.iter_mut().zip(counts).for_each(|(a, b)| *a += b as i64);
-    })?;
-    Ok(Partial {
-        n_cells: hist.n_cells,
-        hist: hist.counts,
-        yy: sums.yy,
-        co: sums.co,
-        yp: sums.yp,
-        y2p: sums.y2p,
-        presence,
-    })
-}
-
-/// The shards of several atlases, as work items for [`run_partials`].
+/// The shards of some atlases, as the work items of a dataflow: what each worker reads.
 #[derive(Clone, Debug)]
 pub struct ShardSet {
     pub vocab: Vocabulary,
     pub units: Vec<(PathBuf, usize)>,
+    /// Cells before each unit (in unit order): unit `i`'s cells are numbered from `first[i]`.
+    first: Vec<u64>,
+    /// Threads each worker's matrix products may use.
     pub gemm_threads: usize,
 }
 
 impl ShardSet {
-    /// Every shard of the atlases.
-    pub fn of_atlases<'a>(
-        dirs: impl IntoIterator<Item = &'a std::path::Path>,
-        vocab: Vocabulary,
-        gemm_threads: usize,
-    ) -> Result<Self> {
-        let mut units = Vec::new();
+    /// Every shard of the atlases; the products of each of `workers` workers use their share
+    /// of the machine's threads.
+    pub fn of_atlases<'a>(dirs: impl IntoIterator<Item = &'a Path>, vocab: Vocabulary, workers: usize) -> Result<Self> {
+        let (mut units, mut first, mut cells) = (Vec::new(), Vec::new(), 0u64);
         for dir in dirs {
-            let shards = crate::corpus::AtlasManifest::load(dir)?.shards.len();
-            units.extend((0..shards).map(|k| (dir.to_path_buf(), k)));
+            for (k, shard) in crate::corpus::AtlasManifest::load(dir)?.shards.iter().enumerate() {
+                units.push((dir.to_path_buf(), k));
+                first.push(cells);
+                cells += shard.cells;
+            }
         }
-        Ok(Self { vocab, units, gemm_threads })
+        first.push(cells);
+        let gemm_threads = (rayon::current_num_threads() / workers.max(1)).max(1);
+        Ok(Self { vocab, units, first, gemm_threads })
     }
 
-    fn each(&self, mine: &[usize], genes: &GraphVocab, l_max: usize, mut f: impl FnMut(&[ScoredCell])) -> Result<()> {
+    /// Cells in all shards (as their manifests say).
+    pub fn cells(&self) -> u64 {
+        self.first.last().copied().unwrap_or(0)
+    }
+
+    /// Calls `f` with the cells of each of this worker's shards in turn (one shard in memory at
+    /// a time) and their scores over `genes`.
+    pub fn each(
+        &self,
+        mine: &[usize],
+        genes: &GraphVocab,
+        l_max: usize,
+        mut f: impl FnMut(&CorpusCells, &[ScoredCell]),
+    ) -> Result<()> {
+        self.each_unit(mine, genes, l_max, |_, cells, scored| f(cells, scored))
+    }
+
+    /// [`ShardSet::each`], also passing the unit's index.
+    fn each_unit(
+        &self,
+        mine: &[usize],
+        genes: &GraphVocab,
+        l_max: usize,
+        mut f: impl FnMut(usize, &CorpusCells, &[ScoredCell]),
+    ) -> Result<()> {
         for &i in mine {
             let (dir, k) = &self.units[i];
-            for_each_shard(dir, &[*k], &self.vocab, genes, l_max, |_, scored| f(scored))?;
+            let cells = load_shard_cells(dir, &[*k], &self.vocab, l_max)?;
+            let declared = self.first[i + 1] - self.first[i];
+            if cells.len() as u64 != declared {
+                return Err(Error::format(
+                    dir,
+                    format!("shard {k} holds {} cells, its manifest says {declared}", cells.len()),
+                ));
+            }
+            let scored: Vec<ScoredCell> = (0..cells.len())
+                .map(|i| {
+                    let mut c = ScoredCell::default();
+                    genes.score(cells.cell(i), l_max, &mut c);
+                    c
+                })
+                .collect();
+            f(i, &cells, &scored);
         }
         Ok(())
     }
+
+    /// Per gene of `wanted` (indices into `genes`, ascending), its (cell, score) postings in
+    /// this worker's shards; cells are numbered across the whole set.
+    pub fn postings(
+        &self,
+        mine: &[usize],
+        genes: &GraphVocab,
+        l_max: usize,
+        wanted: &[usize],
+    ) -> Result<Vec<Vec<(u32, u16)>>> {
+        let mut slot = vec![usize::MAX; genes.len()];
+        wanted.iter().enumerate().for_each(|(i, &u)| slot[u] = i);
+        let mut out = vec![Vec::new(); wanted.len()];
+        self.each_unit(mine, genes, l_max, |unit, _, scored| {
+            for (row, c) in scored.iter().enumerate() {
+                let cell = (self.first[unit] + row as u64) as u32;
+                for (&u, &s) in c.genes.iter().zip(&c.scores) {
+                    if let Some(list) = out.get_mut(slot[u as usize]) {
+                        list.push((cell, s));
+                    }
+                }
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Cells each gene (token id) is present in, and the number of cells.
+    pub fn presence(&self, mine: &[usize], l_max: usize) -> Result<(i64, Vec<i64>)> {
+        let mut presence = vec![0i64; self.vocab.len()];
+        let mut cells = 0i64;
+        let none = GraphVocab::from_tokens(Vec::new(), 0);
+        self.each(mine, &none, l_max, |c, _| {
+            cells += c.len() as i64;
+            presence.iter_mut().zip(gene_presence(c, &self.vocab, l_max)).for_each(|(a, b)| *a += b as i64);
+        })?;
+        Ok((cells, presence))
+    }
+
+    /// Score histograms of `genes`.
+    pub fn histograms(&self, mine: &[usize], genes: &GraphVocab, l_max: usize) -> Result<(i64, Vec<i64>)> {
+        let mut hist = ScoreHistograms::new(genes.len(), l_max);
+        self.each(mine, genes, l_max, |_, scored| scored.iter().for_each(|c| hist.add_cell(c, 1)))?;
+        Ok((hist.n_cells, hist.counts))
+    }
+
+    /// Histograms and pair sums of `genes` under `maps`, and every gene's presence.
+    pub fn statistics(&self, mine: &[usize], genes: &GraphVocab, maps: &RankMaps) -> Result<Partial> {
+        let (l, g) = (maps.l_max, genes.len());
+        let mut hist = ScoreHistograms::new(g, l);
+        let mut sums = PairSums::new(g);
+        let mut presence = vec![0i64; self.vocab.len()];
+        self.each(mine, genes, l, |cells, scored| {
+            scored.iter().for_each(|c| hist.add_cell(c, 1));
+            sums.add_cells(scored, maps, 1, self.gemm_threads);
+            presence.iter_mut().zip(gene_presence(cells, &self.vocab, l)).for_each(|(a, b)| *a += b as i64);
+        })?;
+        Ok(Partial {
+            n_cells: hist.n_cells,
+            hist: hist.counts,
+            yy: sums.yy,
+            co: sums.co,
+            yp: sums.yp,
+            y2p: sums.y2p,
+            presence,
+        })
+    }
+}
+
+/// Sums of `(cells, counts)` partials.
+pub fn add_counts(t: &mut (i64, Vec<i64>), p: &(i64, Vec<i64>)) {
+    t.0 += p.0;
+    t.1.iter_mut().zip(&p.1).for_each(|(a, b)| *a += b);
+}
+
+/// Statistics of the shard set's cells under `maps` (see [`ShardSet::statistics`]), summed over
+/// all workers: `Some` on process 0.
+pub fn cluster_statistics(
+    cluster: &Cluster,
+    set: Arc<ShardSet>,
+    genes: GraphVocab,
+    maps: RankMaps,
+) -> Result<Option<AtlasStatistics>> {
+    let (units, l) = (set.units.len(), maps.l_max);
+    let result = run_partials(cluster, units, move |mine| set.statistics(mine, &genes, &maps), Partial::add)?;
+    Ok(result.map(|p| p.into_statistics(l)))
 }
 
 /// Score histograms of `genes` over every cell of the shard set.
@@ -225,21 +374,8 @@ pub fn shard_histograms(
     l_max: usize,
 ) -> Result<Option<ScoreHistograms>> {
     let units = set.units.len();
-    let compute = move |mine: &[usize]| -> Result<(i64, Vec<i64>)> {
-        let mut hist = ScoreHistograms::new(genes.len(), l_max);
-        set.each(mine, &genes, l_max, |scored| scored.iter().for_each(|c| hist.add_cell(c, 1)))?;
-        Ok((hist.n_cells, hist.counts))
-    };
-    let sum = |t: &mut (i64, Vec<i64>), p: &(i64, Vec<i64>)| {
-        t.0 += p.0;
-        t.1.iter_mut().zip(&p.1).for_each(|(a, b)| *a += b);
-    };
-    Ok(run_partials(cluster, units, compute, sum)?.map(|(n_cells, counts)| ScoreHistograms {
-        l_max,
-        n_genes: counts.len() / l_max.max(1),
-        n_cells,
-        counts,
-    }))
+    let hist = run_partials(cluster, units, move |mine| set.histograms(mine, &genes, l_max), add_counts)?;
+    Ok(hist.map(|(n_cells, counts)| ScoreHistograms { l_max, n_genes: counts.len() / l_max.max(1), n_cells, counts }))
 }
 
 /// Pair sums of the genes `rows` (indices into `genes`) against every gene of `genes`, under
@@ -254,18 +390,8 @@ pub fn shard_row_sums(
     let units = set.units.len();
     let compute = move |mine: &[usize]| -> Result<GeneRowSums> {
         let mut sums = GeneRowSums::new(rows.clone(), genes.len());
-        set.each(mine, &genes, maps.l_max, |scored| sums.add_cells(scored, &maps, set.gemm_threads))?;
+        set.each(mine, &genes, maps.l_max, |_, scored| sums.add_cells(scored, &maps, set.gemm_threads))?;
         Ok(sums)
     };
     run_partials(cluster, units, compute, |t: &mut GeneRowSums, p: &GeneRowSums| t.merge(p))
-}
-
-fn add(t: &mut Partial, p: &Partial) {
-    t.n_cells += p.n_cells;
-    t.hist.iter_mut().zip(&p.hist).for_each(|(a, b)| *a += b);
-    t.presence.iter_mut().zip(&p.presence).for_each(|(a, b)| *a += b);
-    t.co.iter_mut().zip(&p.co).for_each(|(a, b)| *a += b);
-    for (a, b) in [(&mut t.yy, &p.yy), (&mut t.yp, &p.yp), (&mut t.y2p, &p.y2p)] {
-        a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-    }
 }

@@ -15,9 +15,8 @@ use corrflow_operators::graph::{GraphParams, GraphVocab, PairSums, RankMaps, Sco
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::build::BuildParts;
 use super::changes::Candidate;
-use super::files::{read_graph, Graph, GraphInfo};
+use super::files::{read_graph, Coverage, Graph};
 use super::gene_stats::GeneStats;
 use super::parallel::{shard_histograms, shard_row_sums, Cluster, ShardSet};
 use crate::error::{Error, IoContext, Result};
@@ -102,13 +101,16 @@ impl Drift {
 }
 
 impl GraphState {
-    /// State of an exact build over all cells of its atlases.
-    pub fn from_build(parts: &BuildParts, params: &GraphParams, vocab_hash: &str) -> Self {
-        let g = parts.vocab.len();
-        let mut sums = PairSums::new(g);
-        sums.add_cells(&parts.scored, &parts.maps, 1, rayon::current_num_threads());
-        let atlases = parts
-            .atlases
+    /// State of an exact build over all cells of its atlases (`(name, directory)`): the maps
+    /// made from those cells, the sums under them, and every gene's presence.
+    pub fn new(
+        stats: GeneStats,
+        presence: Vec<i64>,
+        atlases: &[(String, PathBuf)],
+        params: &GraphParams,
+        vocab_hash: &str,
+    ) -> Self {
+        let atlases = atlases
             .iter()
             .map(|(name, dir)| IncludedAtlas {
                 name: name.clone(),
@@ -116,22 +118,21 @@ impl GraphState {
                 cells: crate::corpus::AtlasManifest::load(dir).map(|m| m.cells).unwrap_or(0),
             })
             .collect::<Vec<_>>();
+        let genes = stats.vocab.tokens().to_vec();
         let info = StateInfo {
             format_version: 1,
             params: params.clone(),
             vocab_hash: vocab_hash.to_string(),
-            genes: parts.vocab.tokens().to_vec(),
+            genes: genes.clone(),
             rebase_atlases: atlases.iter().map(|a| a.name.clone()).collect(),
             atlases,
-            rebase_sums_hash: sums_hash(&sums),
-            rebase_cells: parts.hist.n_cells,
-            rebase_genes: Some(parts.vocab.tokens().to_vec()),
+            rebase_sums_hash: sums_hash(&stats.sums),
+            rebase_cells: stats.hist.n_cells,
+            rebase_genes: Some(genes),
             drift: Drift::default(),
         };
-        let stats = GeneStats { vocab: parts.vocab.clone(), hist: parts.hist.clone(), maps: parts.maps.clone(), sums };
         let candidates = stats.candidates(&stats.correlations(), params);
-        let mut state =
-            Self { info, stats, candidates, presence: Some(parts.presence.iter().map(|&p| p as i64).collect()) };
+        let mut state = Self { info, stats, candidates, presence: Some(presence) };
         state.info.drift = state.drift();
         state
     }
@@ -213,11 +214,10 @@ impl GraphState {
         let mut grown = self.stats.remap(genes);
         if !entering.is_empty() {
             tracing::info!(genes = entering.len(), "genes entered the vocabulary: computing their statistics");
-            let threads = (rayon::current_num_threads() / cluster.workers.max(1)).max(1);
             let dirs = self.info.atlases.iter().map(|a| a.dir.as_path());
-            let set = Arc::new(ShardSet::of_atlases(dirs, vocab.clone(), threads)?);
+            let set = Arc::new(ShardSet::of_atlases(dirs, vocab.clone(), cluster.workers)?);
             // Process 0's own workers: the other processes of a cluster have returned already.
-            let local = Cluster { workers: cluster.workers, ..Cluster::default() };
+            let local = cluster.local();
             let new_genes = GraphVocab::from_tokens(entering.clone(), vocab.len());
             let hist = shard_histograms(&local, set.clone(), new_genes, l)?.expect("worker 0 sums"); // ok: invariant
             if hist.n_cells != grown.hist.n_cells {
@@ -272,29 +272,14 @@ impl GraphState {
             return read_graph(&graph_dir.join(STATE_DIR).join(REBASE_DIR));
         }
         let p = &self.info.params;
-        let edges = stats.edges(rho, p);
-        let genes = (0..stats.vocab.len())
-            .map(|i| {
-                let t = stats.vocab.token(i);
-                (t, vocab.token(t).unwrap_or("?").to_string(), stats.hist.presence(i) as u64)
-            })
-            .collect();
-        Ok(Graph {
-            info: GraphInfo {
-                format_version: 1,
-                mode: "rank-maps".into(),
-                params: p.clone(),
-                cells: stats.hist.n_cells as u64,
-                corpus_cells: self.info.atlases.iter().map(|a| a.cells).sum(),
-                atlases: self.info.atlases.iter().map(|a| a.name.clone()).collect(),
-                vocab_hash: self.info.vocab_hash.clone(),
-                genes: stats.vocab.len(),
-                edges: edges.len(),
-                content_hash: String::new(),
-            },
-            genes,
-            edges,
-        })
+        let coverage = Coverage {
+            mode: "rank-maps",
+            params: p,
+            cells: stats.hist.n_cells as u64,
+            corpus_cells: self.info.atlases.iter().map(|a| a.cells).sum(),
+            atlases: self.info.atlases.iter().map(|a| a.name.clone()).collect(),
+        };
+        Ok(Graph::assemble(coverage, vocab, &stats.vocab, &stats.hist, stats.edges(rho, p)))
     }
 
     /// Reads only `state.json` (cheap: no statistics).

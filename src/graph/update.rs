@@ -12,11 +12,12 @@ use corrflow_operators::graph::{GraphEdge, GraphParams};
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
-use super::build::{build_exact, load_corpus_meta};
+use super::build::load_corpus_meta;
 use super::changes::edge_changes;
 use super::files::{read_graph, write_graph_with, Graph};
-use super::parallel::{cluster_statistics, AtlasStatistics, Cluster, StatsJob};
+use super::parallel::{cluster_statistics, AtlasStatistics, Cluster, ShardSet};
 use super::state::{Drift, GraphState, IncludedAtlas};
+use super::stream::build_streaming;
 use crate::error::{Error, IoContext, Result};
 use crate::vocab::Vocabulary;
 
@@ -116,24 +117,23 @@ impl GraphDelta {
     }
 }
 
-/// Exact build over all cells plus the incremental state; the graph is the exact graph.
+/// Exact build over all cells plus the incremental state (streamed by the dataflow: see
+/// [`build_streaming`]); the graph is the exact graph. `None` on a cluster's helper processes.
 pub fn build_incremental(
     corpus: &Path,
     atlases: &[String],
     params: &GraphParams,
     out: &Path,
-) -> Result<(Graph, super::BuildSummary)> {
-    let mut params = params.clone();
-    params.n_sub = 0; // the state covers every cell, so atlases can be retracted exactly
-    super::build::check_memory(&params, true)?;
-    let (mut graph, summary, parts) = build_exact(corpus, atlases, &params)?;
-    let state = GraphState::from_build(&parts, &params, &graph.info.vocab_hash);
-    drop(parts);
+    cluster: &Cluster,
+) -> Result<Option<(Graph, super::BuildSummary)>> {
+    let Some((mut graph, summary, state)) = build_streaming(corpus, atlases, params, cluster)? else {
+        return Ok(None);
+    };
     write_graph_with(out, &mut graph, |stage| {
         state.save(stage)?;
         GraphState::save_rebase_graph(stage)
     })?;
-    Ok((graph, summary))
+    Ok(Some((graph, summary)))
 }
 
 enum Change<'a> {
@@ -153,8 +153,8 @@ pub fn update_retract(graph_dir: &Path, name: &str, cluster: &Cluster) -> Result
 }
 
 /// Recomputes maps and statistics from the stored shards of the included atlases.
-pub fn rebase(graph_dir: &Path) -> Result<UpdateSummary> {
-    apply(graph_dir, Change::Rebase, &Cluster::default())
+pub fn rebase(graph_dir: &Path, cluster: &Cluster) -> Result<UpdateSummary> {
+    apply(graph_dir, Change::Rebase, cluster)
 }
 
 /// The statistics of an atlas' cells under the state's maps, computed by the dataflow's
@@ -165,16 +165,8 @@ fn atlas_statistics(
     vocab: &Vocabulary,
     cluster: &Cluster,
 ) -> Result<Option<AtlasStatistics>> {
-    let shards = crate::corpus::AtlasManifest::load(dir)?.shards.len();
-    let job = StatsJob {
-        vocab: vocab.clone(),
-        genes: state.stats.vocab.clone(),
-        maps: state.stats.maps.clone(),
-        atlas_dir: dir.to_path_buf(),
-        shards,
-        gemm_threads: (rayon::current_num_threads() / cluster.workers.max(1)).max(1),
-    };
-    cluster_statistics(cluster, job)
+    let set = Arc::new(ShardSet::of_atlases([dir], vocab.clone(), cluster.workers)?);
+    cluster_statistics(cluster, set, state.stats.vocab.clone(), state.stats.maps.clone())
 }
 
 fn helper_summary(graph_dir: &Path, change: &str) -> UpdateSummary {
@@ -272,8 +264,12 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         let dir0 = &state.info.atlases[0].dir;
         let corpus = corpus_of(dir0)?;
         let names: Vec<String> = state.info.atlases.iter().map(|a| a.name.clone()).collect();
-        let (graph, _, parts) = build_exact(&corpus, &names, &state.info.params)?;
-        let fresh = GraphState::from_build(&parts, &state.info.params, &graph.info.vocab_hash);
+        // An explicit rebase runs on the whole cluster; one triggered by an update on this
+        // process' workers (the other processes have returned).
+        let on = if label == "rebase" { cluster.clone() } else { cluster.local() };
+        let Some((graph, _, fresh)) = build_streaming(&corpus, &names, &state.info.params, &on)? else {
+            return Ok(helper_summary(graph_dir, "rebase"));
+        };
         (graph, fresh)
     } else {
         let vocab = match vocab_of_change {

@@ -34,6 +34,10 @@ pub struct GraphParams {
     /// over them; the products cost `missing / max_genes` of a rebase's) so the graph has the
     /// vocabulary of an exact build. `false` leaves them out until a rebase.
     pub extend_vocab: bool,
+    /// Streamed builds (`build --incremental`, `rebase`): memory in MB for the postings that
+    /// ρ_local is computed from, gathered in rounds of pairs that fit (more rounds, one pass
+    /// over the shards each, when it is small); 0 = an eighth of the available memory.
+    pub stream_memory_mb: u64,
 }
 
 impl Default for GraphParams {
@@ -51,6 +55,7 @@ impl Default for GraphParams {
             rebase_vocab: 0.02,
             auto_rebase: false,
             extend_vocab: true,
+            stream_memory_mb: 0,
         }
     }
 }

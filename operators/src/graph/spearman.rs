@@ -4,14 +4,47 @@
 /// Reusable buffers for [`spearman_average_ranks`].
 #[derive(Debug, Default)]
 pub struct OverlapScratch {
-    hist_a: Vec<u64>,
-    hist_b: Vec<u64>,
-    rank_a: Vec<f64>,
-    rank_b: Vec<f64>,
+    hist_a: Vec<u32>,
+    hist_b: Vec<u32>,
+    rank_a: Vec<u32>,
+    rank_b: Vec<u32>,
+}
+
+/// Doubled mid-ranks (1-based, ties averaged) of the scores counted in `hist`, written over it:
+/// a score with `less` smaller values and `count` copies gets `2·less + count + 1`.
+fn doubled_ranks(hist: &mut [u32]) {
+    let mut less = 0u32;
+    for h in hist.iter_mut() {
+        let count = *h;
+        *h = 2 * less + count + 1;
+        less += count;
+    }
+}
+
+/// Σ R² over the scores of a histogram, given its doubled ranks.
+fn sum_sq(hist: &[u32], ranks: &[u32]) -> i128 {
+    hist.iter().zip(ranks).filter(|(&h, _)| h > 0).map(|(&h, &r)| i128::from(h) * i128::from(r) * i128::from(r)).sum()
+}
+
+/// Spearman's ρ from exact integer sums over `n` pairs of doubled mid-ranks: `Σ R_a·R_b`,
+/// `Σ R_a²`, `Σ R_b²` (ranks sum to `n(n+1)` on each side). NaN for fewer than 2 pairs or a
+/// constant side.
+fn rho_of_sums(n: u64, cross: i128, sq_a: i128, sq_b: i128) -> f64 {
+    if n < 2 {
+        return f64::NAN;
+    }
+    let n = i128::from(n);
+    let centre = n * (n + 1) * (n + 1);
+    let (cov, var_a, var_b) = (cross - centre, sq_a - centre, sq_b - centre);
+    if var_a <= 0 || var_b <= 0 {
+        return f64::NAN;
+    }
+    cov as f64 / ((var_a as f64).sqrt() * (var_b as f64).sqrt())
 }
 
 /// Spearman's ρ with average ranks of the pairs `(a_i, b_i)`, scores below `l_max`;
 /// NaN when there are fewer than 2 pairs or a side is constant (as `scipy.stats.spearmanr`).
+/// Exact integer sums of doubled ranks, so the result does not depend on summation order.
 pub fn spearman_average_ranks(pairs: &[(u16, u16)], l_max: usize, scratch: &mut OverlapScratch) -> f64 {
     let n = pairs.len();
     if n < 2 {
@@ -25,26 +58,17 @@ pub fn spearman_average_ranks(pairs: &[(u16, u16)], l_max: usize, scratch: &mut 
             hist[usize::from(if side == 0 { p.0 } else { p.1 })] += 1;
         }
         rank.clear();
-        rank.resize(l_max, 0.0);
-        let mut less = 0u64;
-        for s in 0..l_max {
-            // Average of ranks less+1 ..= less+count.
-            rank[s] = less as f64 + (hist[s] as f64 + 1.0) / 2.0;
-            less += hist[s];
-        }
+        rank.extend_from_slice(hist);
+        doubled_ranks(rank);
     }
-    let mean = (n as f64 + 1.0) / 2.0;
-    let (mut sab, mut saa, mut sbb) = (0.0f64, 0.0f64, 0.0f64);
-    for &(a, b) in pairs {
-        let (ra, rb) = (rank_a[usize::from(a)] - mean, rank_b[usize::from(b)] - mean);
-        sab += ra * rb;
-        saa += ra * ra;
-        sbb += rb * rb;
-    }
-    if saa == 0.0 || sbb == 0.0 {
-        return f64::NAN;
-    }
-    sab / (saa * sbb).sqrt()
+    // Ranks ≤ 2n + 1: the products of n pairs fit in u64 below ~1.3 M pairs.
+    let (ra, rb) = (&*rank_a, &*rank_b);
+    let cross: i128 = if (n as u128) * (2 * n as u128 + 1).pow(2) < u128::from(u64::MAX) {
+        pairs.iter().map(|&(a, b)| u64::from(ra[usize::from(a)]) * u64::from(rb[usize::from(b)])).sum::<u64>().into()
+    } else {
+        pairs.iter().map(|&(a, b)| i128::from(ra[usize::from(a)]) * i128::from(rb[usize::from(b)])).sum()
+    };
+    rho_of_sums(n as u64, cross, sum_sq(hist_a, rank_a), sum_sq(hist_b, rank_b))
 }
 
 #[cfg(test)]

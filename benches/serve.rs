@@ -11,12 +11,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Bool, Int, Tensor, TensorData};
 use corrflow::corpus::CorpusIndex;
+use corrflow::embed::Pooling;
 use corrflow::runtime::{plan_batches, OrtEncoder, PaddedBatch, RuntimeOptions};
 use corrflow::serve::batcher::BatchConfig;
 use corrflow::serve::{serve, ServeOptions};
-use corrflow::train::{CellEncoder, CpuBackend};
+use corrflow::train::CpuBackend;
 
 const TOKEN_BUDGET: usize = 16384;
 const MAX_ROWS: usize = 64;
@@ -57,17 +57,9 @@ fn main() -> anyhow::Result<()> {
     let batch = PaddedBatch::new(long, pad);
     let device = Default::default();
     let loaded = corrflow::embed::load_checkpoint::<CpuBackend>(&ckpt, &device)?;
+    let layers = loaded.state.model.layers;
     let burn_once = || {
-        let shape = [batch.rows, batch.len];
-        let ids = Tensor::<CpuBackend, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
-        let pad_mask = Tensor::<CpuBackend, 2, Bool>::from_data(
-            TensorData::new(batch.attention_mask.iter().map(|&m| m == 0).collect::<Vec<_>>(), shape),
-            &device,
-        );
-        let w: Vec<f32> =
-            batch.input_ids.iter().map(|&t| f32::from(u8::from(loaded.vocab.is_gene(t as u32)))).collect();
-        let w = Tensor::<CpuBackend, 2>::from_data(TensorData::new(w, shape), &device);
-        let pooled = CellEncoder::mean_pool(loaded.model.hidden(ids, pad_mask), w);
+        let (_, pooled) = loaded.forward(&batch, layers, Pooling::Mean);
         pooled.into_data().to_vec::<f32>().expect("f32")
     };
     let burn_ms = median_ms(5, 2.0 * secs.min(5.0), || {

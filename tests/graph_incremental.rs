@@ -157,7 +157,7 @@ fn on_two_processes(tmp: &Path, args: &[&str]) -> serde_json::Value {
     let (port0, port1) = (free(), free());
     let hosts = tmp.join(format!("hosts-{port0}.txt"));
     std::fs::write(&hosts, format!("127.0.0.1:{port0}\n127.0.0.1:{port1}\n")).unwrap();
-    let mut p1 = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow"))
+    let p1 = std::process::Command::new(env!("CARGO_BIN_EXE_corrflow"))
         .args(args)
         .args(["-n", "2", "-p", "1", "-h", s(&hosts)])
         .stdout(std::process::Stdio::piped())

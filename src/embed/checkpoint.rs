@@ -42,6 +42,37 @@ pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<Lo
     Ok(LoadedModel { model, state, vocab })
 }
 
+impl<B: Backend> LoadedModel<B> {
+    /// burn's forward on a padded batch: the states after `layer` encoder layers
+    /// (`[rows, len, hidden]`) and the cell vectors pooled from them (`[rows, hidden]`).
+    pub fn forward(&self, batch: &PaddedBatch, layer: usize, pooling: Pooling) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let device = self.model.devices().into_iter().next().unwrap_or_default();
+        let shape = [batch.rows, batch.len];
+        let pad: Vec<bool> = batch.attention_mask.iter().map(|&k| k == 0).collect();
+        let weights: Vec<f32> = batch
+            .input_ids
+            .iter()
+            .zip(&batch.attention_mask)
+            .enumerate()
+            .map(|(i, (&t, &k))| {
+                let t = t as u32;
+                let use_it = k == 1
+                    && match pooling {
+                        Pooling::Mean => self.vocab.is_gene(t),
+                        Pooling::Cls => Some(t) == self.vocab.cls && i % batch.len == 0,
+                    };
+                f32::from(u8::from(use_it))
+            })
+            .collect();
+        let input = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
+        let pad = Tensor::<B, 2, Bool>::from_data(TensorData::new(pad, shape), &device);
+        let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, shape), &device);
+        let states = self.model.states_after(input, pad, layer);
+        let pooled = CellEncoder::mean_pool(states.clone(), weights);
+        (states, pooled)
+    }
+}
+
 pub(super) struct BurnVectors {
     loaded: LoadedModel<CpuBackend>,
     pooling: Pooling,
@@ -89,32 +120,7 @@ impl CellVectors for BurnVectors {
     }
 
     fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
-        let device = Default::default();
-        let m = &self.loaded;
-        let shape = [batch.rows, batch.len];
-        let pad: Vec<bool> = batch.attention_mask.iter().map(|&k| k == 0).collect();
-        let weights: Vec<f32> = batch
-            .input_ids
-            .iter()
-            .zip(&batch.attention_mask)
-            .enumerate()
-            .map(|(i, (&t, &k))| {
-                let t = t as u32;
-                let use_it = k == 1
-                    && match self.pooling {
-                        Pooling::Mean => m.vocab.is_gene(t),
-                        Pooling::Cls => Some(t) == m.vocab.cls && i % batch.len == 0,
-                    };
-                f32::from(u8::from(use_it))
-            })
-            .collect();
-        let input = Tensor::<CpuBackend, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
-        let pad = Tensor::<CpuBackend, 2, Bool>::from_data(TensorData::new(pad, shape), &device);
-        let weights = Tensor::<CpuBackend, 2>::from_data(TensorData::new(weights, shape), &device);
-        let states = m.model.states_after(input, pad, self.layer);
-        CellEncoder::mean_pool(states, weights)
-            .into_data()
-            .to_vec()
-            .map_err(|e| Error::Runtime(format!("burn forward: {e:?}")))
+        let (_, pooled) = self.loaded.forward(batch, self.layer, self.pooling);
+        pooled.into_data().to_vec().map_err(|e| Error::Runtime(format!("burn forward: {e:?}")))
     }
 }

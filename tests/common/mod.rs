@@ -172,17 +172,11 @@ fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// burn's cell embeddings (mean over gene tokens of the last layer) of a checkpoint for padded
 /// inputs `[batch, seq]`: (last_hidden_state, cell_embedding), flattened.
 pub fn burn_outputs(run: &Path, ids: &[i64], mask: &[i64], batch: usize, seq: usize) -> (Vec<f32>, Vec<f32>) {
-    use burn::tensor::{Bool, Int, Tensor, TensorData};
-    use corrflow::train::{CellEncoder, CpuBackend};
-    let device = Default::default();
-    let m = corrflow::embed::load_checkpoint::<CpuBackend>(run, &device).unwrap();
-    let input = Tensor::<CpuBackend, 2, Int>::from_data(TensorData::new(ids.to_vec(), [batch, seq]), &device);
-    let pad: Vec<bool> = mask.iter().map(|&m| m == 0).collect();
-    let pad = Tensor::<CpuBackend, 2, Bool>::from_data(TensorData::new(pad, [batch, seq]), &device);
-    let w: Vec<f32> =
-        ids.iter().zip(mask).map(|(&t, &k)| if k == 1 && m.vocab.is_gene(t as u32) { 1.0 } else { 0.0 }).collect();
-    let weights = Tensor::<CpuBackend, 2>::from_data(TensorData::new(w, [batch, seq]), &device);
-    let states = m.model.hidden(input, pad);
-    let pooled = CellEncoder::mean_pool(states.clone(), weights);
+    use corrflow::embed::Pooling;
+    use corrflow::runtime::PaddedBatch;
+    use corrflow::train::CpuBackend;
+    let m = corrflow::embed::load_checkpoint::<CpuBackend>(run, &Default::default()).unwrap();
+    let padded = PaddedBatch { rows: batch, len: seq, input_ids: ids.to_vec(), attention_mask: mask.to_vec() };
+    let (states, pooled) = m.forward(&padded, m.state.model.layers, Pooling::Mean);
     (states.into_data().to_vec().unwrap(), pooled.into_data().to_vec().unwrap())
 }

@@ -35,12 +35,11 @@ pub fn export_hf(atlas_dirs: &[PathBuf], out: &Path) -> Result<u64> {
     if out.exists() {
         return Err(Error::conflict(out, "already exists; remove it or choose another --hf directory"));
     }
-    let stage = crate::util::atomic::hidden_sibling(out, "partial");
-    if stage.exists() {
-        std::fs::remove_dir_all(&stage).at(&stage)?;
-    }
-    std::fs::create_dir_all(&stage).at(&stage)?;
+    crate::util::atomic::publish_dir(out, |stage| write_dataset(atlas_dirs, stage))
+}
 
+/// The dataset's files, written into `stage`; the number of rows.
+fn write_dataset(atlas_dirs: &[PathBuf], stage: &Path) -> Result<u64> {
     let mut n_files = 0usize;
     for dir in atlas_dirs {
         n_files += super::AtlasManifest::load(dir)?.shards.len();
@@ -124,7 +123,6 @@ pub fn export_hf(atlas_dirs: &[PathBuf], out: &Path) -> Result<u64> {
     });
     write_json_atomic(&stage.join("dataset_info.json"), &info)?;
     write_json_atomic(&stage.join("state.json"), &state)?;
-    std::fs::rename(&stage, out).at(out)?;
     Ok(rows)
 }
 

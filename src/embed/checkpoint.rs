@@ -25,7 +25,7 @@ pub struct LoadedModel<B: Backend> {
 /// Loads a checkpoint (directory, or run directory = its latest) with the run's vocabulary.
 pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
     let dir = checkpoint::resolve(path)?;
-    let state = checkpoint::load_state(&dir)?;
+    let state = checkpoint::load_state(&dir, checkpoint::Purpose::Inference)?;
     let run = dir
         .parent()
         .and_then(Path::parent)

@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use crate::embed::{load_checkpoint, Pooling};
 use crate::error::{Error, IoContext, Result};
 use crate::train::ModelConfig;
-use crate::util::atomic::{hidden_sibling, write_atomic};
+use crate::util::atomic::{publish_dir, write_atomic};
 use crate::vocab::Vocabulary;
 use corrflow_operators::SequenceLayout;
-use proto::{ModelProto, OperatorSetIdProto, StringStringEntryProto};
+use proto::{ModelMetadataProto, ModelProto, OperatorSetIdProto, StringStringEntryProto};
 
 pub const OPSET: i64 = 17;
 /// IR version 8 is the one that goes with opset 17.
@@ -158,15 +158,7 @@ fn publish_vocab(vocab: &Vocabulary, dir: &Path) -> Result<()> {
     if dir.is_dir() && Vocabulary::load_dir(dir).is_ok_and(|v| v.hash() == vocab.hash()) {
         return Ok(());
     }
-    let staging = hidden_sibling(dir, "partial");
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging).at(&staging)?;
-    }
-    vocab.write_dir(&staging)?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).at(dir)?;
-    }
-    std::fs::rename(&staging, dir).at(dir)
+    publish_dir(dir, |stage| vocab.write_dir(stage).map(drop))
 }
 
 /// An exported model's metadata and vocabulary, checked against each other.
@@ -179,7 +171,7 @@ pub struct ExportedModel {
 /// Reads `model.onnx`'s metadata (without running it) and its vocabulary sidecar.
 pub fn open_exported(path: &Path) -> Result<ExportedModel> {
     let bytes = std::fs::read(path).at(path)?;
-    let model = ModelProto::decode(bytes.as_slice())
+    let model = ModelMetadataProto::decode(bytes.as_slice())
         .map_err(|e| Error::format(path, format!("not an ONNX model (protobuf decoding failed: {e})")))?;
     let meta = model
         .metadata_props

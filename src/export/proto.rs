@@ -37,6 +37,14 @@ pub struct ModelProto {
     pub metadata_props: Vec<StringStringEntryProto>,
 }
 
+/// `ModelProto` reduced to its `metadata_props`: decoding a model file into it skips the graph
+/// (all the weights) without copying it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ModelMetadataProto {
+    #[prost(message, repeated, tag = "14")]
+    pub metadata_props: Vec<StringStringEntryProto>,
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct OperatorSetIdProto {
     #[prost(string, tag = "1")]

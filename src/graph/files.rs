@@ -109,11 +109,10 @@ pub fn write_graph(dir: &Path, graph: &mut Graph) -> Result<()> {
 /// Writes `graph` into a staging directory, lets `extra` add files to it (state, deltas), then
 /// swaps it in place of `dir`.
 pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let stage = crate::util::atomic::hidden_sibling(dir, "partial");
-    if stage.exists() {
-        std::fs::remove_dir_all(&stage).at(&stage)?;
-    }
-    std::fs::create_dir_all(&stage).at(&stage)?;
+    crate::util::atomic::publish_dir(dir, |stage| write_graph_files(stage, graph, extra))
+}
+
+fn write_graph_files(stage: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let mut edges = graph.edges.clone();
     edges.sort_by(|a, b| (a.u, a.v).cmp(&(b.u, b.v)));
     let e = &edges;
@@ -131,7 +130,7 @@ pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path)
         Arc::new(Float64Array::from_iter_values(e.iter().map(|x| x.rho_global))),
         Arc::new(UInt64Array::from_iter_values(e.iter().map(|x| x.co_count))),
     ];
-    let rb = RecordBatch::try_new(schema, cols).map_err(|err| Error::parquet(dir, err))?;
+    let rb = RecordBatch::try_new(schema, cols).map_err(|err| Error::parquet(stage, err))?;
     write_parquet(&stage.join(EDGES), &rb)?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("token_id", DataType::UInt32, false),
@@ -144,7 +143,7 @@ pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path)
         Arc::new(StringArray::from_iter_values(g.iter().map(|x| x.1.as_str()))),
         Arc::new(UInt64Array::from_iter_values(g.iter().map(|x| x.2))),
     ];
-    let rb = RecordBatch::try_new(schema, cols).map_err(|err| Error::parquet(dir, err))?;
+    let rb = RecordBatch::try_new(schema, cols).map_err(|err| Error::parquet(stage, err))?;
     write_parquet(&stage.join(GENES), &rb)?;
     let mut h = Sha256::new();
     h.update(std::fs::read(stage.join(EDGES)).at(stage.join(EDGES))?);
@@ -153,19 +152,7 @@ pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path)
     graph.info.edges = edges.len();
     graph.edges = edges;
     write_json_atomic(&stage.join(INFO), &graph.info)?;
-    extra(&stage)?;
-    let old = crate::util::atomic::hidden_sibling(dir, "old");
-    if old.exists() {
-        std::fs::remove_dir_all(&old).at(&old)?;
-    }
-    if dir.exists() {
-        std::fs::rename(dir, &old).at(dir)?;
-    }
-    std::fs::rename(&stage, dir).at(dir)?;
-    if old.exists() {
-        std::fs::remove_dir_all(&old).at(&old)?;
-    }
-    Ok(())
+    extra(stage)
 }
 
 fn read_batches(path: &Path) -> Result<Vec<RecordBatch>> {

@@ -11,27 +11,24 @@ use crate::error::{Error, Result};
 /// The onnxruntime release the fetch script pins (ort 2.0.0-rc.15 speaks its API 31).
 pub const ORT_VERSION: &str = "1.31.1";
 
-/// Candidate library paths, in the order they are tried, with where each came from.
-pub fn candidates() -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
-        out.push(("ORT_DYLIB_PATH".to_string(), PathBuf::from(p)));
-    }
+/// Candidate library paths, in the order they are tried, with where each came from. Lazy: the
+/// Python interpreter is only asked when the earlier candidates did not load.
+pub fn candidates() -> impl Iterator<Item = (String, PathBuf)> {
+    let env = std::env::var_os("ORT_DYLIB_PATH")
+        .filter(|p| !p.is_empty())
+        .map(|p| ("ORT_DYLIB_PATH".to_string(), PathBuf::from(p)));
     let cache = std::env::var_os("CORRFLOW_CACHE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/corrflow")));
-    if let Some(cache) = cache {
-        out.push(("corrflow cache".to_string(), cache.join("onnxruntime").join(ORT_VERSION).join("libonnxruntime.so")));
-    }
-    for python in ["python3", "python"] {
-        if let Some(dir) = python_package_dir(python) {
-            if let Some(lib) = capi_library(&dir.join("capi")) {
-                out.push((format!("{python} onnxruntime package"), lib));
-                break;
-            }
-        }
-    }
-    out
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/corrflow")))
+        .map(|c| ("corrflow cache".to_string(), c.join("onnxruntime").join(ORT_VERSION).join("libonnxruntime.so")));
+    let python = std::iter::once_with(|| {
+        ["python3", "python"].into_iter().find_map(|python| {
+            let lib = capi_library(&python_package_dir(python)?.join("capi"))?;
+            Some((format!("{python} onnxruntime package"), lib))
+        })
+    })
+    .flatten();
+    env.into_iter().chain(cache).chain(python)
 }
 
 fn python_package_dir(python: &str) -> Option<PathBuf> {
@@ -61,14 +58,15 @@ static ENVIRONMENT: OnceLock<std::result::Result<(PathBuf, ort::environment::Env
 pub fn environment() -> Result<(&'static Path, &'static ort::environment::Environment)> {
     let loaded =
         ENVIRONMENT.get_or_init(|| {
-            let tried = candidates();
             let mut report = Vec::new();
-            for (source, path) in &tried {
+            let mut env_var_tried = false;
+            for (source, path) in candidates() {
+                env_var_tried |= source == "ORT_DYLIB_PATH";
                 if !path.exists() {
                     report.push(format!("  {source}: {} (no such file)", path.display()));
                     continue;
                 }
-                match ort::init_from(path) {
+                match ort::init_from(&path) {
                     Ok(builder) => {
                         return builder.with_name("corrflow").build().map(|env| (path.clone(), env)).map_err(|e| {
                             format!("{}: creating the ONNX Runtime environment failed: {e}", path.display())
@@ -77,7 +75,7 @@ pub fn environment() -> Result<(&'static Path, &'static ort::environment::Enviro
                     Err(e) => report.push(format!("  {source}: {} ({e})", path.display())),
                 }
             }
-            if tried.iter().all(|(s, _)| s != "ORT_DYLIB_PATH") {
+            if !env_var_tried {
                 report.push("  ORT_DYLIB_PATH: not set".into());
             }
             Err(format!(

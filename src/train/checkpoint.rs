@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::config::TrainConfig;
 use super::model::ModelConfig;
 use crate::error::{Error, IoContext, Result};
-use crate::util::atomic::{hidden_sibling, write_json_atomic};
+use crate::util::atomic::{publish_dir, write_json_atomic};
 
 pub const MODEL_FILE: &str = "model.bin";
 pub const OPTIM_FILE: &str = "optim.bin";
@@ -73,13 +73,26 @@ pub fn checkpoint_dir(out: &Path, step: u64) -> PathBuf {
     checkpoints_dir(out).join(format!("step-{step:08}"))
 }
 
-/// A finished checkpoint directory: its state, verified against the record checksums.
-pub fn load_state(dir: &Path) -> Result<CheckpointState> {
+/// What a checkpoint is loaded for: inference needs (and checks) only the model weights;
+/// resuming training also the optimizer state (about twice their size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Inference,
+    Resume,
+}
+
+/// A finished checkpoint directory: its state, verified against the checksums of the records
+/// `purpose` needs.
+pub fn load_state(dir: &Path, purpose: Purpose) -> Result<CheckpointState> {
     let p = dir.join(STATE_FILE);
     let text = std::fs::read_to_string(&p).at(&p)?;
     let state: CheckpointState =
         serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid checkpoint state: {e}")))?;
-    for (file, sum) in [(MODEL_FILE, &state.model_sha256), (OPTIM_FILE, &state.optim_sha256)] {
+    let mut files = vec![(MODEL_FILE, &state.model_sha256)];
+    if purpose == Purpose::Resume {
+        files.push((OPTIM_FILE, &state.optim_sha256));
+    }
+    for (file, sum) in files {
         let f = dir.join(file);
         if &crate::util::sha256_file(&f)? != sum {
             return Err(Error::format(&f, "checkpoint file does not match its checksum (truncated or modified)"));
@@ -121,19 +134,12 @@ pub fn save(
     write_records: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let dir = checkpoint_dir(out, state.step);
-    let stage = hidden_sibling(&dir, "partial");
-    if stage.exists() {
-        std::fs::remove_dir_all(&stage).at(&stage)?;
-    }
-    std::fs::create_dir_all(&stage).at(&stage)?;
-    write_records(&stage)?;
-    state.model_sha256 = crate::util::sha256_file(&stage.join(MODEL_FILE))?;
-    state.optim_sha256 = crate::util::sha256_file(&stage.join(OPTIM_FILE))?;
-    write_json_atomic(&stage.join(STATE_FILE), &state)?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).at(&dir)?;
-    }
-    std::fs::rename(&stage, &dir).at(&dir)?;
+    publish_dir(&dir, |stage| {
+        write_records(stage)?;
+        state.model_sha256 = crate::util::sha256_file(&stage.join(MODEL_FILE))?;
+        state.optim_sha256 = crate::util::sha256_file(&stage.join(OPTIM_FILE))?;
+        write_json_atomic(&stage.join(STATE_FILE), &state)
+    })?;
     let mut all: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))
         .at(checkpoints_dir(out))?
         .flatten()

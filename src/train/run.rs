@@ -127,7 +127,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
     let mut step = 0u64;
     let mut resumed_from = None;
     if let Some(dir) = checkpoint::latest(&req.out) {
-        let state = checkpoint::load_state(&dir)?;
+        let state = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
         let same = state.model == *m
             && state.mask == req.mask
             && state.vocab_hash == vocab.hash()

@@ -21,6 +21,31 @@ pub fn hidden_sibling(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(format!(".{name}.{suffix}"))
 }
 
+/// Publishes a directory as a whole: `fill` writes it into a fresh staging sibling
+/// (`.NAME.partial`), which then replaces `target` by rename (an existing target is set aside as
+/// `.NAME.old` first and removed after), so `target` is always either the old or the complete
+/// new directory. A failed `fill` leaves `target` untouched.
+pub fn publish_dir<T>(target: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let stage = hidden_sibling(target, "partial");
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage).at(&stage)?;
+    }
+    std::fs::create_dir_all(&stage).at(&stage)?;
+    let value = fill(&stage)?;
+    let old = hidden_sibling(target, "old");
+    if old.exists() {
+        std::fs::remove_dir_all(&old).at(&old)?;
+    }
+    if target.exists() {
+        std::fs::rename(target, &old).at(target)?;
+    }
+    std::fs::rename(&stage, target).at(target)?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).at(&old)?;
+    }
+    Ok(value)
+}
+
 /// Writes `bytes` to `target` atomically.
 pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(target);
@@ -66,5 +91,23 @@ mod tests {
         write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_published_directory_replaces_the_old_one_whole_and_a_failed_fill_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        publish_dir(&target, |d| std::fs::write(d.join("a"), "1").at(d)).unwrap();
+        publish_dir(&target, |d| std::fs::write(d.join("b"), "2").at(d)).unwrap();
+        assert!(!target.join("a").exists() && target.join("b").exists(), "the new directory, not a mix");
+        let failed = publish_dir(&target, |d| {
+            std::fs::write(d.join("c"), "3").at(d)?;
+            Err::<(), _>(crate::error::Error::Usage("interrupted".into()))
+        });
+        assert!(failed.is_err());
+        assert!(target.join("b").exists() && !target.join("c").exists());
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert!(!names.iter().any(|n| n.ends_with(".old")), "{names:?}");
     }
 }

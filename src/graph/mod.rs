@@ -14,6 +14,7 @@ mod overlap;
 mod parallel;
 mod show;
 mod state;
+mod stats_file;
 mod stream;
 mod update;
 

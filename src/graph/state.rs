@@ -5,7 +5,6 @@
 //! shards (= an exact build). `GRAPH/state/` holds `state.json` and `stats.bin.zst`, and a copy
 //! of the graph files as of the last rebase (`rebase/`).
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use std::borrow::Cow;
@@ -294,27 +293,10 @@ impl GraphState {
         std::fs::create_dir_all(&dir).at(&dir)?;
         let bin = dir.join(STATS_BIN);
         let tmp = crate::util::atomic::temp_path(&bin);
-        // One contiguous buffer, compressed in one call (much faster than streaming small writes).
         let (hist, maps, sums) = (&self.stats.hist, &self.stats.maps, &self.stats.sums);
-        let mut raw =
-            Vec::with_capacity(24 + (hist.counts.len() + maps.t2.len() + sums.co.len()) * 8 + sums.yy.len() * 48);
-        for x in [hist.n_cells, maps.n_cells, sums.n_cells] {
-            raw.extend_from_slice(&x.to_le_bytes());
-        }
-        for x in hist.counts.iter().chain(&maps.t2).chain(&sums.co) {
-            raw.extend_from_slice(&x.to_le_bytes());
-        }
-        for x in sums.yy.iter().chain(&sums.yp).chain(&sums.y2p) {
-            raw.extend_from_slice(&x.to_le_bytes());
-        }
-        let packed = zstd::bulk::compress(&raw, 1).at(&bin)?;
-        drop(raw);
-        {
-            let mut file = std::fs::File::create(&tmp).at(&tmp)?;
-            file.write_all(&(packed.len() as u64).to_le_bytes()).at(&tmp)?;
-            file.write_all(&packed).at(&tmp)?;
-            file.sync_all().at(&tmp)?;
-        }
+        let cells = [hist.n_cells, maps.n_cells, sums.n_cells];
+        let longs: [&[i64]; 4] = [&cells, &hist.counts, &maps.t2, &sums.co];
+        super::stats_file::write(&tmp, &longs, &[&sums.yy, &sums.yp, &sums.y2p])?;
         crate::util::atomic::commit(&tmp, &bin)?;
         let mut raw = Vec::with_capacity(self.candidates.len() * 24);
         for &(u, ((key, v), co)) in &self.candidates {
@@ -341,42 +323,10 @@ impl GraphState {
             serde_json::from_str(&text).map_err(|e| Error::format(&json, format!("invalid state: {e}")))?;
         let (g, l) = (info.genes.len(), info.params.l_max);
         let bin = dir.join(STATS_BIN);
-        let mut packed = Vec::new();
-        std::fs::File::open(&bin).at(&bin)?.read_to_end(&mut packed).at(&bin)?;
-        let expected = 24 + (2 * g * l + g * g) * 8 + 3 * g * g * 16;
-        let declared = packed.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))); // ok: invariant
-        if declared != Some(packed.len() as u64 - 8) {
-            return Err(Error::format(&bin, "statistics file is truncated"));
-        }
-        let bytes = zstd::bulk::decompress(&packed[8..], expected)
-            .map_err(|e| Error::format(&bin, format!("corrupt statistics: {e}")))?;
-        drop(packed);
-        if bytes.len() != expected {
-            return Err(Error::format(
-                &bin,
-                format!("statistics are {} bytes, expected {expected} (truncated?)", bytes.len()),
-            ));
-        }
-        let mut at = 0usize;
-        let mut i64s = |n: usize| -> Vec<i64> {
-            let v = bytes[at..at + 8 * n]
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect(); // ok: invariant
-            at += 8 * n;
-            v
-        };
-        let (hn, mn, sn) = (i64s(1)[0], i64s(1)[0], i64s(1)[0]);
-        let counts = i64s(g * l);
-        let t2 = i64s(g * l);
-        let co = i64s(g * g);
-        let rest = &bytes[at..];
-        let i128s = |k: usize| -> Vec<i128> {
-            rest[k * 16 * g * g..(k + 1) * 16 * g * g]
-                .chunks_exact(16)
-                .map(|c| i128::from_le_bytes(c.try_into().expect("16 bytes"))) // ok: invariant
-                .collect()
-        };
+        let (longs, wides) = super::stats_file::read(&bin, &[3, g * l, g * l, g * g], &[g * g; 3])?;
+        let [cells, counts, t2, co]: [Vec<i64>; 4] = longs.try_into().expect("four arrays"); // ok: invariant
+        let [yy, yp, y2p]: [Vec<i128>; 3] = wides.try_into().expect("three arrays"); // ok: invariant
+        let (hn, mn, sn) = (cells[0], cells[1], cells[2]);
         let vocab = GraphVocab::from_tokens(info.genes.clone(), info.genes.last().map_or(0, |&t| t as usize + 1));
         let cpath = dir.join(CANDIDATES_BIN);
         let raw = std::fs::read(&cpath).at(&cpath)?;
@@ -402,7 +352,7 @@ impl GraphState {
             vocab,
             hist: ScoreHistograms { l_max: l, n_genes: g, n_cells: hn, counts },
             maps: RankMaps { l_max: l, n_genes: g, n_cells: mn, t2 },
-            sums: PairSums { n_genes: g, n_cells: sn, yy: i128s(0), co, yp: i128s(1), y2p: i128s(2) },
+            sums: PairSums { n_genes: g, n_cells: sn, yy, co, yp, y2p },
         };
         Ok(Self { candidates, presence, stats, info })
     }

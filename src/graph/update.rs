@@ -191,6 +191,8 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     let started = std::time::Instant::now();
     let mut state = GraphState::load(graph_dir)?;
     let old = read_graph(graph_dir)?;
+    let lap = |what: &str| tracing::debug!(seconds = started.elapsed().as_secs_f64(), "graph update: {what}");
+    lap("state loaded");
     let params = state.info.params.clone();
     let before = std::mem::take(&mut state.candidates);
     // The corpus vocabulary (for scoring and gene names), loaded once.
@@ -243,6 +245,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         Some(vocab) => state.follow_vocabulary(vocab, cluster)?,
         None => 0,
     };
+    lap("statistics merged");
     let drift = Drift { vocab_entered: entered, ..state.drift() };
     state.info.drift = drift.clone();
     let p = &state.info.params;
@@ -285,6 +288,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         state.candidates = after;
         (graph, state)
     };
+    lap("graph derived");
     let delta = match &changes {
         Some((added, removed)) => GraphDelta::from_changes(&old.edges, &graph.edges, added, removed),
         None => GraphDelta::between(&old.edges, &graph.edges),
@@ -293,7 +297,9 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     let delta_name = format!("{seq:04}-{label}.parquet");
     let old_rebase = graph_dir.join("state").join("rebase");
     write_graph_with(graph_dir, &mut graph, |stage| {
+        lap("graph files written");
         state.save(stage)?;
+        lap("state saved");
         if rebased {
             GraphState::save_rebase_graph(stage)?;
         } else {
@@ -310,9 +316,12 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
                 std::fs::copy(f.path(), deltas.join(f.file_name())).at(f.path())?;
             }
         }
-        delta.write(&deltas.join(&delta_name))
+        delta.write(&deltas.join(&delta_name))?;
+        lap("deltas written");
+        Ok(())
     })?;
     let drift = state.info.drift.clone();
+    lap("written");
     Ok(UpdateSummary {
         command: if label == "rebase" { "graph rebase".into() } else { "graph update".into() },
         graph: graph_dir.display().to_string(),

@@ -268,6 +268,7 @@ pub(crate) enum GraphCommand {
         incremental: bool,
         #[command(flatten)]
         cluster: ClusterArgs,
+        /// Print help (`-h` is the host file).
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
     },
@@ -290,6 +291,7 @@ pub(crate) enum GraphCommand {
         retract: Option<String>,
         #[command(flatten)]
         cluster: ClusterArgs,
+        /// Print help (`-h` is the host file).
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
     },
@@ -301,6 +303,7 @@ pub(crate) enum GraphCommand {
         graph: PathBuf,
         #[command(flatten)]
         cluster: ClusterArgs,
+        /// Print help (`-h` is the host file).
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
     },

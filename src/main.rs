@@ -208,6 +208,11 @@ fn run(cli: Cli) -> Result<()> {
             params.n_sub = n_sub.unwrap_or(params.n_sub);
             params.seed = seed.unwrap_or(params.seed);
             params.max_genes = max_genes.unwrap_or(params.max_genes);
+            anyhow::ensure!(
+                incremental || (cluster.workers == 1 && cluster.processes == 1 && cluster.hostfile.is_none()),
+                "-w/-n/-p/-h apply to `graph build --incremental` (the streamed dataflow); the in-memory \
+                 exact build uses all cores by itself"
+            );
             let mut s = if incremental {
                 match corrflow::graph::build_incremental(&corpus, &atlas, &params, &out, &cluster.cluster()?)? {
                     Some((_, s)) => s,

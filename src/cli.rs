@@ -75,12 +75,8 @@ pub(crate) enum Command {
         /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
         #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
         layer: i64,
-        /// Most cells per batch.
-        #[arg(long, default_value_t = 64)]
-        batch_size: usize,
-        /// Most padded tokens per batch (cells × longest cell in it).
-        #[arg(long, default_value_t = 16384)]
-        token_budget: usize,
+        #[command(flatten)]
+        batching: BatchArgs,
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
@@ -94,12 +90,8 @@ pub(crate) enum Command {
         addr: std::net::SocketAddr,
         #[command(flatten)]
         runtime: RuntimeArgs,
-        /// Most padded tokens per model batch.
-        #[arg(long, default_value_t = 16384)]
-        token_budget: usize,
-        /// Most cells per model batch.
-        #[arg(long, default_value_t = 64)]
-        max_batch_cells: usize,
+        #[command(flatten)]
+        batching: BatchArgs,
         /// How long a partly filled batch waits for more requests (ms).
         #[arg(long, default_value_t = 2)]
         batch_wait_ms: u64,
@@ -319,6 +311,17 @@ pub(crate) enum GraphCommand {
         #[arg(long, default_value_t = 15)]
         top: usize,
     },
+}
+
+/// How cells are grouped into model batches (`embed` and `serve`).
+#[derive(Args, Clone, Copy)]
+pub(crate) struct BatchArgs {
+    /// Most cells per model batch.
+    #[arg(long, default_value_t = 64, visible_alias = "batch-size")]
+    pub(crate) max_batch_cells: usize,
+    /// Most padded tokens per model batch (cells × longest cell in it).
+    #[arg(long, default_value_t = 16384)]
+    pub(crate) token_budget: usize,
 }
 
 /// Where a graph dataflow runs (timely's own options).

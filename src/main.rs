@@ -362,8 +362,7 @@ fn run(cli: Cli) -> Result<()> {
             obs_columns,
             pooling,
             layer,
-            batch_size,
-            token_budget,
+            batching,
             runtime,
         } => {
             let model = match (checkpoint, model) {
@@ -381,8 +380,8 @@ fn run(cli: Cli) -> Result<()> {
                 transform: read.transform(),
                 pooling,
                 layer,
-                batch_size,
-                token_budget,
+                batch_size: batching.max_batch_cells,
+                token_budget: batching.token_budget,
                 runtime: runtime.options(),
                 progress,
             };
@@ -439,8 +438,7 @@ fn run(cli: Cli) -> Result<()> {
             model,
             addr,
             runtime,
-            token_budget,
-            max_batch_cells,
+            batching,
             batch_wait_ms,
             max_queue,
             max_body_bytes,
@@ -455,8 +453,8 @@ fn run(cli: Cli) -> Result<()> {
                 addr,
                 runtime: runtime.options(),
                 batch: corrflow::serve::batcher::BatchConfig {
-                    token_budget,
-                    max_rows: max_batch_cells,
+                    token_budget: batching.token_budget,
+                    max_rows: batching.max_batch_cells,
                     max_wait: std::time::Duration::from_millis(batch_wait_ms),
                 },
                 max_queue,

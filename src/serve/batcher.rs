@@ -57,7 +57,6 @@ pub async fn run_batcher(
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
             }
         }
-        metrics.queue_depth.set(queue.len() as i64);
         let now = Instant::now();
         for j in &jobs {
             metrics.queue_wait_seconds.observe(now.duration_since(j.enqueued).as_secs_f64());

@@ -97,7 +97,6 @@ async fn embed(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejectio
         }
         Err(mpsc::error::TrySendError::Closed(_)) => return error(503, "the server is shutting down"),
     }
-    s.metrics.queue_depth.set((ready.queue.max_capacity() - ready.queue.capacity()) as i64);
     match answer.await {
         Ok(Ok(flat)) => {
             let dim = ready.dim;
@@ -134,6 +133,7 @@ async fn info(State(s): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+    // The gauge is read off the queue when scraped, the only time anyone sees it.
     if let Some(r) = s.ready.get() {
         s.metrics.queue_depth.set((r.queue.max_capacity() - r.queue.capacity()) as i64);
     }

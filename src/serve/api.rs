@@ -24,15 +24,30 @@ pub struct CellInput {
     pub counts: Vec<f64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize)]
 pub struct EmbedResponse {
     pub model: String,
     pub dim: usize,
-    pub embeddings: Vec<Vec<f32>>,
+    /// One row of `dim` values per cell (serialized as nested arrays from the flat buffer).
+    pub embeddings: Rows,
     /// Tokens each cell was encoded with.
     pub tokens: Vec<usize>,
     /// Genes per cell not in the model's vocabulary (ignored).
     pub unknown_genes: Vec<usize>,
+}
+
+/// Row-major `f32` rows, serialized as an array of arrays without copying them into one vector
+/// per row.
+#[derive(Debug)]
+pub struct Rows {
+    pub flat: Vec<f32>,
+    pub width: usize,
+}
+
+impl Serialize for Rows {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.flat.chunks(self.width.max(1)))
+    }
 }
 
 /// A client error: HTTP status and message.

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{mpsc, oneshot};
 
-use super::api::{parse_embed_request, EmbedResponse};
+use super::api::{parse_embed_request, EmbedResponse, Rows};
 use super::batcher::Job;
 use super::AppState;
 
@@ -102,11 +102,10 @@ async fn embed(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejectio
             let dim = ready.dim;
             s.metrics.cells.inc_by(n as u64);
             s.metrics.unknown_genes.inc_by(parsed.unknown_genes.iter().sum::<usize>() as u64);
-            let embeddings = flat.chunks(dim).map(<[f32]>::to_vec).collect();
             Json(EmbedResponse {
                 model: ready.name.clone(),
                 dim,
-                embeddings,
+                embeddings: Rows { flat, width: dim },
                 tokens,
                 unknown_genes: parsed.unknown_genes,
             })

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use corrflow_operators::graph::{GeneRowSums, GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
 use serde::{Deserialize, Serialize};
-use timely::dataflow::operators::{Exchange, Input, Inspect, Probe};
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::generic::operator::Operator;
+use timely::dataflow::operators::{Exchange, Input, Probe};
 use timely::dataflow::InputHandle;
 
 use super::build::{gene_presence, load_shard_cells, CorpusCells};
@@ -77,18 +79,18 @@ where
     let received: Rc<RefCell<Vec<Message<T>>>> = Rc::new(RefCell::new(Vec::new()));
     let sink = received.clone();
     let probe = worker.dataflow::<u64, _, _>(|scope| {
-        scope
-            .input_from(&mut input)
-            .container::<Vec<Message<T>>>()
-            .exchange(|m| m.0)
-            .inspect(move |m: &Message<T>| sink.borrow_mut().push(m.clone()))
-            .probe()
-            .0
+        let (probe, stream) = scope.input_from(&mut input).container::<Vec<Message<T>>>().exchange(|m| m.0).probe();
+        // Partials are moved out of the channel, not cloned (they can be hundreds of MB).
+        stream.sink(Pipeline, "Gather", move |(input, _)| {
+            input.for_each(|_, data| sink.borrow_mut().append(data));
+        });
+        probe
     });
     let own_error = match mine {
         Ok(t) => {
             let targets = if to == To::Everyone { peers } else { 1 };
-            (0..targets).for_each(|w| input.send((w, Some(t.clone()), None)));
+            (1..targets).for_each(|w| input.send((w, Some(t.clone()), None)));
+            input.send((0, Some(t), None));
             None
         }
         Err(e) => {
@@ -162,47 +164,26 @@ pub fn share(worker: &timely::worker::Worker, units: usize) -> Vec<usize> {
     (0..units).filter(|s| s % peers == index).collect()
 }
 
-/// The statistics one worker sends: histograms and pair sums of the graph's genes under given
-/// maps, and every gene's presence.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Partial {
-    n_cells: i64,
-    hist: Vec<i64>,
-    yy: Vec<i128>,
-    co: Vec<i64>,
-    yp: Vec<i128>,
-    y2p: Vec<i128>,
-    /// Cells each gene (token id) is present in, over all genes of the vocabulary.
-    presence: Vec<i64>,
-}
-
-impl Partial {
-    pub fn add(&mut self, p: &Partial) {
-        self.n_cells += p.n_cells;
-        self.hist.iter_mut().zip(&p.hist).for_each(|(a, b)| *a += b);
-        self.presence.iter_mut().zip(&p.presence).for_each(|(a, b)| *a += b);
-        self.co.iter_mut().zip(&p.co).for_each(|(a, b)| *a += b);
-        for (a, b) in [(&mut self.yy, &p.yy), (&mut self.yp, &p.yp), (&mut self.y2p, &p.y2p)] {
-            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-        }
-    }
-
-    pub fn into_statistics(self, l_max: usize) -> AtlasStatistics {
-        let g = self.hist.len() / l_max.max(1);
-        let p = self;
-        AtlasStatistics {
-            hist: ScoreHistograms { l_max, n_genes: g, n_cells: p.n_cells, counts: p.hist },
-            sums: PairSums { n_genes: g, n_cells: p.n_cells, yy: p.yy, co: p.co, yp: p.yp, y2p: p.y2p },
-            presence: p.presence,
-        }
-    }
-}
-
-/// Statistics of some cells under the state's maps, and the presence of every gene in them.
+/// Histograms and pair sums of the graph's genes under given maps, and every gene's presence,
+/// over some cells: what each worker sends and what their sum is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AtlasStatistics {
     pub hist: ScoreHistograms,
     pub sums: PairSums,
     pub presence: Vec<i64>,
+}
+
+impl AtlasStatistics {
+    pub fn add(&mut self, other: &Self) {
+        self.hist.merge(&other.hist, 1);
+        self.sums.merge(&other.sums, 1);
+        add_presence(&mut self.presence, &other.presence);
+    }
+}
+
+/// Sums presence counts.
+pub fn add_presence(total: &mut [i64], part: &[i64]) {
+    total.iter_mut().zip(part).for_each(|(a, b)| *a += b);
 }
 
 /// The shards of some atlases, as the work items of a dataflow: what each worker reads.
@@ -305,27 +286,25 @@ impl ShardSet {
         Ok(out)
     }
 
-    /// Cells each gene (token id) is present in, and the number of cells.
-    pub fn presence(&self, mine: &[usize], l_max: usize) -> Result<(i64, Vec<i64>)> {
+    /// Cells each gene (token id) is present in.
+    pub fn presence(&self, mine: &[usize], l_max: usize) -> Result<Vec<i64>> {
         let mut presence = vec![0i64; self.vocab.len()];
-        let mut cells = 0i64;
         let none = GraphVocab::from_tokens(Vec::new(), 0);
         self.each(mine, &none, l_max, |c, _| {
-            cells += c.len() as i64;
             presence.iter_mut().zip(gene_presence(c, &self.vocab, l_max)).for_each(|(a, b)| *a += b as i64);
         })?;
-        Ok((cells, presence))
+        Ok(presence)
     }
 
     /// Score histograms of `genes`.
-    pub fn histograms(&self, mine: &[usize], genes: &GraphVocab, l_max: usize) -> Result<(i64, Vec<i64>)> {
+    pub fn histograms(&self, mine: &[usize], genes: &GraphVocab, l_max: usize) -> Result<ScoreHistograms> {
         let mut hist = ScoreHistograms::new(genes.len(), l_max);
         self.each(mine, genes, l_max, |_, scored| scored.iter().for_each(|c| hist.add_cell(c, 1)))?;
-        Ok((hist.n_cells, hist.counts))
+        Ok(hist)
     }
 
     /// Histograms and pair sums of `genes` under `maps`, and every gene's presence.
-    pub fn statistics(&self, mine: &[usize], genes: &GraphVocab, maps: &RankMaps) -> Result<Partial> {
+    pub fn statistics(&self, mine: &[usize], genes: &GraphVocab, maps: &RankMaps) -> Result<AtlasStatistics> {
         let (l, g) = (maps.l_max, genes.len());
         let mut hist = ScoreHistograms::new(g, l);
         let mut sums = PairSums::new(g);
@@ -335,22 +314,13 @@ impl ShardSet {
             sums.add_cells(scored, maps, 1, self.gemm_threads);
             presence.iter_mut().zip(gene_presence(cells, &self.vocab, l)).for_each(|(a, b)| *a += b as i64);
         })?;
-        Ok(Partial {
-            n_cells: hist.n_cells,
-            hist: hist.counts,
-            yy: sums.yy,
-            co: sums.co,
-            yp: sums.yp,
-            y2p: sums.y2p,
-            presence,
-        })
+        Ok(AtlasStatistics { hist, sums, presence })
     }
 }
 
-/// Sums of `(cells, counts)` partials.
-pub fn add_counts(t: &mut (i64, Vec<i64>), p: &(i64, Vec<i64>)) {
-    t.0 += p.0;
-    t.1.iter_mut().zip(&p.1).for_each(|(a, b)| *a += b);
+/// Sums histograms.
+pub fn add_histograms(total: &mut ScoreHistograms, part: &ScoreHistograms) {
+    total.merge(part, 1);
 }
 
 /// Statistics of the shard set's cells under `maps` (see [`ShardSet::statistics`]), summed over
@@ -361,9 +331,8 @@ pub fn cluster_statistics(
     genes: GraphVocab,
     maps: RankMaps,
 ) -> Result<Option<AtlasStatistics>> {
-    let (units, l) = (set.units.len(), maps.l_max);
-    let result = run_partials(cluster, units, move |mine| set.statistics(mine, &genes, &maps), Partial::add)?;
-    Ok(result.map(|p| p.into_statistics(l)))
+    let units = set.units.len();
+    run_partials(cluster, units, move |mine| set.statistics(mine, &genes, &maps), AtlasStatistics::add)
 }
 
 /// Score histograms of `genes` over every cell of the shard set.
@@ -374,8 +343,7 @@ pub fn shard_histograms(
     l_max: usize,
 ) -> Result<Option<ScoreHistograms>> {
     let units = set.units.len();
-    let hist = run_partials(cluster, units, move |mine| set.histograms(mine, &genes, l_max), add_counts)?;
-    Ok(hist.map(|(n_cells, counts)| ScoreHistograms { l_max, n_genes: counts.len() / l_max.max(1), n_cells, counts }))
+    run_partials(cluster, units, move |mine| set.histograms(mine, &genes, l_max), add_histograms)
 }
 
 /// Pair sums of the genes `rows` (indices into `genes`) against every gene of `genes`, under

@@ -101,9 +101,11 @@ impl Drift {
 
 impl GraphState {
     /// State of an exact build over all cells of its atlases (`(name, directory)`): the maps
-    /// made from those cells, the sums under them, and every gene's presence.
+    /// made from those cells, the sums under them (`rho`: their correlations), and every gene's
+    /// presence.
     pub fn new(
         stats: GeneStats,
+        rho: &[f64],
         presence: Vec<i64>,
         atlases: &[(String, PathBuf)],
         params: &GraphParams,
@@ -130,7 +132,7 @@ impl GraphState {
             rebase_genes: Some(genes),
             drift: Drift::default(),
         };
-        let candidates = stats.candidates(&stats.correlations(), params);
+        let candidates = stats.candidates(rho, params);
         let mut state = Self { info, stats, candidates, presence: Some(presence) };
         state.info.drift = state.drift();
         state

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use corrflow_operators::graph::{
-    candidate_pairs, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab, OverlapScratch, PairSums, RankMaps,
-    ScoreHistograms,
+    candidate_pairs, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab, OverlapScratch, RankMaps,
 };
 use rayon::prelude::*;
 
@@ -21,7 +20,9 @@ use super::build::{check_memory, load_corpus_meta, resolve_atlases, BuildSummary
 use super::files::{Coverage, Graph};
 use super::gene_stats::GeneStats;
 use super::overlap::Overlaps;
-use super::parallel::{add_counts, gather, run_workers, share, Cluster, Partial, ShardSet, To};
+use super::parallel::{
+    add_histograms, add_presence, gather, run_workers, share, AtlasStatistics, Cluster, ShardSet, To,
+};
 use super::state::GraphState;
 use crate::corpus;
 use crate::error::{Error, Result};
@@ -29,6 +30,8 @@ use crate::error::{Error, Result};
 /// What process 0's first worker ends up with.
 struct Built {
     stats: GeneStats,
+    /// ρ_global of all pairs (from `stats`).
+    rho: Vec<f64>,
     presence: Vec<i64>,
     edges: Vec<GraphEdge>,
     candidates: usize,
@@ -65,7 +68,7 @@ pub fn build_streaming(
     let Some(built) = run_workers(cluster, move |worker| build_worker(worker, &set, &job_params, budget))? else {
         return Ok(None);
     };
-    let Built { stats, presence, edges, candidates, seconds } = built;
+    let Built { stats, rho, presence, edges, candidates, seconds } = built;
     let coverage = Coverage {
         mode: "exact",
         params: &params,
@@ -90,7 +93,7 @@ pub fn build_streaming(
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
     let included = names.into_iter().zip(dirs).collect::<Vec<_>>();
-    let state = GraphState::new(stats, presence, &included, &params, vocab.hash());
+    let state = GraphState::new(stats, &rho, presence, &included, &params, vocab.hash());
     Ok(Some((graph, summary, state)))
 }
 
@@ -152,20 +155,19 @@ fn build_worker(
     let mine = share(worker, set.units.len());
     let t0 = Instant::now();
     // (1) Presence of every gene → the graph vocabulary (as an exact build picks it).
-    let (_, presence) = gather(worker, set.presence(&mine, l), &add_counts, To::Everyone)?.expect("everyone"); // ok: invariant
+    let add_presence = |t: &mut Vec<i64>, p: &Vec<i64>| add_presence(t, p);
+    let presence = gather(worker, set.presence(&mine, l), &add_presence, To::Everyone)?.expect("everyone"); // ok: invariant
     let counts: Vec<u64> = presence.iter().map(|&c| c.max(0) as u64).collect();
     let genes = GraphVocab::select(&counts, params.min_presence, params.max_genes, |_| true);
     let g = genes.len();
     // (2) Score histograms → rank maps.
-    let (n_cells, hist) =
-        gather(worker, set.histograms(&mine, &genes, l), &add_counts, To::Everyone)?.expect("everyone"); // ok: invariant
-    let hist = ScoreHistograms { l_max: l, n_genes: g, n_cells, counts: hist };
+    let hist = gather(worker, set.histograms(&mine, &genes, l), &add_histograms, To::Everyone)?.expect("everyone"); // ok: invariant
     let maps = RankMaps::from_histograms(&hist);
     let t1 = Instant::now();
     // (3) Exact pair sums under the maps (on worker 0), the selection there, its pairs to all.
-    let total = gather(worker, set.statistics(&mine, &genes, &maps), &Partial::add, To::First)?;
+    let total = gather(worker, set.statistics(&mine, &genes, &maps), &AtlasStatistics::add, To::First)?;
     let selected = total.map(|t| {
-        let sums: PairSums = t.into_statistics(l).sums;
+        let sums = t.sums;
         let stats = GeneStats { vocab: genes.clone(), hist: hist.clone(), maps: maps.clone(), sums };
         let rho = stats.correlations();
         let pairs = candidate_pairs(&rho, &stats.sums.co, g, params);
@@ -211,5 +213,5 @@ fn build_worker(
         })
         .collect();
     let seconds = [(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), t2.elapsed().as_secs_f64()];
-    Ok(Some(Built { stats, presence, edges, candidates: pairs.len(), seconds }))
+    Ok(Some(Built { stats, rho, presence, edges, candidates: pairs.len(), seconds }))
 }

@@ -241,9 +241,13 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
         }
         Change::Rebase => ("rebase".to_string(), true),
     };
+    // Genes entering the vocabulary are not worth their pass over the shards when the rank-map
+    // drift alone makes this update rebase.
+    let p = &state.info.params;
+    let rebasing = p.auto_rebase && p.rebase_drift > 0.0 && state.drift().max_ks > p.rebase_drift;
     let entered = match &vocab_of_change {
-        Some(vocab) => state.follow_vocabulary(vocab, cluster)?,
-        None => 0,
+        Some(vocab) if !rebasing => state.follow_vocabulary(vocab, cluster)?,
+        _ => 0,
     };
     lap("statistics merged");
     let drift = Drift { vocab_entered: entered, ..state.drift() };

@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::products::at_b_strided;
 use super::scores::ScoredCell;
-use super::stats::{at_b_strided, PairSums, RankMaps};
+use super::stats::{PairSums, RankMaps};
 
 /// Per-gene rows of `width` values rearranged to a new gene set: row `i` of the result is row
 /// `from[i]` of `src`, or zeros for a gene that `src` does not have.

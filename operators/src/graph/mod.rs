@@ -11,6 +11,7 @@
 
 mod extend;
 mod params;
+mod products;
 mod scores;
 mod screen;
 mod select;

@@ -1,8 +1,9 @@
 //! Fast all-pairs statistics for the exact build: single-precision screening of every pair's
 //! correlation with a proven error bound, and co-presence counts from bitsets.
 
+use super::products::at_b;
 use super::scores::ScoredCell;
-use super::stats::{at_b, GeneMoments, RankMaps};
+use super::stats::{GeneMoments, RankMaps};
 
 /// Relative accumulation error bound of [`approx_correlations`]: products are summed in f32 in
 /// batches of this many cells (error ≤ batch × 2⁻²⁴ of Σ|z_u·z_v| ≤ 1 in ρ units), then in f64.

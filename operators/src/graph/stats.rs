@@ -1,10 +1,13 @@
 //! Additive, exact statistics of scored cells, and the correlations they give.
 
+use serde::{Deserialize, Serialize};
+
+use super::products::{cross, gram_upper};
 use super::scores::ScoredCell;
 
 /// Per-gene histograms of scores over present cells, plus the number of cells; adding and
 /// subtracting cells is exact.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScoreHistograms {
     pub l_max: usize,
     pub n_genes: usize,
@@ -97,7 +100,7 @@ impl RankMaps {
 /// `yy[u,v] = Σ y_u·y_v`, `co[u,v]` = cells where both are present,
 /// `yp[u,v] = Σ_{both present} y_u`, `y2p[u,v] = Σ_{both present} y_u²`.
 /// Global correlations need `yy`; correlations on the co-present cells need all four.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PairSums {
     pub n_genes: usize,
     pub n_cells: i64,
@@ -190,107 +193,6 @@ impl PairSums {
             *a += i128::from(sign) * b;
         }
     }
-}
-
-/// `out = Aᵀ A` (row-major `cols × cols`) from upper-triangle blocks of 256 columns, mirrored:
-/// about 0.56 of the full product's work.
-fn gram_upper(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
-    const BLOCK: usize = 256;
-    let g = cols;
-    for b0 in (0..g).step_by(BLOCK) {
-        let m = (b0 + BLOCK).min(g) - b0;
-        let n = g - b0;
-        at_b(m, n, rows, &mut out[b0 * g + b0..], g, &a[b0..], &a[b0..], g, threads);
-    }
-    for u in 0..g {
-        for v in 0..u {
-            out[u * g + v] = out[v * g + u];
-        }
-    }
-}
-
-/// `out = Aᵀ B` for row-major `rows × cols` matrices `a`, `b` (out is `cols × cols`, row-major).
-fn cross(a: &[f64], b: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
-    at_b(cols, cols, rows, out, cols, a, b, cols, threads);
-}
-
-/// `dst[i, j] = Σ_k a[k·ld + i] · b[k·ld + j]` for `i < m`, `j < n`, `k < k_len`, with `dst`
-/// row-major of row stride `dst_rs`: the product of column blocks of two row-major matrices
-/// (`Aᵀ B`), the one kernel behind every statistic here.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn at_b<T: Scalar>(
-    m: usize,
-    n: usize,
-    k_len: usize,
-    dst: &mut [T],
-    dst_rs: usize,
-    a: &[T],
-    b: &[T],
-    ld: usize,
-    threads: usize,
-) {
-    at_b_strided(m, n, k_len, dst, dst_rs, a, ld, b, ld, threads);
-}
-
-/// [`at_b`] for row-major `a` and `b` of different row strides (`lda`, `ldb`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn at_b_strided<T: Scalar>(
-    m: usize,
-    n: usize,
-    k_len: usize,
-    dst: &mut [T],
-    dst_rs: usize,
-    a: &[T],
-    lda: usize,
-    b: &[T],
-    ldb: usize,
-    threads: usize,
-) {
-    let k1 = k_len.max(1) - 1;
-    assert!(m <= lda && n <= ldb && a.len() >= k1 * lda + m && b.len() >= k1 * ldb + n);
-    assert!(dst.len() >= (m.max(1) - 1) * dst_rs + n, "destination too small");
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    // SAFETY: the asserts above keep every element (i, k) of a, (k, j) of b and (i, j) of dst
-    // that gemm touches inside the slices.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k_len,
-            dst.as_mut_ptr(),
-            1,
-            dst_rs as isize,
-            false,
-            a.as_ptr(),
-            lda as isize,
-            1,
-            b.as_ptr(),
-            1,
-            ldb as isize,
-            T::ZERO,
-            T::ONE,
-            false,
-            false,
-            false,
-            par,
-        );
-    }
-}
-
-/// The element types the products run in.
-pub(crate) trait Scalar: Copy + 'static {
-    const ZERO: Self;
-    const ONE: Self;
-}
-
-impl Scalar for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-}
-
-impl Scalar for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
 }
 
 /// Per-gene moments of the rank-mapped scores over all cells, from which any pair's ρ follows

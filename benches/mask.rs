@@ -2,7 +2,8 @@
 //! L = 2,048 and at a corpus' real lengths. Masking only: cells are in memory, as the masking
 //! operator receives them.
 //!
-//! cargo bench --bench mask -- CORPUS GRAPH [SECONDS_PER_CASE [STRATEGY]]
+//! cargo bench --bench mask -- CORPUS GRAPH [SECONDS_PER_CASE [STRATEGY [LENGTH [THREADS]]]]
+//! (LENGTH: 2048-unif, 2048-pres or real; THREADS: 1 or 2)
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -74,8 +75,9 @@ fn main() -> anyhow::Result<()> {
         .transpose()?;
     for strategy in MaskStrategy::ALL.into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
         let ctx = base.with_strategy(strategy, 0.5);
-        for (label, cells) in [("2048-unif", &uniform), ("2048-pres", &weighted), ("real", &real)] {
-            for threads in [1, 2] {
+        let lengths = [("2048-unif", &uniform), ("2048-pres", &weighted), ("real", &real)];
+        for (label, cells) in lengths.into_iter().filter(|l| args.get(4).is_none_or(|a| a == l.0)) {
+            for threads in [1, 2].into_iter().filter(|t| args.get(5).is_none_or(|a| *a == t.to_string())) {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
                 let rate = pool.install(|| throughput(&ctx, cells, secs));
                 println!("{:<10} {:>10} {:>8} {:>14.0}", strategy.name(), label, threads, rate);

@@ -4,7 +4,7 @@
 /// 25,000-token vocabulary stays in the first-level cache while a cell is indexed).
 const NONE: u16 = u16::MAX;
 
-/// [`NeighbourTable::local_or_none`] of a token outside the graph.
+/// Local id of a token outside the graph.
 pub(crate) const NONE_LOCAL: u32 = NONE as u32;
 
 /// Most genes a graph may have.
@@ -14,9 +14,9 @@ pub const MAX_GRAPH_GENES: usize = NONE as usize;
 /// Appendix A.3 of the paper asks for. Graph genes also get dense *local* ids `0..genes`, with
 /// neighbour lists in local ids, so that masking a cell touches only small, cache-resident
 /// arrays whatever the vocabulary size.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NeighbourTable {
-    /// Token id → local id (`NONE` outside the graph).
+    /// Token id → local id (`NONE` outside the graph), one past the largest graph token.
     local_of: Vec<u16>,
     /// Local id → token id, ascending.
     tokens: Vec<u32>,
@@ -33,6 +33,13 @@ pub struct NeighbourTable {
 
 /// Largest graph that gets an adjacency bit matrix (4,096² bits = 2 MiB).
 const DENSE_MAX: usize = 4096;
+
+impl Default for NeighbourTable {
+    /// The empty graph.
+    fn default() -> Self {
+        Self::from_edges([])
+    }
+}
 
 impl NeighbourTable {
     /// From undirected edges `(u, v)` (either order; duplicates and self-loops ignored).
@@ -52,7 +59,8 @@ impl NeighbourTable {
             "graph has {} genes, at most {MAX_GRAPH_GENES} supported",
             tokens.len()
         );
-        let mut local_of = vec![NONE; bound];
+        // One extra `NONE` entry that every larger token is clamped onto.
+        let mut local_of = vec![NONE; bound + 1];
         for (l, &t) in tokens.iter().enumerate() {
             local_of[t as usize] = l as u16;
         }
@@ -84,13 +92,15 @@ impl NeighbourTable {
     /// Local id of `token`, if it has neighbours.
     #[inline]
     pub fn local(&self, token: u32) -> Option<u32> {
-        self.local_of.get(token as usize).copied().filter(|&l| l != NONE).map(u32::from)
+        Some(self.local_u16(token)).filter(|&l| l != NONE).map(u32::from)
     }
 
-    /// Local id of `token`, or `NONE_LOCAL`.
+    /// Local id of `token`, or `NONE`.
     #[inline]
-    pub(crate) fn local_or_none(&self, token: u32) -> u32 {
-        u32::from(self.local_of.get(token as usize).copied().unwrap_or(NONE))
+    pub(crate) fn local_u16(&self, token: u32) -> u16 {
+        // Clamped onto the table's last entry (`NONE`) instead of bounds-checked: whether a
+        // cell's token lies beyond the graph's largest is a coin flip for the branch predictor.
+        self.local_of[(token as usize).min(self.local_of.len() - 1)]
     }
 
     /// Neighbours of `token` as token ids, ascending (empty outside the graph).
@@ -142,7 +152,7 @@ impl NeighbourTable {
 
     /// One past the largest token id with neighbours.
     pub fn token_bound(&self) -> usize {
-        self.local_of.len()
+        self.local_of.len() - 1
     }
 }
 
@@ -163,5 +173,16 @@ mod tests {
         let back: Vec<u32> = t.local_neighbours(l2).iter().map(|&l| t.tokens[l as usize]).collect();
         assert_eq!(back, vec![5, 9]);
         assert_eq!(t.local(7), None);
+    }
+
+    #[test]
+    fn tokens_beyond_the_largest_graph_token_are_outside_the_graph() {
+        let t = NeighbourTable::from_edges([(3, 64), (64, 100)]);
+        assert_eq!((t.local(3), t.local(64), t.local(100)), (Some(0), Some(1), Some(2)));
+        for token in [0, 99, 101, 5_000, u32::MAX] {
+            assert_eq!(t.local(token), None, "token {token}");
+        }
+        let empty = NeighbourTable::default();
+        assert_eq!((empty.local(0), empty.local(u32::MAX), empty.genes(), empty.token_bound()), (None, None, 0, 0));
     }
 }

@@ -45,21 +45,21 @@ impl MaskScratch {
         if self.pos.len() < graph.genes() {
             self.pos.resize(graph.genes(), 0);
         }
-        // Branch-free: write every position, keep those of graph genes (the buffer only grows).
         if self.seeds.len() < genes.len() {
             self.seeds.resize(genes.len(), (0, 0));
         }
+        // Branch-free: write every position, keep those of graph genes (the buffer only grows).
         let mut n = 0;
         for (i, &t) in genes.iter().enumerate() {
-            let l = graph.local_or_none(t);
+            let l = u32::from(graph.local_u16(t));
             self.seeds[n] = (i as u32, l);
             n += usize::from(l != NONE_LOCAL);
         }
-        self.n_seeds = n;
         for &(i, l) in &self.seeds[..n] {
             self.present_bits[l as usize / 64] |= 1 << (l % 64);
             self.pos[l as usize] = i;
         }
+        self.n_seeds = n;
     }
 
     #[inline]
@@ -212,17 +212,30 @@ fn correlated_seeds(
 /// Index of the `r`-th (from 0) bit set in both `a` and `b`; there are more than `r` of them.
 fn nth_common_bit(a: &[u64], b: &[u64], mut r: usize) -> usize {
     for (w, (&x, &y)) in a.iter().zip(b).enumerate() {
-        let mut bits = x & y;
+        let bits = x & y;
         let c = bits.count_ones() as usize;
         if r < c {
-            for _ in 0..r {
-                bits &= bits - 1;
-            }
-            return w * 64 + bits.trailing_zeros() as usize;
+            return w * 64 + select_in_word(bits, r as u32) as usize;
         }
         r -= c;
     }
     unreachable!("fewer common bits than the count computed from the same words")
+}
+
+/// Position of the `r`-th (from 0) set bit of `x`, which has more than `r`: a branch-free binary
+/// search on popcounts (x86-64-v2 has no `pdep`; clearing `r` low bits one by one cost up to 63
+/// dependent steps).
+#[inline]
+fn select_in_word(mut x: u64, mut r: u32) -> u32 {
+    let mut pos = 0;
+    for shift in [32u32, 16, 8, 4, 2, 1] {
+        let low = (x & ((1u64 << shift) - 1)).count_ones();
+        let up = u32::from(r >= low);
+        r -= low * up;
+        x >>= shift * up;
+        pos += shift * up;
+    }
+    pos
 }
 
 /// PMI's structural phase: whole spans in random order, each taken if it fits in `quota`.
@@ -269,5 +282,30 @@ fn top_up(len: usize, budget: usize, rng: &mut MaskRng, s: &mut MaskScratch, pla
             s.mask(pool[a], plan);
         }
         s.candidates = pool;
+    }
+}
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn select_in_word_finds_the_rth_set_bit(x in any::<u64>().prop_filter("nonzero", |x| *x != 0), r in 0u32..64) {
+            let r = r % x.count_ones();
+            let expected = (0..64).filter(|b| x >> b & 1 == 1).nth(r as usize).unwrap();
+            prop_assert_eq!(select_in_word(x, r), expected);
+        }
+
+        #[test]
+        fn nth_common_bit_walks_words(a in proptest::collection::vec(any::<u64>(), 1..6), seed in any::<u64>()) {
+            let b: Vec<u64> = a.iter().enumerate().map(|(i, &w)| w.rotate_left(i as u32 + 7) ^ seed).collect();
+            let common: Vec<usize> =
+                (0..a.len() * 64).filter(|&i| (a[i / 64] & b[i / 64]) >> (i % 64) & 1 == 1).collect();
+            for (r, &i) in common.iter().enumerate() {
+                prop_assert_eq!(nth_common_bit(&a, &b, r), i);
+            }
+        }
     }
 }

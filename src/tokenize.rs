@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use corrflow_operators::{normalized_expression, rank_value_encode, SequenceLayout};
+use corrflow_operators::{normalized_expression, rank_value_encode, RankScratch, SequenceLayout};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -110,7 +110,7 @@ pub fn tokenize_chunk(
     let blocks: Vec<TokenizedChunk> = (0..n.div_ceil(BLOCK))
         .into_par_iter()
         .map_init(
-            || (Vec::new(), Vec::new(), Vec::new()),
+            || (Vec::new(), RankScratch::default(), Vec::new()),
             |(pairs, scratch, out), b| {
                 let mut t = TokenizedChunk { offsets: vec![0], ..Default::default() };
                 for i in b * BLOCK..((b + 1) * BLOCK).min(n) {
@@ -229,7 +229,7 @@ pub fn tokenize_named_cell(
         }
     }
     let mut out = NamedCellTokens { tokens: Vec::new(), unknown_genes: unknown };
-    encode_cell(vocab, layout, &mut pairs, n_counts, true, &mut Vec::new(), &mut out.tokens);
+    encode_cell(vocab, layout, &mut pairs, n_counts, true, &mut RankScratch::default(), &mut out.tokens);
     Ok(out)
 }
 
@@ -242,7 +242,7 @@ fn encode_cell(
     pairs: &mut Vec<(u32, f64)>,
     n_counts: f64,
     may_repeat: bool,
-    scratch: &mut Vec<(u64, u32)>,
+    scratch: &mut RankScratch,
     out: &mut Vec<u32>,
 ) -> bool {
     if pairs.is_empty() || n_counts <= 0.0 {
@@ -278,7 +278,7 @@ fn tokenize_cell(
     vocab: &Vocabulary,
     opts: &TokenizeOptions,
     pairs: &mut Vec<(u32, f64)>,
-    scratch: &mut Vec<(u64, u32)>,
+    scratch: &mut RankScratch,
     out: &mut Vec<u32>,
 ) -> Result<bool> {
     pairs.clear();

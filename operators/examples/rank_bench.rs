@@ -1,6 +1,6 @@
 //! Micro-benchmark of rank-value encoding on Geneformer-like cells (655 genes):
 //! `cargo run --release -p corrflow-operators --example rank_bench`
-use corrflow_operators::{normalized_expression, rank_value_encode, SequenceLayout};
+use corrflow_operators::{normalized_expression, rank_value_encode, RankScratch, SequenceLayout};
 
 fn main() {
     // Deterministic pseudo-random cells: ~655 genes, counts mostly 1-3, log-spread medians.
@@ -29,7 +29,7 @@ fn main() {
         })
         .collect();
     let layout = SequenceLayout::v1();
-    let mut scratch: Vec<(u64, u32)> = Vec::new();
+    let mut scratch = RankScratch::default();
     let mut out = Vec::new();
     let mut check = 0u64;
     let t = std::time::Instant::now();

@@ -9,4 +9,4 @@ pub mod quantile;
 pub mod rank;
 
 pub use quantile::LogQuantileSketch;
-pub use rank::{normalized_expression, rank_value_encode, SequenceLayout};
+pub use rank::{normalized_expression, rank_value_encode, RankScratch, SequenceLayout};

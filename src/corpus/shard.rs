@@ -17,6 +17,7 @@ use super::manifest::{DropCounts, ShardInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::ingest::{ObsField, ObsKind, ObsValues};
 use crate::util::atomic::{commit, temp_path};
+use crate::util::HashingWriter;
 
 /// Arrow schema of token shards: fixed columns, then the requested obs columns.
 pub fn token_schema(obs: &[ObsField]) -> SchemaRef {
@@ -102,7 +103,8 @@ fn obs_array(values: &ObsValues) -> ArrayRef {
 }
 
 struct OpenShard {
-    writer: ArrowWriter<File>,
+    /// Hashes as it writes: the shard's checksum needs no second read of the file.
+    writer: ArrowWriter<HashingWriter<File>>,
     tmp: PathBuf,
     target: PathBuf,
     cells: u64,
@@ -159,7 +161,7 @@ impl TokenShardWriter {
             let target = self.dir.join(Self::shard_name(self.next_index));
             let tmp = temp_path(&target);
             let file = File::create(&tmp).at(&tmp)?;
-            let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
+            let writer = ArrowWriter::try_new(HashingWriter::new(file), self.schema.clone(), Some(self.props.clone()))
                 .map_err(|e| Error::parquet(&tmp, e))?;
             self.open = Some(OpenShard {
                 writer,
@@ -191,18 +193,18 @@ impl TokenShardWriter {
     /// Finishes the current shard (if any): footer, fsync, rename into place, checksum.
     pub fn finish_shard(&mut self, resume_at: (usize, usize)) -> Result<Option<ShardInfo>> {
         let Some(shard) = self.open.take() else { return Ok(None) };
-        let file = shard.writer.into_inner().map_err(|e| Error::parquet(&shard.tmp, e))?;
+        let hashing = shard.writer.into_inner().map_err(|e| Error::parquet(&shard.tmp, e))?;
+        let (file, sha256, bytes) = hashing.finish();
         file.sync_all().at(&shard.tmp)?;
         drop(file);
         commit(&shard.tmp, &shard.target)?;
         self.next_index += 1;
-        let bytes = std::fs::metadata(&shard.target).at(&shard.target)?.len();
         Ok(Some(ShardInfo {
             file: shard.target.file_name().expect("shard file name").to_string_lossy().into_owned(), // ok: invariant
             cells: shard.cells,
             tokens: shard.tokens,
             bytes,
-            sha256: crate::util::sha256_file(&shard.target)?,
+            sha256,
             cells_read: shard.cells_read,
             dropped: shard.dropped,
             resume_at,

@@ -2,7 +2,7 @@
 
 pub mod atomic;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -24,10 +24,61 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
+/// A writer that hashes (sha256) and counts the bytes it passes on, so a file's checksum is
+/// known when it is written instead of by reading it again.
+pub struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        Self { inner, hasher: Sha256::new(), bytes: 0 }
+    }
+
+    /// The inner writer, the hex sha256 of everything written and its length.
+    pub fn finish(self) -> (W, String, u64) {
+        (self.inner, hex::encode(self.hasher.finalize()), self.bytes)
+    }
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Peak resident memory of this process in bytes (Linux `VmHWM`), if known.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashing_writer_checksum_equals_the_written_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        let mut w = HashingWriter::new(std::io::BufWriter::new(std::fs::File::create(&path).unwrap()));
+        for i in 0..1000u32 {
+            w.write_all(&i.to_le_bytes().repeat(i as usize % 17)).unwrap();
+        }
+        let (inner, sha, bytes) = w.finish();
+        drop(inner.into_inner().unwrap());
+        assert_eq!(bytes, std::fs::metadata(&path).unwrap().len());
+        assert_eq!(sha, sha256_file(&path).unwrap());
+    }
 }

@@ -26,9 +26,8 @@ fn main() {
         g.truncate(815);
         g
     };
-    let edges: Vec<(u32, u32)> = (0..29_053)
-        .map(|_| (graph_genes[rng.random_range(0..815)], graph_genes[rng.random_range(0..815)]))
-        .collect();
+    let edges: Vec<(u32, u32)> =
+        (0..29_053).map(|_| (graph_genes[rng.random_range(0..815)], graph_genes[rng.random_range(0..815)])).collect();
     let graph = NeighbourTable::from_edges(edges);
     let cells = |present_graph: bool, rng: &mut rand_chacha::ChaCha8Rng| -> Vec<Vec<u32>> {
         (0..2048)
@@ -44,12 +43,8 @@ fn main() {
             })
             .collect()
     };
-    let replacement = Replacement {
-        mask_token: 1,
-        gene_tokens: (2..vocab).collect(),
-        mask_token_rate: 0.8,
-        random_token_rate: 0.1,
-    };
+    let replacement =
+        Replacement { mask_token: 1, gene_tokens: (2..vocab).collect(), mask_token_rate: 0.8, random_token_rate: 0.1 };
     let layout = SequenceLayout::v1();
     for (label, strategy, present) in [
         ("random", MaskStrategy::Random, true),

@@ -77,20 +77,11 @@ fn sort_packed(genes: &[(u32, f64)], packed: &mut Vec<u64>, out: &mut Vec<u32>) 
         top(x) << 16 | i as u64
     }));
     packed.sort_unstable();
-    let mut start = 0;
-    while start < packed.len() {
-        let head = packed[start] >> 16;
-        let mut end = start + 1;
-        while end < packed.len() && packed[end] >> 16 == head {
-            end += 1;
-        }
-        if end - start > 1 {
-            packed[start..end].sort_unstable_by_key(|&k| {
-                let (token, x) = genes[(k & 0xffff) as usize];
-                (!x.to_bits(), token)
-            });
-        }
-        start = end;
+    for run in packed.chunk_by_mut(|a, b| a >> 16 == b >> 16).filter(|r| r.len() > 1) {
+        run.sort_unstable_by_key(|&k| {
+            let (token, x) = genes[(k & 0xffff) as usize];
+            (!x.to_bits(), token)
+        });
     }
     out.extend(packed.iter().map(|&k| genes[(k & 0xffff) as usize].0));
 }
@@ -125,16 +116,8 @@ fn sort_keyed(genes: &[(u32, f64)], keep: usize, scratch: &mut Vec<(u64, u32)>, 
         }
     }
     scratch.sort_unstable_by_key(|e| e.0);
-    let mut start = 0;
-    while start < scratch.len() {
-        let mut end = start + 1;
-        while end < scratch.len() && scratch[end].0 == scratch[start].0 {
-            end += 1;
-        }
-        if end - start > 1 {
-            scratch[start..end].sort_unstable_by_key(|e| e.1);
-        }
-        start = end;
+    for run in scratch.chunk_by_mut(|a, b| a.0 == b.0).filter(|r| r.len() > 1) {
+        run.sort_unstable_by_key(|e| e.1);
     }
     scratch.truncate(keep);
     out.extend(scratch.iter().map(|e| e.1));

@@ -97,6 +97,11 @@ impl Drift {
     pub fn vocab_share(&self, genes: usize) -> f64 {
         self.vocab_missing.map_or(0.0, |m| m as f64 / genes.max(1) as f64)
     }
+
+    /// Whether the rank maps moved further than `graph.rebase_drift` allows (0 turns it off).
+    pub fn ks_over(&self, params: &GraphParams) -> bool {
+        params.rebase_drift > 0.0 && self.max_ks > params.rebase_drift
+    }
 }
 
 impl GraphState {

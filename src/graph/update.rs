@@ -244,7 +244,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     // Genes entering the vocabulary are not worth their pass over the shards when the rank-map
     // drift alone makes this update rebase.
     let p = &state.info.params;
-    let rebasing = p.auto_rebase && p.rebase_drift > 0.0 && state.drift().max_ks > p.rebase_drift;
+    let rebasing = p.auto_rebase && state.drift().ks_over(p);
     let entered = match &vocab_of_change {
         Some(vocab) if !rebasing => state.follow_vocabulary(vocab, cluster)?,
         _ => 0,
@@ -254,9 +254,7 @@ fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<Upda
     state.info.drift = drift.clone();
     let p = &state.info.params;
     let vocab_share = drift.vocab_share(state.info.genes.len());
-    let rebase_recommended = !rebased
-        && ((p.rebase_drift > 0.0 && drift.max_ks > p.rebase_drift)
-            || (p.rebase_vocab > 0.0 && vocab_share > p.rebase_vocab));
+    let rebase_recommended = !rebased && (drift.ks_over(p) || (p.rebase_vocab > 0.0 && vocab_share > p.rebase_vocab));
     if rebase_recommended {
         let what = "drift above graph.rebase_drift or graph.rebase_vocab";
         if p.auto_rebase {

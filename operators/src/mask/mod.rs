@@ -7,6 +7,7 @@
 //! count, batch composition or order.
 
 mod audit;
+mod bits;
 mod neighbours;
 mod params;
 mod pmi;

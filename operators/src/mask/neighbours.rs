@@ -1,14 +1,8 @@
 //! The dependency graph as the masking step reads it: neighbour lists by token id.
 
-/// Marks tokens that are not in the graph (local ids are u16: a 50 KB lookup table for a
-/// 25,000-token vocabulary stays in the first-level cache while a cell is indexed).
-const NONE: u16 = u16::MAX;
-
-/// Local id of a token outside the graph.
-pub(crate) const NONE_LOCAL: u32 = NONE as u32;
-
-/// Most genes a graph may have.
-pub const MAX_GRAPH_GENES: usize = NONE as usize;
+/// Most genes a graph may have: local ids and the outside slot (below) are u16, so the token →
+/// local id table of a 25,000-token vocabulary is 50 KB.
+pub const MAX_GRAPH_GENES: usize = u16::MAX as usize;
 
 /// Neighbour lists of every token (compressed rows): O(1) to find a gene's neighbours, as
 /// Appendix A.3 of the paper asks for. Graph genes also get dense *local* ids `0..genes`, with
@@ -16,7 +10,8 @@ pub const MAX_GRAPH_GENES: usize = NONE as usize;
 /// arrays whatever the vocabulary size.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NeighbourTable {
-    /// Token id → local id (`NONE` outside the graph), one past the largest graph token.
+    /// Token id → local id, or the *outside slot* `genes()` for tokens not in the graph; one
+    /// entry past the largest graph token.
     local_of: Vec<u16>,
     /// Local id → token id, ascending.
     tokens: Vec<u32>,
@@ -59,8 +54,8 @@ impl NeighbourTable {
             "graph has {} genes, at most {MAX_GRAPH_GENES} supported",
             tokens.len()
         );
-        // One extra `NONE` entry that every larger token is clamped onto.
-        let mut local_of = vec![NONE; bound + 1];
+        // One extra outside entry that every larger token is clamped onto.
+        let mut local_of = vec![tokens.len() as u16; bound + 1];
         for (l, &t) in tokens.iter().enumerate() {
             local_of[t as usize] = l as u16;
         }
@@ -92,15 +87,16 @@ impl NeighbourTable {
     /// Local id of `token`, if it has neighbours.
     #[inline]
     pub fn local(&self, token: u32) -> Option<u32> {
-        Some(self.local_u16(token)).filter(|&l| l != NONE).map(u32::from)
+        Some(self.slot(token)).filter(|&l| l < self.genes()).map(|l| l as u32)
     }
 
-    /// Local id of `token`, or `NONE`.
+    /// Local id of `token`, or the outside slot `genes()`: per-cell tables of `genes() + 1`
+    /// entries can then be written for every token of a cell without a branch.
     #[inline]
-    pub(crate) fn local_u16(&self, token: u32) -> u16 {
-        // Clamped onto the table's last entry (`NONE`) instead of bounds-checked: whether a
+    pub(crate) fn slot(&self, token: u32) -> usize {
+        // Clamped onto the table's last entry (outside) instead of bounds-checked: whether a
         // cell's token lies beyond the graph's largest is a coin flip for the branch predictor.
-        self.local_of[(token as usize).min(self.local_of.len() - 1)]
+        usize::from(self.local_of[(token as usize).min(self.local_of.len() - 1)])
     }
 
     /// Neighbours of `token` as token ids, ascending (empty outside the graph).

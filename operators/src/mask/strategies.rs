@@ -2,7 +2,8 @@
 
 use rand::Rng;
 
-use super::neighbours::NONE_LOCAL;
+use super::bits::{for_each_bit, pack_flags, select_in_word, word_of_rank};
+
 use super::{MaskParams, MaskRng, MaskStrategy, NeighbourTable, PmiTable};
 
 /// The masked positions of one cell (indices into its gene tokens, ascending) and how many of
@@ -25,11 +26,24 @@ pub struct MaskTables<'a> {
 pub struct MaskScratch {
     /// Bit set over graph-local ids: the cell's graph genes; `pos[l]` is gene `l`'s position.
     present_bits: Vec<u64>,
+    /// Position and presence flag by local id, with the graph's outside slot last (flags are all
+    /// 0 between cells).
     pos: Vec<u32>,
+    flags: Vec<u8>,
+    /// Positions masked so far (bit set over the cell's genes) and how many.
     masked: Vec<u64>,
-    /// Seeds: (position, local id) of the cell's genes that have neighbours (the first `n_seeds`).
-    seeds: Vec<(u32, u32)>,
-    n_seeds: usize,
+    n_masked: usize,
+    /// Set bits of `present_bits` before each word, and in all.
+    present_before: Vec<u32>,
+    n_present: usize,
+    /// Graph genes already used as seeds (bit set over local ids), and the unused ones once
+    /// listed (see `next_seed`).
+    seed_used: Vec<u64>,
+    unused_seeds: Vec<u32>,
+    /// A seed's neighbours in the cell (adjacency row AND presence), and the number of them in
+    /// the words before each word.
+    common: Vec<u64>,
+    before: Vec<u32>,
     candidates: Vec<u32>,
     present: Vec<u32>,
     spans: Vec<(u32, u32)>,
@@ -39,27 +53,50 @@ impl MaskScratch {
     fn start(&mut self, genes: &[u32], graph: Option<&NeighbourTable>) {
         self.masked.clear();
         self.masked.resize(genes.len().div_ceil(64), 0);
+        self.n_masked = 0;
         let Some(graph) = graph else { return };
-        self.present_bits.clear();
-        self.present_bits.resize(graph.words(), 0);
-        if self.pos.len() < graph.genes() {
-            self.pos.resize(graph.genes(), 0);
-        }
-        if self.seeds.len() < genes.len() {
-            self.seeds.resize(genes.len(), (0, 0));
-        }
-        // Branch-free: write every position, keep those of graph genes (the buffer only grows).
-        let mut n = 0;
+        let (g, words) = (graph.genes(), graph.words());
+        // Flags cover whole words and the outside slot `g`; growing keeps them all 0. Both
+        // tables have a power-of-two length, so that indexing them with `l & mask` (= `l`, which
+        // is at most `g`) needs no bounds check.
+        let (pos_mask, flag_mask) = ((g + 1).next_power_of_two() - 1, (words * 64 + 1).next_power_of_two() - 1);
+        self.pos.resize(self.pos.len().max(pos_mask + 1), 0);
+        self.flags.resize(self.flags.len().max(flag_mask + 1), 0);
+        let (pos, flags) = (&mut self.pos[..=pos_mask], &mut self.flags[..=flag_mask]);
+        // One look-up and two stores per token, no branch: tokens outside the graph all land in
+        // the outside slot.
         for (i, &t) in genes.iter().enumerate() {
-            let l = u32::from(graph.local_u16(t));
-            self.seeds[n] = (i as u32, l);
-            n += usize::from(l != NONE_LOCAL);
+            let l = graph.slot(t);
+            pos[l & pos_mask] = i as u32;
+            flags[l & flag_mask] = 1;
         }
-        for &(i, l) in &self.seeds[..n] {
-            self.present_bits[l as usize / 64] |= 1 << (l % 64);
-            self.pos[l as usize] = i;
+        flags[g] = 0;
+        self.present_bits.clear();
+        self.present_bits.extend(flags[..words * 64].chunks_exact(64).map(pack_flags));
+        self.present_before.clear();
+        let mut n = 0;
+        for &word in &self.present_bits {
+            self.present_before.push(n);
+            n += word.count_ones();
         }
-        self.n_seeds = n;
+        self.n_present = n as usize;
+        self.seed_used.clear();
+        self.seed_used.resize(words, 0);
+        self.unused_seeds.clear();
+        // Flags are all zero between cells: a small graph's are cleared whole, a large graph's
+        // one present gene at a time.
+        if words <= 64 {
+            flags[..words * 64].fill(0);
+        } else {
+            for_each_bit(&self.present_bits, |l| flags[l] = 0);
+        }
+    }
+
+    /// Local id of the `r`-th (from 0) graph gene present in the cell.
+    #[inline]
+    fn present_local(&self, r: u32) -> usize {
+        let w = word_of_rank(&self.present_before, r);
+        w * 64 + select_in_word(self.present_bits[w], r - self.present_before[w]) as usize
     }
 
     #[inline]
@@ -67,16 +104,14 @@ impl MaskScratch {
         self.masked[i as usize / 64] & (1 << (i % 64)) != 0
     }
 
-    /// Adds position `i`; false if it was already masked.
+    /// Adds position `i` (a no-op if it is already masked). Branch-free: whether a random
+    /// position is already taken is a coin flip the branch predictor cannot learn.
     #[inline]
-    fn mask(&mut self, i: u32, plan: &mut MaskPlan) -> bool {
+    fn mask(&mut self, i: u32) {
         let (w, b) = (i as usize / 64, 1u64 << (i % 64));
-        if self.masked[w] & b != 0 {
-            return false;
-        }
-        self.masked[w] |= b;
-        plan.positions.push(i);
-        true
+        let word = self.masked[w];
+        self.masked[w] = word | b;
+        self.n_masked += usize::from(word & b == 0);
     }
 }
 
@@ -89,26 +124,24 @@ pub fn mask_cell(
     scratch: &mut MaskScratch,
     plan: &mut MaskPlan,
 ) {
-    plan.positions.clear();
-    plan.structural = 0;
     let (budget, quota) = params.budgets(genes.len());
     match params.strategy {
         MaskStrategy::Corrmask => {
             scratch.start(genes, (quota > 0).then_some(tables.graph));
             if quota > 0 {
-                correlated_seeds(tables.graph, params.k_max, quota, rng, scratch, plan);
+                correlated_seeds(tables.graph, params.k_max, quota, rng, scratch);
             }
         }
         MaskStrategy::Pmi | MaskStrategy::PmiRand => {
             scratch.start(genes, None);
             if let Some(pmi) = tables.pmi.filter(|_| quota > 0) {
-                pmi_spans(genes, pmi, quota, rng, scratch, plan);
+                pmi_spans(genes, pmi, quota, rng, scratch);
             }
         }
         MaskStrategy::Random => scratch.start(genes, None),
     }
-    plan.structural = plan.positions.len();
-    top_up(genes.len(), budget, rng, scratch, plan);
+    plan.structural = scratch.n_masked;
+    top_up(genes.len(), budget, rng, scratch);
     // Ascending order straight from the bitmap (cheaper than sorting).
     plan.positions.clear();
     for (w, &word) in scratch.masked.iter().enumerate() {
@@ -122,63 +155,63 @@ pub fn mask_cell(
 
 /// Algorithm 2's structural phase: shuffled seeds (genes with neighbours), each followed by up
 /// to `k_max` partners sampled from its neighbours present in the cell, until `quota`.
-fn correlated_seeds(
-    graph: &NeighbourTable,
-    k_max: usize,
-    quota: usize,
-    rng: &mut MaskRng,
-    s: &mut MaskScratch,
-    plan: &mut MaskPlan,
-) {
-    let mut all = std::mem::take(&mut s.seeds);
-    let seeds = &mut all[..s.n_seeds];
-    if seeds.len() <= quota {
+fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mut MaskRng, s: &mut MaskScratch) {
+    let n = s.n_present;
+    if n <= quota {
         // Seeds and partners are all graph genes of the cell, so the phase can only end with every
         // one of them masked: the same set, without walking the graph.
-        for &(p, _) in seeds.iter() {
-            s.mask(p, plan);
-        }
-        s.seeds = all;
+        for_each_bit(&s.present_bits, |l| {
+            let p = s.pos[l];
+            let (w, b) = (p as usize / 64, 1u64 << (p % 64));
+            s.n_masked += usize::from(s.masked[w] & b == 0);
+            s.masked[w] |= b;
+        });
         return;
     }
-    // Fisher–Yates drawn lazily: the order of the seeds actually used is a uniform shuffle.
-    for i in 0..seeds.len() {
+    for i in 0..n {
         // Partners are present graph genes too: once all of them are masked nothing can change.
-        if plan.positions.len() >= quota || plan.positions.len() == seeds.len() {
+        if s.n_masked >= quota || s.n_masked == n {
             break;
         }
-        let j = rng.random_range(i..seeds.len());
-        seeds.swap(i, j);
-        let (seed, local) = seeds[i];
-        s.mask(seed, plan);
+        let local = next_seed(i, rng, s);
+        s.mask(s.pos[local as usize]);
         let mut present = std::mem::take(&mut s.present);
         present.clear();
         if let Some(row) = graph.adjacency_row(local) {
-            let total: usize = row.iter().zip(&s.present_bits).map(|(&a, &p)| (a & p).count_ones() as usize).sum();
-            let k = k_max.min(total);
-            if total > 2 * k {
+            // The seed's neighbours in the cell, word by word, and how many lie before each word.
+            s.common.clear();
+            s.before.clear();
+            let mut total = 0u32;
+            for (&a, &p) in row.iter().zip(&s.present_bits) {
+                let c = a & p;
+                s.common.push(c);
+                s.before.push(total);
+                total += c.count_ones();
+            }
+            let k = k_max.min(total as usize);
+            if total as usize > 2 * k {
                 // Many neighbours present, few wanted: draw k distinct ranks among them and
                 // look those up, instead of listing them all (an ordered uniform k-sample either way).
                 for _ in 0..k {
-                    if plan.positions.len() >= quota {
+                    if s.n_masked >= quota {
                         break;
                     }
                     let r = loop {
-                        let r = rng.random_range(0..total as u32);
+                        let r = rng.random_range(0..total);
                         if !present.contains(&r) {
                             break r;
                         }
                     };
                     present.push(r);
-                    let l = nth_common_bit(row, &s.present_bits, r as usize);
-                    s.mask(s.pos[l], plan);
+                    let w = word_of_rank(&s.before, r);
+                    let l = w * 64 + select_in_word(s.common[w], r - s.before[w]) as usize;
+                    s.mask(s.pos[l]);
                 }
                 s.present = present;
                 continue;
             }
-            // The seed's neighbours in the cell, in ascending local id.
-            for (w, (&a, &p)) in row.iter().zip(&s.present_bits).enumerate() {
-                let mut bits = a & p;
+            for (w, &c) in s.common.iter().enumerate() {
+                let mut bits = c;
                 while bits != 0 {
                     present.push(s.pos[w * 64 + bits.trailing_zeros() as usize]);
                     bits &= bits - 1;
@@ -197,53 +230,55 @@ fn correlated_seeds(
         }
         let k = k_max.min(present.len());
         for a in 0..k {
-            if plan.positions.len() >= quota {
+            if s.n_masked >= quota {
                 break;
             }
             let b = rng.random_range(a..present.len());
             present.swap(a, b);
-            s.mask(present[a], plan);
+            s.mask(present[a]);
         }
         s.present = present;
     }
-    s.seeds = all;
 }
 
-/// Index of the `r`-th (from 0) bit set in both `a` and `b`; there are more than `r` of them.
-fn nth_common_bit(a: &[u64], b: &[u64], mut r: usize) -> usize {
-    for (w, (&x, &y)) in a.iter().zip(b).enumerate() {
-        let bits = x & y;
-        let c = bits.count_ones() as usize;
-        if r < c {
-            return w * 64 + select_in_word(bits, r as u32) as usize;
+/// The `i`-th seed of the structural phase: uniform over the cell's graph genes not used as seeds
+/// yet (the order of a lazily drawn Fisher–Yates shuffle, without listing the genes: a phase
+/// usually stops after a few dozen seeds of hundreds). Drawn by rank with rejection of used ones
+/// while most are unused; after that from a list of the rest.
+fn next_seed(i: usize, rng: &mut MaskRng, s: &mut MaskScratch) -> u32 {
+    let n = s.n_present;
+    if s.unused_seeds.is_empty() && 2 * i < n {
+        loop {
+            let l = s.present_local(rng.random_range(0..n as u32));
+            let (w, b) = (l / 64, 1u64 << (l % 64));
+            if s.seed_used[w] & b == 0 {
+                s.seed_used[w] |= b;
+                return l as u32;
+            }
         }
-        r -= c;
     }
-    unreachable!("fewer common bits than the count computed from the same words")
-}
-
-/// Position of the `r`-th (from 0) set bit of `x`, which has more than `r`: a branch-free binary
-/// search on popcounts (x86-64-v2 has no `pdep`; clearing `r` low bits one by one cost up to 63
-/// dependent steps).
-#[inline]
-fn select_in_word(mut x: u64, mut r: u32) -> u32 {
-    let mut pos = 0;
-    for shift in [32u32, 16, 8, 4, 2, 1] {
-        let low = (x & ((1u64 << shift) - 1)).count_ones();
-        let up = u32::from(r >= low);
-        r -= low * up;
-        x >>= shift * up;
-        pos += shift * up;
+    if s.unused_seeds.is_empty() {
+        for (w, (&p, &u)) in s.present_bits.iter().zip(&s.seed_used).enumerate() {
+            let mut bits = p & !u;
+            while bits != 0 {
+                s.unused_seeds.push((w * 64) as u32 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
     }
-    pos
+    // `unused_seeds` was listed when `i0 = n - len` seeds were used; entry `i - i0` onwards are free.
+    let start = i - (n - s.unused_seeds.len());
+    let j = rng.random_range(start..s.unused_seeds.len());
+    s.unused_seeds.swap(start, j);
+    s.unused_seeds[start]
 }
 
 /// PMI's structural phase: whole spans in random order, each taken if it fits in `quota`.
-fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: &mut MaskScratch, plan: &mut MaskPlan) {
+fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: &mut MaskScratch) {
     let mut spans = std::mem::take(&mut s.spans);
     pmi.spans(genes, &mut spans);
     for i in 0..spans.len() {
-        let left = quota - plan.positions.len();
+        let left = quota - s.n_masked;
         if left == 0 {
             break;
         }
@@ -252,7 +287,7 @@ fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: 
         let (a, b) = spans[i];
         if (b - a) as usize <= left {
             for p in a..b {
-                s.mask(p, plan);
+                s.mask(p);
             }
         }
     }
@@ -260,17 +295,17 @@ fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: 
 }
 
 /// Uniformly random unmasked positions until exactly `budget` are masked.
-fn top_up(len: usize, budget: usize, rng: &mut MaskRng, s: &mut MaskScratch, plan: &mut MaskPlan) {
-    let need = budget.saturating_sub(plan.positions.len());
+fn top_up(len: usize, budget: usize, rng: &mut MaskRng, s: &mut MaskScratch) {
+    let need = budget.saturating_sub(s.n_masked);
     if need == 0 {
         return;
     }
-    let free = len - plan.positions.len();
+    let free = len - s.n_masked;
     if free >= 2 * need {
         // Rejection: each accepted draw is uniform over the positions still free.
-        while plan.positions.len() < budget {
+        while s.n_masked < budget {
             let i = rng.random_range(0..len as u32);
-            s.mask(i, plan);
+            s.mask(i);
         }
     } else {
         let mut pool = std::mem::take(&mut s.candidates);
@@ -279,33 +314,56 @@ fn top_up(len: usize, budget: usize, rng: &mut MaskRng, s: &mut MaskScratch, pla
         for a in 0..need {
             let b = rng.random_range(a..pool.len());
             pool.swap(a, b);
-            s.mask(pool[a], plan);
+            s.mask(pool[a]);
         }
         s.candidates = pool;
     }
 }
 
 #[cfg(test)]
-mod select_tests {
+mod seed_tests {
     use super::*;
-    use proptest::prelude::*;
 
-    proptest! {
-        #[test]
-        fn select_in_word_finds_the_rth_set_bit(x in any::<u64>().prop_filter("nonzero", |x| *x != 0), r in 0u32..64) {
-            let r = r % x.count_ones();
-            let expected = (0..64).filter(|b| x >> b & 1 == 1).nth(r as usize).unwrap();
-            prop_assert_eq!(select_in_word(x, r), expected);
-        }
+    /// Scratch for a cell holding `present` of a 300-gene ring graph's genes (tokens 10..310).
+    fn started(present: usize) -> MaskScratch {
+        let graph = NeighbourTable::from_edges((0..300).map(|g| (10 + g, 10 + (g + 1) % 300)));
+        let genes: Vec<u32> = (0..present as u32).map(|g| 10 + (g * 7) % 300).chain([5_000, 3]).collect();
+        let mut s = MaskScratch::default();
+        s.start(&genes, Some(&graph));
+        s
+    }
 
-        #[test]
-        fn nth_common_bit_walks_words(a in proptest::collection::vec(any::<u64>(), 1..6), seed in any::<u64>()) {
-            let b: Vec<u64> = a.iter().enumerate().map(|(i, &w)| w.rotate_left(i as u32 + 7) ^ seed).collect();
-            let common: Vec<usize> =
-                (0..a.len() * 64).filter(|&i| (a[i / 64] & b[i / 64]) >> (i % 64) & 1 == 1).collect();
-            for (r, &i) in common.iter().enumerate() {
-                prop_assert_eq!(nth_common_bit(&a, &b, r), i);
+    #[test]
+    fn seeds_are_a_permutation_of_the_present_graph_genes() {
+        for present in [1, 2, 3, 64, 65, 250] {
+            for seed in 0..20 {
+                let mut s = started(present);
+                assert_eq!(s.n_present, present);
+                let mut rng = super::super::cell_rng(seed, 0, present as u64);
+                let mut seen: Vec<u32> = (0..present).map(|i| next_seed(i, &mut rng, &mut s)).collect();
+                seen.sort_unstable();
+                let mut expected: Vec<u32> = (0..present as u32).map(|g| (g * 7) % 300).collect();
+                expected.sort_unstable();
+                assert_eq!(seen, expected, "present {present}, seed {seed}");
             }
+        }
+    }
+
+    #[test]
+    fn each_draw_of_the_seed_order_is_uniform() {
+        // First seed (rejection regime) and the 60th of 64 (listed regime): each of the 64 genes
+        // ~1/64 of 12,800 draws = 200 (±5 standard deviations ≈ ±70).
+        for at in [0, 60] {
+            let mut counts = [0u32; 300];
+            for cell in 0..12_800 {
+                let mut s = started(64);
+                let mut rng = super::super::cell_rng(9, at as u64, cell);
+                let l = (0..=at).map(|i| next_seed(i, &mut rng, &mut s)).last().unwrap();
+                counts[l as usize] += 1;
+            }
+            let hit: Vec<u32> = counts.iter().copied().filter(|&c| c > 0).collect();
+            assert_eq!(hit.len(), 64);
+            assert!(hit.iter().all(|&c| (130..=270).contains(&c)), "draw {at}: {hit:?}");
         }
     }
 }

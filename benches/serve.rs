@@ -6,7 +6,8 @@
 //!    request of 8 cells as soon as its previous one is answered, for SECONDS per level;
 //!    throughput (cells/s) and latency percentiles.
 //!
-//! cargo bench --bench serve -- CKPT MODEL.onnx CORPUS [SECONDS [C1,C2,...]]
+//! cargo bench --bench serve -- CKPT MODEL.onnx CORPUS [SECONDS [C1,C2,...|forward]]
+//! (`forward`: part 1 only, burn and ONNX Runtime alternating for 11 rounds)
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -27,8 +28,12 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.len() >= 3, "usage: cargo bench --bench serve -- CKPT MODEL.onnx CORPUS [SECONDS [C1,C2,..]]");
     let (ckpt, model, corpus) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]), PathBuf::from(&args[2]));
     let secs: f64 = args.get(3).map_or(Ok(10.0), |s| s.parse())?;
-    let levels: Vec<usize> =
-        args.get(4).map_or(Ok(vec![1, 2, 4, 8, 16]), |s| s.split(',').map(str::parse).collect::<Result<_, _>>())?;
+    let forward_only = args.get(4).is_some_and(|a| a == "forward");
+    let levels: Vec<usize> = match args.get(4) {
+        _ if forward_only => Vec::new(),
+        None => vec![1, 2, 4, 8, 16],
+        Some(s) => s.split(',').map(str::parse).collect::<Result<_, _>>()?,
+    };
 
     let mut encoder = OrtEncoder::open(&model, &RuntimeOptions::default())?;
     let keep = encoder.meta.tokenize_layout().max_genes;
@@ -62,6 +67,25 @@ fn main() -> anyhow::Result<()> {
         let (_, pooled) = loaded.forward(&batch, layers, Pooling::Mean);
         pooled.into_data().to_vec::<f32>().expect("f32")
     };
+    if forward_only {
+        // Alternating rounds, so that both runtimes see the same phases of a shared machine.
+        burn_once();
+        encoder.embed(&batch).expect("ort run");
+        let (mut burn_t, mut ort_t, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..11 {
+            let t = Instant::now();
+            burn_once();
+            burn_t.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            encoder.embed(&batch).expect("ort run");
+            ort_t.push(t.elapsed().as_secs_f64() * 1e3);
+            ratios.push(burn_t.last().unwrap() / ort_t.last().unwrap());
+        }
+        let (b, o, r) = (median(&mut burn_t), median(&mut ort_t), median(&mut ratios));
+        let range = format!("{:.2}–{:.2}x", ratios[0], ratios[ratios.len() - 1]);
+        println!("forward 8x256, 11 alternating rounds: burn (ndarray CPU) median {b:.1} ms, onnxruntime median {o:.1} ms; per-round ratio median {r:.2}x (range {range})");
+        return Ok(());
+    }
     let burn_ms = median_ms(5, 2.0 * secs.min(5.0), || {
         burn_once();
     });
@@ -170,6 +194,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Median wall time (ms) of `f` over at least `min_runs` runs and about `budget_s` seconds.
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn median_ms(min_runs: usize, budget_s: f64, mut f: impl FnMut()) -> f64 {
     f(); // warm-up
     let start = Instant::now();
@@ -179,6 +209,5 @@ fn median_ms(min_runs: usize, budget_s: f64, mut f: impl FnMut()) -> f64 {
         f();
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    median(&mut times)
 }

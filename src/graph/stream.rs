@@ -155,8 +155,9 @@ fn build_worker(
     let mine = share(worker, set.units.len());
     let t0 = Instant::now();
     // (1) Presence of every gene → the graph vocabulary (as an exact build picks it).
-    let add_presence = |t: &mut Vec<i64>, p: &Vec<i64>| add_presence(t, p);
-    let presence = gather(worker, set.presence(&mine, l), &add_presence, To::Everyone)?.expect("everyone"); // ok: invariant
+    // (`gather` sums owned vectors; `add_presence` takes slices.)
+    let sum_presence = |t: &mut Vec<i64>, p: &Vec<i64>| add_presence(t, p);
+    let presence = gather(worker, set.presence(&mine, l), &sum_presence, To::Everyone)?.expect("everyone"); // ok: invariant
     let counts: Vec<u64> = presence.iter().map(|&c| c.max(0) as u64).collect();
     let genes = GraphVocab::select(&counts, params.min_presence, params.max_genes, |_| true);
     let g = genes.len();

@@ -30,9 +30,7 @@ pub struct MaskScratch {
     /// 0 between cells).
     pos: Vec<u32>,
     flags: Vec<u8>,
-    /// Positions masked so far (bit set over the cell's genes) and how many.
-    masked: Vec<u64>,
-    n_masked: usize,
+    masked: MaskedPositions,
     /// Set bits of `present_bits` before each word, and in all.
     present_before: Vec<u32>,
     n_present: usize,
@@ -51,9 +49,7 @@ pub struct MaskScratch {
 
 impl MaskScratch {
     fn start(&mut self, genes: &[u32], graph: Option<&NeighbourTable>) {
-        self.masked.clear();
-        self.masked.resize(genes.len().div_ceil(64), 0);
-        self.n_masked = 0;
+        self.masked.reset(genes.len());
         let Some(graph) = graph else { return };
         let (g, words) = (graph.genes(), graph.words());
         // Flags cover whole words and the outside slot `g`; growing keeps them all 0. Both
@@ -98,20 +94,35 @@ impl MaskScratch {
         let w = word_of_rank(&self.present_before, r);
         w * 64 + select_in_word(self.present_bits[w], r - self.present_before[w]) as usize
     }
+}
+
+/// The positions masked so far: a bit set over the cell's genes and its size.
+#[derive(Debug, Default)]
+struct MaskedPositions {
+    bits: Vec<u64>,
+    len: usize,
+}
+
+impl MaskedPositions {
+    fn reset(&mut self, positions: usize) {
+        self.bits.clear();
+        self.bits.resize(positions.div_ceil(64), 0);
+        self.len = 0;
+    }
 
     #[inline]
-    fn is_masked(&self, i: u32) -> bool {
-        self.masked[i as usize / 64] & (1 << (i % 64)) != 0
+    fn contains(&self, i: u32) -> bool {
+        self.bits[i as usize / 64] & (1 << (i % 64)) != 0
     }
 
     /// Adds position `i` (a no-op if it is already masked). Branch-free: whether a random
     /// position is already taken is a coin flip the branch predictor cannot learn.
     #[inline]
-    fn mask(&mut self, i: u32) {
+    fn insert(&mut self, i: u32) {
         let (w, b) = (i as usize / 64, 1u64 << (i % 64));
-        let word = self.masked[w];
-        self.masked[w] = word | b;
-        self.n_masked += usize::from(word & b == 0);
+        let word = self.bits[w];
+        self.bits[w] = word | b;
+        self.len += usize::from(word & b == 0);
     }
 }
 
@@ -140,17 +151,11 @@ pub fn mask_cell(
         }
         MaskStrategy::Random => scratch.start(genes, None),
     }
-    plan.structural = scratch.n_masked;
+    plan.structural = scratch.masked.len;
     top_up(genes.len(), budget, rng, scratch);
     // Ascending order straight from the bitmap (cheaper than sorting).
     plan.positions.clear();
-    for (w, &word) in scratch.masked.iter().enumerate() {
-        let mut bits = word;
-        while bits != 0 {
-            plan.positions.push((w * 64) as u32 + bits.trailing_zeros());
-            bits &= bits - 1;
-        }
-    }
+    for_each_bit(&scratch.masked.bits, |i| plan.positions.push(i as u32));
 }
 
 /// Algorithm 2's structural phase: shuffled seeds (genes with neighbours), each followed by up
@@ -160,21 +165,17 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
     if n <= quota {
         // Seeds and partners are all graph genes of the cell, so the phase can only end with every
         // one of them masked: the same set, without walking the graph.
-        for_each_bit(&s.present_bits, |l| {
-            let p = s.pos[l];
-            let (w, b) = (p as usize / 64, 1u64 << (p % 64));
-            s.n_masked += usize::from(s.masked[w] & b == 0);
-            s.masked[w] |= b;
-        });
+        let (masked, pos) = (&mut s.masked, &s.pos);
+        for_each_bit(&s.present_bits, |l| masked.insert(pos[l]));
         return;
     }
     for i in 0..n {
         // Partners are present graph genes too: once all of them are masked nothing can change.
-        if s.n_masked >= quota || s.n_masked == n {
+        if s.masked.len >= quota || s.masked.len == n {
             break;
         }
         let local = next_seed(i, rng, s);
-        s.mask(s.pos[local as usize]);
+        s.masked.insert(s.pos[local as usize]);
         let mut present = std::mem::take(&mut s.present);
         present.clear();
         if let Some(row) = graph.adjacency_row(local) {
@@ -193,7 +194,7 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
                 // Many neighbours present, few wanted: draw k distinct ranks among them and
                 // look those up, instead of listing them all (an ordered uniform k-sample either way).
                 for _ in 0..k {
-                    if s.n_masked >= quota {
+                    if s.masked.len >= quota {
                         break;
                     }
                     let r = loop {
@@ -205,18 +206,12 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
                     present.push(r);
                     let w = word_of_rank(&s.before, r);
                     let l = w * 64 + select_in_word(s.common[w], r - s.before[w]) as usize;
-                    s.mask(s.pos[l]);
+                    s.masked.insert(s.pos[l]);
                 }
                 s.present = present;
                 continue;
             }
-            for (w, &c) in s.common.iter().enumerate() {
-                let mut bits = c;
-                while bits != 0 {
-                    present.push(s.pos[w * 64 + bits.trailing_zeros() as usize]);
-                    bits &= bits - 1;
-                }
-            }
+            for_each_bit(&s.common, |l| present.push(s.pos[l]));
         } else {
             // Branch-free compaction: presence is a coin flip the branch predictor cannot learn.
             let nbrs = graph.local_neighbours(local);
@@ -230,12 +225,12 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
         }
         let k = k_max.min(present.len());
         for a in 0..k {
-            if s.n_masked >= quota {
+            if s.masked.len >= quota {
                 break;
             }
             let b = rng.random_range(a..present.len());
             present.swap(a, b);
-            s.mask(present[a]);
+            s.masked.insert(present[a]);
         }
         s.present = present;
     }
@@ -278,7 +273,7 @@ fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: 
     let mut spans = std::mem::take(&mut s.spans);
     pmi.spans(genes, &mut spans);
     for i in 0..spans.len() {
-        let left = quota - s.n_masked;
+        let left = quota - s.masked.len;
         if left == 0 {
             break;
         }
@@ -287,7 +282,7 @@ fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: 
         let (a, b) = spans[i];
         if (b - a) as usize <= left {
             for p in a..b {
-                s.mask(p);
+                s.masked.insert(p);
             }
         }
     }
@@ -296,25 +291,25 @@ fn pmi_spans(genes: &[u32], pmi: &PmiTable, quota: usize, rng: &mut MaskRng, s: 
 
 /// Uniformly random unmasked positions until exactly `budget` are masked.
 fn top_up(len: usize, budget: usize, rng: &mut MaskRng, s: &mut MaskScratch) {
-    let need = budget.saturating_sub(s.n_masked);
+    let need = budget.saturating_sub(s.masked.len);
     if need == 0 {
         return;
     }
-    let free = len - s.n_masked;
+    let free = len - s.masked.len;
     if free >= 2 * need {
         // Rejection: each accepted draw is uniform over the positions still free.
-        while s.n_masked < budget {
+        while s.masked.len < budget {
             let i = rng.random_range(0..len as u32);
-            s.mask(i);
+            s.masked.insert(i);
         }
     } else {
         let mut pool = std::mem::take(&mut s.candidates);
         pool.clear();
-        pool.extend((0..len as u32).filter(|&i| !s.is_masked(i)));
+        pool.extend((0..len as u32).filter(|&i| !s.masked.contains(i)));
         for a in 0..need {
             let b = rng.random_range(a..pool.len());
             pool.swap(a, b);
-            s.mask(pool[a]);
+            s.masked.insert(pool[a]);
         }
         s.candidates = pool;
     }

@@ -144,6 +144,10 @@ pub(crate) enum Command {
         /// Discard the checkpoints in --out instead of resuming.
         #[arg(long)]
         restart: bool,
+        /// Log each step's phases (prepare, forward, backward, clip, optimizer) in milliseconds
+        /// as `phase_ms` in metrics.jsonl, waiting for the device after each (slows training).
+        #[arg(long)]
+        profile_steps: bool,
     },
 }
 

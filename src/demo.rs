@@ -154,6 +154,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         restart: true,
         progress: show_progress,
         stop_after: None,
+        profile_steps: false,
     })?;
     // The trained encoder as ONNX, and the bundled cells embedded by ONNX Runtime.
     let export = crate::export::export_onnx(&crate::export::ExportRequest {

@@ -311,7 +311,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             print_summary(cli.json, &human, &report)
         }
-        Command::Train { out, corpus, graph, strategy, lambda, max_steps, seed, device, restart } => {
+        Command::Train { out, corpus, graph, strategy, lambda, max_steps, seed, device, restart, profile_steps } => {
             let mut train = cfg.train.clone();
             let mut mask = cfg.mask.clone();
             train.corpus = corpus.or(train.corpus);
@@ -333,6 +333,7 @@ fn run(cli: Cli) -> Result<()> {
                 restart,
                 progress,
                 stop_after,
+                profile_steps,
             };
             let s = corrflow::train::train_on_device(&req)?;
             let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));

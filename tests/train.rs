@@ -87,6 +87,31 @@ fn a_stopped_and_resumed_run_ends_with_the_same_weights_and_the_loss_falls() {
 }
 
 #[test]
+fn profiled_steps_log_each_phase_and_train_the_same_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
+    let (plain, profiled) = (tmp.path().join("plain"), tmp.path().join("profiled"));
+    ok_json(&train(&corpus, &graph, &plain, &["--max-steps", "6"], &[]));
+    ok_json(&train(&corpus, &graph, &profiled, &["--max-steps", "6", "--profile-steps"], &[]));
+    assert!(weights(&plain) == weights(&profiled), "profiling changed the trained weights");
+    let (m, p) = (metrics(&plain), metrics(&profiled));
+    assert_eq!(m.len(), p.len());
+    for (a, b) in m.iter().zip(&p) {
+        assert!(a.get("phase_ms").is_none(), "unprofiled run logged phases: {a}");
+        let phases = b["phase_ms"].as_object().unwrap_or_else(|| panic!("no phase_ms in {b}"));
+        let names: Vec<&str> = phases.keys().map(String::as_str).collect();
+        assert_eq!(names.len(), 5, "{b}");
+        for name in ["prepare", "forward", "backward", "clip", "optimizer"] {
+            let ms = phases.get(name).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no {name} in {b}"));
+            assert!(ms >= 0.0, "{name}: {ms}");
+        }
+        let mut b = b.clone();
+        b.as_object_mut().unwrap().remove("phase_ms");
+        assert_eq!(*a, b, "profiling changed a metrics line");
+    }
+}
+
+#[test]
 fn embeddings_reach_parquet_and_an_h5ad_that_anndata_reads_and_the_probe_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let (corpus, graph) = bundled_corpus_and_graph(tmp.path());

@@ -11,7 +11,7 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ElementConversion;
+use burn::tensor::{ElementConversion, Tensor};
 use corrflow_operators::mask::{MaskParams, MaskScratch, MaskStrategy, MaskedSequence};
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +38,9 @@ pub struct TrainRequest {
     pub progress: bool,
     /// Test hook: stop (as if killed) after this many steps, leaving the checkpoints.
     pub stop_after: Option<u64>,
+    /// Wait for the device after each phase of a step and log each phase's milliseconds as
+    /// `phase_ms` in metrics.jsonl (see [`StepPhases`]).
+    pub profile_steps: bool,
 }
 
 /// What `train --json` prints.
@@ -189,6 +192,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
         checkpoint: None,
     };
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
+    let profile = req.profile_steps;
     let save = |model: &CellEncoder<B>, optim: &_, step: u64, epoch: u64| -> Result<PathBuf> {
         let state = CheckpointState {
             format_version: 1,
@@ -218,6 +222,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
         }
         debug_assert_eq!(batch.seq, step);
         let t0 = Instant::now();
+        let mut phases = StepPhases::start(profile, t0);
         // Dropout draws depend on (seed, step) only: a resumed run repeats them.
         B::seed(&device, mix(t.seed, step));
         let tensors = batch_tensors::<B>(&batch, &is_special, vocab.len(), m.objective, m.max_positions, &device);
@@ -225,17 +230,22 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
             step += 1;
             continue;
         }
+        phases.mark::<B>("prepare", &device);
         let out = loss(&model, &tensors, m.objective, m.max_positions);
         let loss_value = out.loss.clone().into_scalar().elem::<f64>();
         if !loss_value.is_finite() {
             return Err(Error::Usage(format!("training diverged at step {step}: loss is {loss_value}")));
         }
+        phases.mark::<B>("forward", &device);
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        phases.mark::<B>("backward", &device);
         if t.grad_clip > 0.0 {
             clip_global_norm::<B>(&model, &mut grads, t.grad_clip);
         }
+        phases.mark::<B>("clip", &device);
         let lr = learning_rate(t.lr, step, t.warmup_steps, total);
         model = optim.step(lr, model, grads);
+        phases.mark::<B>("optimizer", &device);
         step += 1;
         let secs = t0.elapsed().as_secs_f64();
         let tokens = batch.tokens() as u64;
@@ -250,6 +260,9 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
             "step": step, "epoch": batch.epoch, "loss": loss_value, "lr": lr, "tokens_per_s": tps,
             "tokens": tokens, "masked": tensors.masked, "graph_time": batch.graph_time,
         });
+        if profile {
+            line["phase_ms"] = phases.to_json();
+        }
         let last = step == total || req.stop_after == Some(step);
         if step % t.eval_every == 0 || step == total {
             let e = evaluate(&model.valid(), &eval_set, &is_special, vocab.len(), m, &device);
@@ -280,6 +293,35 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
     Ok(summary)
 }
 
+/// Wall time of the phases of one training step (prepare, forward, backward, clip, optimizer),
+/// with a device sync at the end of each. The syncs stop host and device work from overlapping,
+/// so a profiled step is slower: this finds where a step's time goes, it does not measure speed.
+struct StepPhases {
+    on: bool,
+    last: Instant,
+    ms: Vec<(&'static str, f64)>,
+}
+
+impl StepPhases {
+    fn start(on: bool, now: Instant) -> Self {
+        StepPhases { on, last: now, ms: Vec::new() }
+    }
+
+    fn mark<B: Backend>(&mut self, phase: &'static str, device: &B::Device) {
+        if self.on {
+            // A failed sync shows up again at the next read of a tensor; here it only ends the phase.
+            let _ = B::sync(device);
+            let now = Instant::now();
+            self.ms.push((phase, (now - self.last).as_secs_f64() * 1e3));
+            self.last = now;
+        }
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        self.ms.iter().map(|&(k, v)| (k.to_string(), serde_json::Value::from(v))).collect()
+    }
+}
+
 /// Parameter ids in module order: a fixed order for reductions over all gradients.
 struct ParamOrder(Vec<(burn::module::ParamId, usize)>);
 
@@ -292,8 +334,8 @@ impl<B: Backend> burn::module::ModuleVisitor<B> for ParamOrder {
 /// Scales all gradients by `min(1, max_norm / ‖g‖)`, ‖g‖ the norm of all of them together,
 /// summed in module order (deterministic, unlike a hash-map order).
 fn clip_global_norm<B: AutodiffBackend>(model: &CellEncoder<B>, grads: &mut GradientsParams, max_norm: f64) {
-    fn sq<BI: Backend, const D: usize>(g: &GradientsParams, id: burn::module::ParamId) -> f64 {
-        g.get::<BI, D>(id).map_or(0.0, |t| t.square().sum().into_scalar().elem::<f64>())
+    fn sq<BI: Backend, const D: usize>(g: &GradientsParams, id: burn::module::ParamId) -> Option<Tensor<BI, 1>> {
+        g.get::<BI, D>(id).map(|t| t.square().sum())
     }
     fn scale<BI: Backend, const D: usize>(g: &mut GradientsParams, id: burn::module::ParamId, c: f64) {
         if let Some(t) = g.remove::<BI, D>(id) {
@@ -302,16 +344,22 @@ fn clip_global_norm<B: AutodiffBackend>(model: &CellEncoder<B>, grads: &mut Grad
     }
     let mut order = ParamOrder(Vec::new());
     burn::module::Module::<B>::visit(model, &mut order);
-    let total: f64 = order
+    let squares: Vec<Tensor<B::InnerBackend, 1>> = order
         .0
         .iter()
-        .map(|&(id, d)| match d {
+        .filter_map(|&(id, d)| match d {
             1 => sq::<B::InnerBackend, 1>(grads, id),
             2 => sq::<B::InnerBackend, 2>(grads, id),
             3 => sq::<B::InnerBackend, 3>(grads, id),
-            _ => 0.0,
+            _ => None,
         })
-        .sum();
+        .collect();
+    if squares.is_empty() {
+        return;
+    }
+    // One read-back for all parameters (on a GPU each read is a device sync), then the same
+    // f64 sum in module order as reading them one by one.
+    let total: f64 = Tensor::cat(squares, 0).into_data().iter::<f64>().sum();
     let coef = max_norm / (total.sqrt() + 1e-6);
     if coef < 1.0 {
         for &(id, d) in &order.0 {

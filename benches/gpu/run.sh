@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 5 on an NVIDIA GPU: `corrflow train` (burn-cuda, paper config) against
+# transformers.BertForMaskedLM (benches/gpu/bert_torch.py), same model, same batch size, same
+# corpus, on the same GPU. Results (JSON lines in results.jsonl, logs, metrics.jsonl) go to OUTDIR.
+#
+#   benches/gpu/run.sh CORPUS GRAPH OUTDIR STEPS WARMUP [LABEL=CORRFLOW_BIN ...]
+#
+# Each CORRFLOW_BIN must be built with `cargo build --release --features cuda`; libcuda and NVRTC
+# are loaded at run time (CUDA's lib folders are added to LD_LIBRARY_PATH for NVRTC).
+# TORCH=0 skips the PyTorch runs; BURN_TIMEOUT (seconds, default 300) bounds each corrflow run;
+# PROFILE=1 runs corrflow with --profile-steps (per-phase milliseconds in metrics.jsonl).
+set -u
+CORPUS=$1 GRAPH=$2 OUT=$3 STEPS=$4 WARMUP=$5
+shift 5
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if [ "${TORCH:-1}" != 0 ]; then
+    for prec in fp32 tf32 bf16; do
+        python3 "$HERE/bert_torch.py" --corpus "$CORPUS" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" \
+            --precision "$prec" --json "$OUT/results.jsonl" > "$OUT/torch-$prec.log" 2>&1 || tail -20 "$OUT/torch-$prec.log"
+        tail -1 "$OUT/torch-$prec.log"
+    done
+fi
+
+# The paper config on the GPU; every step logged, no evaluation or checkpoint inside the timed steps.
+sed -e 's/^device = .*/device = "cuda"/' -e 's/^log_every = .*/log_every = 1/' \
+    -e 's/^eval_every = .*/eval_every = 100000/' -e 's/^checkpoint_every = .*/checkpoint_every = 100000/' \
+    -e 's/^eval_cells = .*/eval_cells = 96/' "$HERE/../../configs/paper.toml" > "$OUT/paper-cuda.toml"
+for spec in "$@"; do
+    label=${spec%%=*} bin=${spec#*=}
+    rm -rf "$OUT/run-$label"
+    start=$(date +%s)
+    CUBECL_DEBUG_LOG="$OUT/cubecl-$label.log" timeout "${BURN_TIMEOUT:-300}" "$bin" train ${PROFILE:+--profile-steps} \
+        --config "$OUT/paper-cuda.toml" --corpus "$CORPUS" --graph "$GRAPH" \
+        --out "$OUT/run-$label" --max-steps "$STEPS" > "$OUT/burn-$label.log" 2>&1
+    echo "$label exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/burn-$label.log"
+    tail -3 "$OUT/burn-$label.log"
+    # The debug log can be large: keep its size, the number of lines per kind, and its ends.
+    if [ -f "$OUT/cubecl-$label.log" ]; then
+        log="$OUT/cubecl-$label.log"
+        { ls -la "$log"; wc -l < "$log"; cut -c1-40 "$log" | sort | uniq -c | sort -rn | head -30;
+          head -c 20000 "$log"; echo ...; tail -c 20000 "$log"; } > "$OUT/cubecl-$label.summary"
+        rm -f "$log"
+    fi
+    python3 - "$OUT/run-$label/metrics.jsonl" "$WARMUP" "$label" <<'EOF' | tee -a "$OUT/results.jsonl"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+w = int(sys.argv[2])
+timed = [r for r in rows if r["step"] > w and "tokens" in r]
+secs = [r["tokens"] / r["tokens_per_s"] for r in timed]
+print(json.dumps({
+    "impl": "corrflow-burn-cuda-" + sys.argv[3], "precision": "fp32", "steps": len(timed),
+    "tokens_per_s": sum(r["tokens"] for r in timed) / sum(secs) if timed else None,
+    "median_step_tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed) if timed else None,
+    "mean_tokens_per_step": statistics.mean(r["tokens"] for r in timed) if timed else None,
+    "median_step_ms": 1000 * statistics.median(secs) if timed else None,
+    "step_seconds_first": [round(r["tokens"] / r["tokens_per_s"], 3) for r in rows[:12]],
+    "first_losses": [round(r["loss"], 4) for r in rows[:5]], "last_loss": rows[-1]["loss"] if rows else None,
+}))
+EOF
+done

@@ -10,7 +10,7 @@ use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use super::manifest::{DropCounts, ShardInfo};
@@ -140,6 +140,8 @@ impl TokenShardWriter {
             // Token ids are high-cardinality; dictionary pages would only be discarded.
             .set_column_dictionary_enabled(ids_path(), false)
             .set_column_encoding(ids_path(), Encoding::DELTA_BINARY_PACKED)
+            // Nothing filters on token ids, so min/max statistics would only cost time.
+            .set_column_statistics_enabled(ids_path(), EnabledStatistics::None)
             .build();
         Ok(Self {
             dir: dir.to_path_buf(),

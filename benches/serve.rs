@@ -82,6 +82,7 @@ fn main() -> anyhow::Result<()> {
             ratios.push(burn_t.last().unwrap() / ort_t.last().unwrap());
         }
         let (b, o, r) = (median(&mut burn_t), median(&mut ort_t), median(&mut ratios));
+        // `median` sorted the ratios: the ends are the range.
         let range = format!("{:.2}–{:.2}x", ratios[0], ratios[ratios.len() - 1]);
         println!("forward 8x256, 11 alternating rounds: burn (ndarray CPU) median {b:.1} ms, onnxruntime median {o:.1} ms; per-round ratio median {r:.2}x (range {range})");
         return Ok(());
@@ -193,13 +194,13 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Median wall time (ms) of `f` over at least `min_runs` runs and about `budget_s` seconds.
 /// Median of `v` (sorted in place).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
+/// Median wall time (ms) of `f` over at least `min_runs` runs and about `budget_s` seconds.
 fn median_ms(min_runs: usize, budget_s: f64, mut f: impl FnMut()) -> f64 {
     f(); // warm-up
     let start = Instant::now();

@@ -192,7 +192,6 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
         checkpoint: None,
     };
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
-    let profile = req.profile_steps;
     let save = |model: &CellEncoder<B>, optim: &_, step: u64, epoch: u64| -> Result<PathBuf> {
         let state = CheckpointState {
             format_version: 1,
@@ -222,7 +221,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
         }
         debug_assert_eq!(batch.seq, step);
         let t0 = Instant::now();
-        let mut phases = StepPhases::start(profile, t0);
+        let mut phases = StepPhases::start(req.profile_steps, t0);
         // Dropout draws depend on (seed, step) only: a resumed run repeats them.
         B::seed(&device, mix(t.seed, step));
         let tensors = batch_tensors::<B>(&batch, &is_special, vocab.len(), m.objective, m.max_positions, &device);
@@ -260,7 +259,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
             "step": step, "epoch": batch.epoch, "loss": loss_value, "lr": lr, "tokens_per_s": tps,
             "tokens": tokens, "masked": tensors.masked, "graph_time": batch.graph_time,
         });
-        if profile {
+        if req.profile_steps {
             line["phase_ms"] = phases.to_json();
         }
         let last = step == total || req.stop_after == Some(step);

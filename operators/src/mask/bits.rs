@@ -1,10 +1,13 @@
 //! Bit-set primitives of the masking step: presence flags to bits, select by rank.
 
-/// Calls `f` with the index of every set bit, ascending.
+use std::borrow::Borrow;
+
+/// Calls `f` with the index of every set bit of `words` (bit `i` of word `w` is index
+/// `64 w + i`), ascending.
 #[inline]
-pub(super) fn for_each_bit(words: &[u64], mut f: impl FnMut(usize)) {
-    for (w, &word) in words.iter().enumerate() {
-        let mut bits = word;
+pub(super) fn for_each_bit(words: impl IntoIterator<Item = impl Borrow<u64>>, mut f: impl FnMut(usize)) {
+    for (w, word) in words.into_iter().enumerate() {
+        let mut bits = *word.borrow();
         while bits != 0 {
             f(w * 64 + bits.trailing_zeros() as usize);
             bits &= bits - 1;
@@ -12,10 +15,48 @@ pub(super) fn for_each_bit(words: &[u64], mut f: impl FnMut(usize)) {
     }
 }
 
+/// A bit set with the number of set bits before each word, so that the `r`-th set bit is found
+/// without walking the words.
+#[derive(Debug, Default)]
+pub(super) struct RankedBits {
+    pub(super) words: Vec<u64>,
+    before: Vec<u32>,
+    ones: u32,
+}
+
+impl RankedBits {
+    /// Replaces the words, counting as it goes.
+    #[inline]
+    pub(super) fn assign(&mut self, words: impl IntoIterator<Item = u64>) {
+        self.words.clear();
+        self.before.clear();
+        let mut n = 0;
+        for word in words {
+            self.words.push(word);
+            self.before.push(n);
+            n += word.count_ones();
+        }
+        self.ones = n;
+    }
+
+    /// Number of set bits.
+    #[inline]
+    pub(super) fn ones(&self) -> u32 {
+        self.ones
+    }
+
+    /// Index of the `r`-th (from 0) set bit; `r < ones()`.
+    #[inline]
+    pub(super) fn select(&self, r: u32) -> usize {
+        let w = word_of_rank(&self.before, r);
+        w * 64 + select_in_word(self.words[w], r - self.before[w]) as usize
+    }
+}
+
 /// The word holding the `r`-th set bit, from the set bits before each word (ascending): the last
 /// word with at most `r` before it. A branch-free count over a few words, a binary search over many.
 #[inline]
-pub(super) fn word_of_rank(before: &[u32], r: u32) -> usize {
+fn word_of_rank(before: &[u32], r: u32) -> usize {
     if before.len() <= 64 {
         before.iter().map(|&b| usize::from(b <= r)).sum::<usize>() - 1
     } else {
@@ -37,7 +78,7 @@ pub(super) fn pack_flags(flags: &[u8]) -> u64 {
 /// (Vigna 2008), branch-free: byte popcounts and their running sums in one multiply, the byte
 /// holding the bit by a SWAR comparison, the bit in that byte from a table.
 #[inline]
-pub(super) fn select_in_word(x: u64, r: u32) -> u32 {
+fn select_in_word(x: u64, r: u32) -> u32 {
     const L8: u64 = 0x0101_0101_0101_0101;
     const H8: u64 = 0x8080_8080_8080_8080;
     let mut s = x - ((x >> 1) & 0x5555_5555_5555_5555);
@@ -77,20 +118,16 @@ mod tests {
 
     proptest! {
         #[test]
-        fn word_of_rank_finds_the_word_of_every_rank(words in proptest::collection::vec(any::<u64>(), 1..150)) {
-            let mut before = Vec::new();
-            let mut n = 0;
-            for w in &words {
-                before.push(n);
-                n += w.count_ones();
-            }
+        fn ranked_bits_select_every_set_bit(words in proptest::collection::vec(any::<u64>(), 1..150)) {
+            let mut bits = RankedBits::default();
+            bits.assign(words.iter().copied());
             let mut r = 0;
             for_each_bit(&words, |i| {
-                assert_eq!(word_of_rank(&before, r), i / 64, "rank {r} of {} words", words.len());
-                assert_eq!(select_in_word(words[i / 64], r - before[i / 64]), (i % 64) as u32);
+                assert_eq!(bits.select(r), i, "rank {r} of {} words", words.len());
                 r += 1;
             });
-            prop_assert_eq!(r, n);
+            prop_assert_eq!(r, bits.ones());
+            prop_assert_eq!(r, words.iter().map(|w| w.count_ones()).sum::<u32>());
         }
 
         #[test]

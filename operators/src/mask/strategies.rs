@@ -2,7 +2,7 @@
 
 use rand::Rng;
 
-use super::bits::{for_each_bit, pack_flags, select_in_word, word_of_rank};
+use super::bits::{for_each_bit, pack_flags, RankedBits};
 
 use super::{MaskParams, MaskRng, MaskStrategy, NeighbourTable, PmiTable};
 
@@ -25,23 +25,18 @@ pub struct MaskTables<'a> {
 #[derive(Debug, Default)]
 pub struct MaskScratch {
     /// Bit set over graph-local ids: the cell's graph genes; `pos[l]` is gene `l`'s position.
-    present_bits: Vec<u64>,
+    present_genes: RankedBits,
     /// Position and presence flag by local id, with the graph's outside slot last (flags are all
     /// 0 between cells).
     pos: Vec<u32>,
     flags: Vec<u8>,
     masked: MaskedPositions,
-    /// Set bits of `present_bits` before each word, and in all.
-    present_before: Vec<u32>,
-    n_present: usize,
     /// Graph genes already used as seeds (bit set over local ids), and the unused ones once
     /// listed (see `next_seed`).
     seed_used: Vec<u64>,
     unused_seeds: Vec<u32>,
-    /// A seed's neighbours in the cell (adjacency row AND presence), and the number of them in
-    /// the words before each word.
-    common: Vec<u64>,
-    before: Vec<u32>,
+    /// A seed's neighbours in the cell (adjacency row AND presence).
+    common: RankedBits,
     candidates: Vec<u32>,
     present: Vec<u32>,
     spans: Vec<(u32, u32)>,
@@ -67,15 +62,7 @@ impl MaskScratch {
             flags[l & flag_mask] = 1;
         }
         flags[g] = 0;
-        self.present_bits.clear();
-        self.present_bits.extend(flags[..words * 64].chunks_exact(64).map(pack_flags));
-        self.present_before.clear();
-        let mut n = 0;
-        for &word in &self.present_bits {
-            self.present_before.push(n);
-            n += word.count_ones();
-        }
-        self.n_present = n as usize;
+        self.present_genes.assign(flags[..words * 64].chunks_exact(64).map(pack_flags));
         self.seed_used.clear();
         self.seed_used.resize(words, 0);
         self.unused_seeds.clear();
@@ -84,15 +71,14 @@ impl MaskScratch {
         if words <= 64 {
             flags[..words * 64].fill(0);
         } else {
-            for_each_bit(&self.present_bits, |l| flags[l] = 0);
+            for_each_bit(&self.present_genes.words, |l| flags[l] = 0);
         }
     }
 
-    /// Local id of the `r`-th (from 0) graph gene present in the cell.
+    /// Number of graph genes present in the cell.
     #[inline]
-    fn present_local(&self, r: u32) -> usize {
-        let w = word_of_rank(&self.present_before, r);
-        w * 64 + select_in_word(self.present_bits[w], r - self.present_before[w]) as usize
+    fn n_present(&self) -> usize {
+        self.present_genes.ones() as usize
     }
 }
 
@@ -161,12 +147,12 @@ pub fn mask_cell(
 /// Algorithm 2's structural phase: shuffled seeds (genes with neighbours), each followed by up
 /// to `k_max` partners sampled from its neighbours present in the cell, until `quota`.
 fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mut MaskRng, s: &mut MaskScratch) {
-    let n = s.n_present;
+    let n = s.n_present();
     if n <= quota {
         // Seeds and partners are all graph genes of the cell, so the phase can only end with every
         // one of them masked: the same set, without walking the graph.
         let (masked, pos) = (&mut s.masked, &s.pos);
-        for_each_bit(&s.present_bits, |l| masked.insert(pos[l]));
+        for_each_bit(&s.present_genes.words, |l| masked.insert(pos[l]));
         return;
     }
     for i in 0..n {
@@ -179,16 +165,8 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
         let mut present = std::mem::take(&mut s.present);
         present.clear();
         if let Some(row) = graph.adjacency_row(local) {
-            // The seed's neighbours in the cell, word by word, and how many lie before each word.
-            s.common.clear();
-            s.before.clear();
-            let mut total = 0u32;
-            for (&a, &p) in row.iter().zip(&s.present_bits) {
-                let c = a & p;
-                s.common.push(c);
-                s.before.push(total);
-                total += c.count_ones();
-            }
+            s.common.assign(row.iter().zip(&s.present_genes.words).map(|(&a, &p)| a & p));
+            let total = s.common.ones();
             let k = k_max.min(total as usize);
             if total as usize > 2 * k {
                 // Many neighbours present, few wanted: draw k distinct ranks among them and
@@ -204,14 +182,12 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
                         }
                     };
                     present.push(r);
-                    let w = word_of_rank(&s.before, r);
-                    let l = w * 64 + select_in_word(s.common[w], r - s.before[w]) as usize;
-                    s.masked.insert(s.pos[l]);
+                    s.masked.insert(s.pos[s.common.select(r)]);
                 }
                 s.present = present;
                 continue;
             }
-            for_each_bit(&s.common, |l| present.push(s.pos[l]));
+            for_each_bit(&s.common.words, |l| present.push(s.pos[l]));
         } else {
             // Branch-free compaction: presence is a coin flip the branch predictor cannot learn.
             let nbrs = graph.local_neighbours(local);
@@ -219,7 +195,7 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
             let mut n = 0;
             for &v in nbrs {
                 present[n] = s.pos[v as usize];
-                n += ((s.present_bits[v as usize / 64] >> (v % 64)) & 1) as usize;
+                n += ((s.present_genes.words[v as usize / 64] >> (v % 64)) & 1) as usize;
             }
             present.truncate(n);
         }
@@ -241,10 +217,10 @@ fn correlated_seeds(graph: &NeighbourTable, k_max: usize, quota: usize, rng: &mu
 /// usually stops after a few dozen seeds of hundreds). Drawn by rank with rejection of used ones
 /// while most are unused; after that from a list of the rest.
 fn next_seed(i: usize, rng: &mut MaskRng, s: &mut MaskScratch) -> u32 {
-    let n = s.n_present;
+    let n = s.n_present();
     if s.unused_seeds.is_empty() && 2 * i < n {
         loop {
-            let l = s.present_local(rng.random_range(0..n as u32));
+            let l = s.present_genes.select(rng.random_range(0..n as u32));
             let (w, b) = (l / 64, 1u64 << (l % 64));
             if s.seed_used[w] & b == 0 {
                 s.seed_used[w] |= b;
@@ -253,13 +229,8 @@ fn next_seed(i: usize, rng: &mut MaskRng, s: &mut MaskScratch) -> u32 {
         }
     }
     if s.unused_seeds.is_empty() {
-        for (w, (&p, &u)) in s.present_bits.iter().zip(&s.seed_used).enumerate() {
-            let mut bits = p & !u;
-            while bits != 0 {
-                s.unused_seeds.push((w * 64) as u32 + bits.trailing_zeros());
-                bits &= bits - 1;
-            }
-        }
+        let unused = s.present_genes.words.iter().zip(&s.seed_used).map(|(&p, &u)| p & !u);
+        for_each_bit(unused, |l| s.unused_seeds.push(l as u32));
     }
     // `unused_seeds` was listed when `i0 = n - len` seeds were used; entry `i - i0` onwards are free.
     let start = i - (n - s.unused_seeds.len());
@@ -333,7 +304,7 @@ mod seed_tests {
         for present in [1, 2, 3, 64, 65, 250] {
             for seed in 0..20 {
                 let mut s = started(present);
-                assert_eq!(s.n_present, present);
+                assert_eq!(s.n_present(), present);
                 let mut rng = super::super::cell_rng(seed, 0, present as u64);
                 let mut seen: Vec<u32> = (0..present).map(|i| next_seed(i, &mut rng, &mut s)).collect();
                 seen.sort_unstable();

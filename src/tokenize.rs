@@ -15,6 +15,9 @@ use crate::vocab::{GeneMatch, Vocabulary};
 #[derive(Clone, Debug)]
 pub struct GeneMapper {
     token_of_column: Vec<Option<u32>>,
+    /// Per column: its token and the token's median, or [`UNMAPPED`] (and 1.0) — the layout the
+    /// per-value loop of [`ChunkTokenizer::tokenize`] reads without a branch.
+    column_table: Vec<(u32, f64)>,
     /// Whether several columns map to the same token (their counts are summed).
     has_duplicates: bool,
     pub stats: MappingStats,
@@ -52,14 +55,21 @@ impl GeneMapper {
                 }
                 Some(t)
             })
+            .collect::<Vec<_>>();
+        let column_table = token_of_column
+            .iter()
+            .map(|t| t.and_then(|t| Some((t, vocab.median(t)?))).unwrap_or((UNMAPPED, 1.0)))
             .collect();
-        Self { token_of_column, has_duplicates: stats.duplicate_columns > 0, stats }
+        Self { token_of_column, column_table, has_duplicates: stats.duplicate_columns > 0, stats }
     }
 
     pub fn n_matched(&self) -> usize {
         self.token_of_column.iter().filter(|t| t.is_some()).count()
     }
 }
+
+/// Token of a column that is not in the vocabulary, in [`GeneMapper`]'s column table.
+const UNMAPPED: u32 = u32::MAX;
 
 /// What the stored values are and how to turn them into counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,24 +117,25 @@ pub fn tokenize_chunk(
     // buffer, so there is no allocation per cell and one copy per block when joining.
     const BLOCK: usize = 64;
     let n = chunk.n_cells();
+    let cells = ChunkTokenizer { path, chunk, gene_ids, mapper, vocab, opts };
     let blocks: Vec<TokenizedChunk> = (0..n.div_ceil(BLOCK))
         .into_par_iter()
-        .map_init(
-            || (Vec::new(), RankScratch::default(), Vec::new()),
-            |(pairs, scratch, out), b| {
-                let mut t = TokenizedChunk { offsets: vec![0], ..Default::default() };
-                for i in b * BLOCK..((b + 1) * BLOCK).min(n) {
-                    if tokenize_cell(path, chunk, i, gene_ids, mapper, vocab, opts, pairs, scratch, out)? {
-                        t.kept.push(i);
-                        t.tokens.extend_from_slice(out);
-                        t.offsets.push(t.tokens.len());
-                    } else {
-                        t.dropped_no_vocab_genes += 1;
-                    }
+        .map_init(CellBuffers::default, |buf, b| {
+            let block = b * BLOCK..((b + 1) * BLOCK).min(n);
+            // A cell has at most its stored values (and the layout's specials) as tokens.
+            let bound = chunk.indptr[block.end] - chunk.indptr[block.start] + 2 * block.len();
+            let mut t = TokenizedChunk { offsets: vec![0], tokens: Vec::with_capacity(bound), ..Default::default() };
+            for i in block {
+                if cells.tokenize(i, buf)? {
+                    t.kept.push(i);
+                    t.tokens.extend_from_slice(&buf.tokens);
+                    t.offsets.push(t.tokens.len());
+                } else {
+                    t.dropped_no_vocab_genes += 1;
                 }
-                Ok(t)
-            },
-        )
+            }
+            Ok(t)
+        })
         .collect::<Result<_>>()?;
     let total: usize = blocks.iter().map(|b| b.tokens.len()).sum();
     let mut t =
@@ -267,27 +278,104 @@ fn is_integer(v: f64) -> bool {
     v >= 9_007_199_254_740_992.0 || (v as u64) as f64 == v
 }
 
-/// Tokenizes cell `i` of `chunk` into `out`; returns whether it has any vocabulary gene.
-#[allow(clippy::too_many_arguments)]
-fn tokenize_cell(
-    path: &Path,
-    chunk: &CellChunk,
-    i: usize,
-    gene_ids: &[String],
-    mapper: &GeneMapper,
-    vocab: &Vocabulary,
-    opts: &TokenizeOptions,
-    pairs: &mut Vec<(u32, f64)>,
-    scratch: &mut RankScratch,
-    out: &mut Vec<u32>,
-) -> Result<bool> {
-    pairs.clear();
-    let n_counts = cell_counts(path, chunk, i, gene_ids, opts, |col, v| {
-        if let Some(t) = mapper.token_of_column[col as usize] {
-            pairs.push((t, v));
+/// What tokenizing the cells of one chunk reads.
+struct ChunkTokenizer<'a> {
+    path: &'a Path,
+    chunk: &'a CellChunk,
+    gene_ids: &'a [String],
+    mapper: &'a GeneMapper,
+    vocab: &'a Vocabulary,
+    opts: &'a TokenizeOptions,
+}
+
+/// Per-thread buffers of [`ChunkTokenizer`]; `tokens` holds the last cell's tokens.
+#[derive(Default)]
+struct CellBuffers {
+    pairs: Vec<(u32, f64)>,
+    scratch: RankScratch,
+    tokens: Vec<u32>,
+}
+
+impl ChunkTokenizer<'_> {
+    /// Tokenizes cell `i` into `buf.tokens`; returns whether it has any vocabulary gene.
+    fn tokenize(&self, i: usize, buf: &mut CellBuffers) -> Result<bool> {
+        let (mapper, opts) = (self.mapper, self.opts);
+        if opts.transform == ValueTransform::None && !mapper.has_duplicates {
+            let (cols, values) = self.chunk.cell(i);
+            // `None`: some value is invalid, and the general path names it.
+            if let Some(n_counts) = checked_total(values, !opts.allow_normalized) {
+                // Branch-free: every value is normalised and written, and the slot is kept only
+                // for a vocabulary gene with a count > 0 (whether a gene is in the vocabulary is
+                // a coin flip the branch predictor cannot learn).
+                let pairs = &mut buf.pairs;
+                pairs.clear();
+                pairs.resize(values.len(), (0, 0.0));
+                let mut n = 0;
+                let slots = pairs.as_mut_slice();
+                for (&col, &v) in cols.iter().zip(values) {
+                    let (token, median) = mapper.column_table[col as usize];
+                    slots[n] = (token, normalized_expression(v, n_counts, median));
+                    n += usize::from((token != UNMAPPED) & (v > 0.0));
+                }
+                pairs.truncate(n);
+                if pairs.is_empty() || n_counts <= 0.0 {
+                    buf.tokens.clear();
+                    return Ok(false);
+                }
+                rank_value_encode(pairs, &opts.layout, &mut buf.scratch, &mut buf.tokens);
+                return Ok(true);
+            }
         }
-    })?;
-    Ok(encode_cell(vocab, &opts.layout, pairs, n_counts, mapper.has_duplicates, scratch, out))
+        self.tokenize_general(i, buf)
+    }
+
+    /// [`Self::tokenize`] for every case: duplicate columns summed, transformed values, and the
+    /// error naming the first invalid value.
+    fn tokenize_general(&self, i: usize, buf: &mut CellBuffers) -> Result<bool> {
+        let pairs = &mut buf.pairs;
+        pairs.clear();
+        let n_counts = cell_counts(self.path, self.chunk, i, self.gene_ids, self.opts, |col, v| {
+            if let Some(t) = self.mapper.token_of_column[col as usize] {
+                pairs.push((t, v));
+            }
+        })?;
+        let (layout, repeats) = (&self.opts.layout, self.mapper.has_duplicates);
+        Ok(encode_cell(self.vocab, layout, pairs, n_counts, repeats, &mut buf.scratch, &mut buf.tokens))
+    }
+}
+
+/// The sum of a cell's stored values when every one is a valid count (finite, ≥ 0 and, if
+/// `integers`, an integer), else `None`. Equal to [`cell_counts`]'s sequential sum: integer
+/// sums below 2^53 are exact in any order, so those are summed in four independent lanes.
+#[allow(clippy::manual_range_contains)] // `&` of two comparisons, see below
+fn checked_total(values: &[f64], integers: bool) -> Option<f64> {
+    // Non-short-circuit `&` so the loops have no branch and vectorize.
+    let valid = |v: f64| (v >= 0.0) & (v < f64::INFINITY);
+    if !integers {
+        let mut ok = true;
+        let mut sum = 0.0;
+        for &v in values {
+            ok &= valid(v);
+            sum += v;
+        }
+        return ok.then_some(sum);
+    }
+    let mut ok = true;
+    let mut lanes = [0.0f64; 4];
+    let quads = values.chunks_exact(4);
+    let rest = quads.remainder();
+    for q in quads {
+        for (lane, &v) in lanes.iter_mut().zip(q) {
+            ok &= valid(v) & (v.trunc() == v);
+            *lane += v;
+        }
+    }
+    for &v in rest {
+        ok &= valid(v) & (v.trunc() == v);
+        lanes[0] += v;
+    }
+    let sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    (ok && sum < 9_007_199_254_740_992.0).then_some(sum)
 }
 
 #[cfg(test)]
@@ -326,7 +414,7 @@ mod tests {
         let n = 104.0;
         let x3 = normalized_expression(2.0, n, vocab.median(2).unwrap());
         let x5 = normalized_expression(2.0, n, vocab.median(3).unwrap());
-        let expected = if x3 > x5 || (x3 == x5) { vec![2, 3] } else { vec![3, 2] };
+        let expected = if x3 >= x5 { vec![2, 3] } else { vec![3, 2] };
         assert_eq!(t.tokens, expected);
     }
 
@@ -403,5 +491,57 @@ mod tests {
         let opts = TokenizeOptions { allow_normalized: true, transform: ValueTransform::Expm1, ..v1() };
         let b = tokenize_chunk(Path::new("x"), &chunk(&[&logs]), &genes, &mapper, &vocab, &opts).unwrap();
         assert_eq!(a.tokens, b.tokens);
+    }
+
+    #[test]
+    fn fast_path_gives_the_general_paths_tokens_and_totals() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        // Every 5th column is not in the vocabulary.
+        let genes: Vec<String> = (0..400)
+            .map(|c| if c % 5 == 0 { format!("nope{c}") } else { vocab.token(2 + c).unwrap().to_string() })
+            .collect();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        let rows: Vec<Vec<(u32, f64)>> = (0..60)
+            .map(|cell| {
+                let mut cols: Vec<u32> = (0..400).filter(|_| next() % 3 == 0).collect();
+                cols.truncate(cell * 7);
+                // Mostly small counts, some explicit zeros and a few large ones.
+                cols.into_iter().map(|c| (c, [0.0, 1.0, 1.0, 2.0, 3.0, 250.0][(next() % 6) as usize])).collect()
+            })
+            .collect();
+        let refs: Vec<&[(u32, f64)]> = rows.iter().map(Vec::as_slice).collect();
+        let c = chunk(&refs);
+        for opts in [
+            v1(),
+            TokenizeOptions { allow_normalized: true, ..v1() },
+            TokenizeOptions { layout: SequenceLayout { max_genes: 9, ..SequenceLayout::v1() }, ..v1() },
+        ] {
+            let cells = ChunkTokenizer {
+                path: Path::new("x"),
+                chunk: &c,
+                gene_ids: &genes,
+                mapper: &mapper,
+                vocab: &vocab,
+                opts: &opts,
+            };
+            let (mut fast, mut general) = (CellBuffers::default(), CellBuffers::default());
+            for i in 0..c.n_cells() {
+                let a = cells.tokenize(i, &mut fast).unwrap();
+                let b = cells.tokenize_general(i, &mut general).unwrap();
+                assert_eq!((a, &fast.tokens), (b, &general.tokens), "cell {i}");
+            }
+        }
+        assert_eq!(checked_total(&[1.0, 2.0, 3.0, 4.0, 5.0], true), Some(15.0));
+        assert_eq!(checked_total(&[1.0, 2.5], true), None);
+        assert_eq!(checked_total(&[1.0, 2.5], false), Some(3.5));
+        assert_eq!(checked_total(&[1.0, -0.5, 2.0, 3.0, 4.0], true), None);
+        assert_eq!(checked_total(&[f64::NAN], false), None);
+        assert_eq!(checked_total(&[f64::INFINITY], false), None);
+        assert_eq!(checked_total(&[9.1e15, 9.1e15], true), None, "beyond 2^53 the sequential sum decides");
     }
 }

@@ -57,9 +57,10 @@ impl TokenBatch {
         self.offsets.len().saturating_sub(1)
     }
 
-    pub fn to_record_batch(&self, schema: &SchemaRef, atlas: &str) -> Result<RecordBatch> {
+    /// The batch as Arrow columns; token ids are moved, not copied (an in-place cast).
+    pub fn into_record_batch(self, schema: &SchemaRef, atlas: &str) -> Result<RecordBatch> {
         let n = self.n_cells();
-        let values = Int32Array::from_iter_values(self.tokens.iter().map(|&t| t as i32));
+        let values = Int32Array::from(self.tokens.into_iter().map(|t| t as i32).collect::<Vec<i32>>());
         let offsets = OffsetBuffer::new(self.offsets.iter().map(|&o| o as i32).collect::<Vec<_>>().into());
         let item = Arc::new(Field::new("item", DataType::Int32, true));
         let ids = ListArray::try_new(item, offsets, Arc::new(values), None).map_err(|e| Error::Usage(e.to_string()))?;
@@ -158,7 +159,7 @@ impl TokenShardWriter {
     }
 
     /// Appends cells to the current shard (opening one if needed).
-    pub fn write(&mut self, batch: &TokenBatch, cells_read: u64, dropped: &DropCounts) -> Result<()> {
+    pub fn write(&mut self, batch: TokenBatch, cells_read: u64, dropped: &DropCounts) -> Result<()> {
         if self.open.is_none() {
             let target = self.dir.join(Self::shard_name(self.next_index));
             let tmp = temp_path(&target);
@@ -176,12 +177,13 @@ impl TokenShardWriter {
             });
         }
         let shard = self.open.as_mut().expect("opened above"); // ok: invariant
-        if batch.n_cells() > 0 {
-            let rb = batch.to_record_batch(&self.schema, &self.atlas)?;
+        let (cells, tokens) = (batch.n_cells() as u64, batch.tokens.len() as u64);
+        if cells > 0 {
+            let rb = batch.into_record_batch(&self.schema, &self.atlas)?;
             shard.writer.write(&rb).map_err(|e| Error::parquet(&shard.tmp, e))?;
         }
-        shard.cells += batch.n_cells() as u64;
-        shard.tokens += batch.tokens.len() as u64;
+        shard.cells += cells;
+        shard.tokens += tokens;
         shard.cells_read += cells_read;
         shard.dropped.add(dropped);
         Ok(())

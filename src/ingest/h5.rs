@@ -170,6 +170,47 @@ pub fn read_i64(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize
     })
 }
 
+/// Reads (a slice of) a 1-d integer dataset of indices, each checked to lie in `0..bound`, as
+/// u32. 32-bit and narrower storage (what AnnData and 10x write) is checked and converted in
+/// one pass, without widening to i64 first.
+pub fn read_indices(
+    path: &Path,
+    ds: &Dataset,
+    what: &str,
+    range: Option<Range<usize>>,
+    bound: usize,
+) -> Result<Vec<u32>> {
+    // Columns are stored as u32: indices must also fit in one.
+    let limit = bound.min(u32::MAX as usize + 1) as i64;
+    let check = |values: &[i64]| match values.iter().find(|&&v| v < 0 || v >= limit) {
+        Some(bad) => Err(Error::format(path, format!("{what}: index {bad} outside 0..{bound}"))),
+        None => Ok(()),
+    };
+    macro_rules! narrow {
+        ($t:ty) => {{
+            let raw = read_vec::<$t>(path, ds, what, range)?;
+            // A branch-free pass (it vectorizes); the offending value is looked up only on failure.
+            if !raw.iter().fold(true, |ok, &v| ok & (i64::from(v) >= 0) & (i64::from(v) < limit)) {
+                check(&raw.iter().map(|&v| i64::from(v)).collect::<Vec<_>>())?;
+            }
+            raw.into_iter().map(|v| v as u32).collect()
+        }};
+    }
+    Ok(match num_kind(path, ds, what)? {
+        NumKind::I32 => narrow!(i32),
+        NumKind::U32 => narrow!(u32),
+        NumKind::I16 => narrow!(i16),
+        NumKind::U16 => narrow!(u16),
+        NumKind::I8 => narrow!(i8),
+        NumKind::U8 => narrow!(u8),
+        _ => {
+            let wide = read_i64(path, ds, what, range)?;
+            check(&wide)?;
+            wide.into_iter().map(|v| v as u32).collect()
+        }
+    })
+}
+
 /// Reads (a slice of) a 1-d string dataset of any HDF5 string type.
 pub fn read_strings(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<String>> {
     match descriptor(path, ds, what)? {
@@ -270,4 +311,34 @@ fn read_raw_bytes(
         return Err(Error::format(path, format!("{what}: HDF5 read failed (truncated or corrupt data?)")));
     }
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads `values` stored as `T` back through `read_indices` with `bound`.
+    fn indices_of<T: H5Type + Copy>(values: &[T], bound: usize) -> Result<Vec<u32>> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i.h5");
+        let file = hdf5::File::create(&path).unwrap();
+        let ds = file.new_dataset_builder().with_data(values).create("indices").unwrap();
+        read_indices(&path, &ds, "X/indices", None, bound)
+    }
+
+    #[test]
+    fn indices_of_every_width_are_read_and_range_checked() {
+        assert_eq!(indices_of(&[0i32, 4, 2], 5).unwrap(), [0, 4, 2]);
+        assert_eq!(indices_of(&[0u16, 4], 5).unwrap(), [0, 4]);
+        assert_eq!(indices_of(&[3i64, 1], 5).unwrap(), [3, 1]);
+        for (err, needle) in [
+            (indices_of(&[0i32, -1, 2], 5).unwrap_err(), "index -1 outside 0..5"),
+            (indices_of(&[0i32, 5], 5).unwrap_err(), "index 5 outside 0..5"),
+            (indices_of(&[7u8], 5).unwrap_err(), "index 7 outside"),
+            (indices_of(&[1i64, -9], 5).unwrap_err(), "index -9 outside"),
+        ] {
+            let msg = err.to_string();
+            assert!(msg.contains(needle) && msg.contains("X/indices") && msg.contains("i.h5"), "{msg}");
+        }
+    }
 }

@@ -51,12 +51,7 @@ impl SparseRows {
         }
         let range = start as usize..end as usize;
         let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
-        let cols = to_cols(
-            path,
-            what,
-            h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?,
-            self.n_cols,
-        )?;
+        let cols = h5::read_indices(path, &self.indices, &format!("{what}/indices"), Some(range), self.n_cols)?;
         let indptr = ptr.iter().map(|&p| (p - start) as usize).collect();
         Ok(SparseRowsData { indptr, cols, values })
     }
@@ -169,12 +164,7 @@ impl SparseCols {
             }
             let range = start..ptr[end_col] as usize;
             let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
-            let rows = to_cols(
-                path,
-                what,
-                h5::read_i64(path, &self.indices, &format!("{what}/indices"), Some(range))?,
-                self.n_rows,
-            )?;
+            let rows = h5::read_indices(path, &self.indices, &format!("{what}/indices"), Some(range), self.n_rows)?;
             for c in col..end_col {
                 for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
                     writer.push(rows[k], c as u32, values[k])?;
@@ -242,11 +232,4 @@ fn check_sparse_lengths(
         ));
     }
     Ok(())
-}
-
-fn to_cols(path: &Path, what: &str, idx: Vec<i64>, bound: usize) -> Result<Vec<u32>> {
-    if let Some(bad) = idx.iter().find(|&&i| i < 0 || i as usize >= bound) {
-        return Err(Error::format(path, format!("{what}/indices: index {bad} outside 0..{bound}")));
-    }
-    Ok(idx.into_iter().map(|i| i as u32).collect())
 }

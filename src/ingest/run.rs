@@ -315,7 +315,7 @@ fn pipeline(
         let writer_thread = s.spawn(move || -> Result<()> {
             let mut last = resume_at;
             for msg in write_rx {
-                writer.write(&msg.batch, msg.cells_read, &msg.dropped)?;
+                writer.write(msg.batch, msg.cells_read, &msg.dropped)?;
                 last = msg.next;
                 let at_end = msg.next.0 >= n_files;
                 if writer.open_cells_read() >= req.shard_cells as u64 || at_end {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 pub use build::{build_vocabulary, MedianEstimator, VocabBuildOptions, VocabBuildSummary};
@@ -40,10 +41,10 @@ mod builtin {
 pub struct Vocabulary {
     name: String,
     tokens: Vec<String>,
-    token_of: HashMap<String, u32>,
+    token_of: FxHashMap<String, u32>,
     /// Median per token id; `None` for special tokens and genes without a median.
     medians: Vec<Option<f64>>,
-    symbols: HashMap<String, String>,
+    symbols: FxHashMap<String, String>,
     pub pad: u32,
     pub mask: u32,
     pub cls: Option<u32>,
@@ -100,7 +101,7 @@ impl Vocabulary {
         let err = |msg: String| Error::Vocab { name: name.to_string(), msg };
         let token_rows = parse_tsv(tokens, TOKEN_FILE).map_err(err)?;
         let mut by_id: Vec<Option<String>> = Vec::new();
-        let mut token_of = HashMap::with_capacity(token_rows.len());
+        let mut token_of = FxHashMap::with_capacity_and_hasher(token_rows.len(), Default::default());
         for (line, (token, id)) in token_rows {
             if token.is_empty() {
                 return Err(err(format!("{TOKEN_FILE} line {line}: empty token")));
@@ -137,7 +138,7 @@ impl Vocabulary {
             }
         }
 
-        let mut symbol_map = HashMap::new();
+        let mut symbol_map = FxHashMap::default();
         if let Some(symbols) = symbols {
             // Geneformer's table has a row with an empty symbol; such rows map nothing.
             for (_, (symbol, gene)) in
@@ -256,44 +257,53 @@ impl Vocabulary {
         pairs.into_iter().filter_map(|(s, g)| self.lookup(g).map(|m| (m.token(), s.clone()))).collect()
     }
 
-    /// The vocabulary's tables in their TSV layout.
-    pub fn to_tables(&self) -> (String, String, String) {
-        let mut tokens = String::from("token\tid\n");
+    /// The token table in its TSV layout.
+    fn token_table(&self) -> String {
+        let mut out = String::from("token\tid\n");
         for (id, t) in self.tokens.iter().enumerate() {
-            let _ = writeln!(tokens, "{t}\t{id}");
+            let _ = writeln!(out, "{t}\t{id}");
         }
-        let mut medians = String::from("ensembl_id\tmedian\n");
+        out
+    }
+
+    /// The median table in its TSV layout (gene tokens only).
+    fn median_table(&self) -> String {
+        let mut out = String::from("ensembl_id\tmedian\n");
         for (id, m) in self.medians.iter().enumerate() {
             if let Some(m) = m {
-                let _ = writeln!(medians, "{}\t{m:?}", self.tokens[id]);
+                let _ = writeln!(out, "{}\t{m:?}", self.tokens[id]);
             }
         }
-        let mut symbols = String::from("symbol\tensembl_id\n");
+        out
+    }
+
+    /// The symbol table in its TSV layout, sorted.
+    fn symbol_table(&self) -> String {
+        let mut out = String::from("symbol\tensembl_id\n");
         let mut pairs: Vec<_> = self.symbols.iter().collect();
-        pairs.sort();
+        pairs.sort_unstable();
         for (s, g) in pairs {
-            let _ = writeln!(symbols, "{s}\t{g}");
+            let _ = writeln!(out, "{s}\t{g}");
         }
-        (tokens, medians, symbols)
+        out
     }
 
     /// Writes the vocabulary as a directory that [`Vocabulary::load_dir`] reads back.
     pub fn write_dir(&self, dir: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).at(dir)?;
-        let (tokens, medians, symbols) = self.to_tables();
-        write_atomic(&dir.join(TOKEN_FILE), tokens.as_bytes())?;
-        write_atomic(&dir.join(MEDIAN_FILE), medians.as_bytes())?;
+        write_atomic(&dir.join(TOKEN_FILE), self.token_table().as_bytes())?;
+        write_atomic(&dir.join(MEDIAN_FILE), self.median_table().as_bytes())?;
         if !self.symbols.is_empty() {
-            write_atomic(&dir.join(SYMBOL_FILE), symbols.as_bytes())?;
+            write_atomic(&dir.join(SYMBOL_FILE), self.symbol_table().as_bytes())?;
         }
         Ok(dir.to_path_buf())
     }
 
     fn compute_hash(&self) -> String {
-        let (tokens, medians, _) = self.to_tables();
+        // The symbol table is not part of the identity (it only widens lookups).
         let mut h = Sha256::new();
-        h.update(tokens.as_bytes());
-        h.update(medians.as_bytes());
+        h.update(self.token_table().as_bytes());
+        h.update(self.median_table().as_bytes());
         hex::encode(h.finalize())
     }
 }

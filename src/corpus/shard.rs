@@ -141,6 +141,9 @@ impl TokenShardWriter {
             // Token ids are high-cardinality; dictionary pages would only be discarded.
             .set_column_dictionary_enabled(ids_path(), false)
             .set_column_encoding(ids_path(), Encoding::DELTA_BINARY_PACKED)
+            // Bit-packed deltas of rank-ordered ids are incompressible: zstd cost ~6% of ingest's
+            // CPU and saved 3 KB of 70 MB (Kang ×8), so only the other columns are compressed.
+            .set_column_compression(ids_path(), Compression::UNCOMPRESSED)
             // Nothing filters on token ids, so min/max statistics would only cost time.
             .set_column_statistics_enabled(ids_path(), EnabledStatistics::None)
             .build();

@@ -6,6 +6,7 @@
 
 mod build;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -40,17 +41,22 @@ mod builtin {
 #[derive(Clone, Debug)]
 pub struct Vocabulary {
     name: String,
-    tokens: Vec<String>,
-    token_of: FxHashMap<String, u32>,
+    // Names borrow the tables compiled into the binary for the built-in vocabulary: building
+    // and freeing ~130,000 strings was most of its load time.
+    tokens: Vec<Name>,
+    token_of: FxHashMap<Name, u32>,
     /// Median per token id; `None` for special tokens and genes without a median.
     medians: Vec<Option<f64>>,
-    symbols: FxHashMap<String, String>,
+    symbols: FxHashMap<Name, Name>,
     pub pad: u32,
     pub mask: u32,
     pub cls: Option<u32>,
     pub eos: Option<u32>,
     hash: String,
 }
+
+/// A token, gene or symbol name: borrowed from the built-in tables or owned.
+type Name = Cow<'static, str>;
 
 /// How a file's gene id was matched to the vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +80,7 @@ impl Vocabulary {
     /// Resolves `spec`: the name of a built-in vocabulary or a vocabulary directory.
     pub fn resolve(spec: &str) -> Result<Self> {
         if spec == BUILTIN {
-            return Self::from_tables(BUILTIN, builtin::TOKENS, builtin::MEDIANS, Some(builtin::SYMBOLS));
+            return Self::parse(BUILTIN, builtin::TOKENS, builtin::MEDIANS, Some(builtin::SYMBOLS), Cow::Borrowed);
         }
         let dir = Path::new(spec);
         if dir.is_dir() {
@@ -98,9 +104,20 @@ impl Vocabulary {
 
     /// Builds a vocabulary from the text of its three tables.
     pub fn from_tables(name: &str, tokens: &str, medians: &str, symbols: Option<&str>) -> Result<Self> {
+        Self::parse(name, tokens, medians, symbols, |s| Cow::Owned(s.to_string()))
+    }
+
+    /// [`Self::from_tables`], with `name_of` turning a slice of the tables into a stored name.
+    fn parse<'a>(
+        name: &str,
+        tokens: &'a str,
+        medians: &'a str,
+        symbols: Option<&'a str>,
+        name_of: impl Fn(&'a str) -> Name,
+    ) -> Result<Self> {
         let err = |msg: String| Error::Vocab { name: name.to_string(), msg };
         let token_rows = parse_tsv(tokens, TOKEN_FILE).map_err(err)?;
-        let mut by_id: Vec<Option<String>> = Vec::new();
+        let mut by_id: Vec<Option<Name>> = Vec::new();
         let mut token_of = FxHashMap::with_capacity_and_hasher(token_rows.len(), Default::default());
         for (line, (token, id)) in token_rows {
             if token.is_empty() {
@@ -111,12 +128,12 @@ impl Vocabulary {
             if by_id.len() <= id as usize {
                 by_id.resize(id as usize + 1, None);
             }
-            if by_id[id as usize].is_some() || token_of.insert(token.to_string(), id).is_some() {
+            if by_id[id as usize].is_some() || token_of.insert(name_of(token), id).is_some() {
                 return Err(err(format!("{TOKEN_FILE} line {line}: duplicate token '{token}' or id {id}")));
             }
-            by_id[id as usize] = Some(token.to_string());
+            by_id[id as usize] = Some(name_of(token));
         }
-        let tokens: Vec<String> = by_id
+        let tokens: Vec<Name> = by_id
             .into_iter()
             .enumerate()
             .map(|(id, t)| t.ok_or_else(|| err(format!("{TOKEN_FILE}: token ids are not contiguous (no id {id})"))))
@@ -140,11 +157,13 @@ impl Vocabulary {
 
         let mut symbol_map = FxHashMap::default();
         if let Some(symbols) = symbols {
+            // About 24 bytes per row.
+            symbol_map.reserve(symbols.len() / 24);
             // Geneformer's table has a row with an empty symbol; such rows map nothing.
             for (_, (symbol, gene)) in
                 parse_tsv(symbols, SYMBOL_FILE).map_err(err)?.into_iter().filter(|r| !r.1 .0.is_empty())
             {
-                symbol_map.entry(symbol.to_string()).or_insert_with(|| gene.to_string());
+                symbol_map.entry(name_of(symbol)).or_insert_with(|| name_of(gene));
             }
         }
 
@@ -176,8 +195,8 @@ impl Vocabulary {
         for special in [CLS, EOS] {
             if !self.token_of.contains_key(special) {
                 let id = self.tokens.len() as u32;
-                self.tokens.push(special.to_string());
-                self.token_of.insert(special.to_string(), id);
+                self.tokens.push(Cow::Borrowed(special));
+                self.token_of.insert(Cow::Borrowed(special), id);
                 self.medians.push(None);
             }
         }
@@ -211,7 +230,7 @@ impl Vocabulary {
     }
 
     pub fn token(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(String::as_str)
+        self.tokens.get(id as usize).map(|t| t.as_ref())
     }
 
     /// Median of a gene token; `None` for special tokens.
@@ -252,9 +271,9 @@ impl Vocabulary {
 
     /// A display name per gene token: its symbol where the symbol table has one.
     pub fn symbols_by_token(&self) -> HashMap<u32, String> {
-        let mut pairs: Vec<(&String, &String)> = self.symbols.iter().collect();
+        let mut pairs: Vec<(&Name, &Name)> = self.symbols.iter().collect();
         pairs.sort();
-        pairs.into_iter().filter_map(|(s, g)| self.lookup(g).map(|m| (m.token(), s.clone()))).collect()
+        pairs.into_iter().filter_map(|(s, g)| self.lookup(g).map(|m| (m.token(), s.to_string()))).collect()
     }
 
     /// The token table in its TSV layout.

@@ -52,7 +52,7 @@ pub struct IngestConfig {
 
 impl Default for IngestConfig {
     fn default() -> Self {
-        Self { chunk_cells: 512, shard_cells: 100_000, zstd_level: 1, version: ModelVersion::V1, max_genes: None }
+        Self { chunk_cells: 256, shard_cells: 100_000, zstd_level: 1, version: ModelVersion::V1, max_genes: None }
     }
 }
 

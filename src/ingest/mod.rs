@@ -110,7 +110,7 @@ impl Default for ReadOptions {
             counts: CountsSource::X,
             gene_column: None,
             obs_columns: Vec::new(),
-            chunk_cells: 512,
+            chunk_cells: 256,
             scratch_dir: std::env::temp_dir(),
         }
     }

@@ -280,7 +280,8 @@ impl Vocabulary {
     fn token_table(&self) -> String {
         let mut out = String::from("token\tid\n");
         for (id, t) in self.tokens.iter().enumerate() {
-            let _ = writeln!(out, "{t}\t{id}");
+            out.push_str(t);
+            let _ = writeln!(out, "\t{id}");
         }
         out
     }
@@ -290,7 +291,8 @@ impl Vocabulary {
         let mut out = String::from("ensembl_id\tmedian\n");
         for (id, m) in self.medians.iter().enumerate() {
             if let Some(m) = m {
-                let _ = writeln!(out, "{}\t{m:?}", self.tokens[id]);
+                out.push_str(&self.tokens[id]);
+                let _ = writeln!(out, "\t{m:?}");
             }
         }
         out
@@ -299,10 +301,11 @@ impl Vocabulary {
     /// The symbol table in its TSV layout, sorted.
     fn symbol_table(&self) -> String {
         let mut out = String::from("symbol\tensembl_id\n");
-        let mut pairs: Vec<_> = self.symbols.iter().collect();
-        pairs.sort_unstable();
+        let mut pairs: Vec<(&str, &str)> = self.symbols.iter().map(|(s, g)| (s.as_ref(), g.as_ref())).collect();
+        // Symbols are unique keys: ordering by them alone is a total order.
+        pairs.sort_unstable_by_key(|p| p.0);
         for (s, g) in pairs {
-            let _ = writeln!(out, "{s}\t{g}");
+            out.extend([s, "\t", g, "\n"]);
         }
         out
     }

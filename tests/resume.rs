@@ -89,3 +89,25 @@ fn same_input_and_options_give_byte_identical_shards() {
         std::fs::read(tmp.path().join("two").join(shard)).unwrap()
     );
 }
+
+#[test]
+fn shards_keep_the_input_cell_order_with_many_chunks_in_flight() {
+    // 8-cell chunks: the bundled 1,000 cells make 125 chunks, several tokenized at once on the
+    // pool; the corpus must still list the cells in file order.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("small.toml");
+    let tiny = std::fs::read_to_string(repo().join("configs/tiny.toml")).unwrap();
+    std::fs::write(&cfg, tiny.replace("chunk_cells = 128", "chunk_cells = 8")).unwrap();
+    let b = bundled();
+    let out = tmp.path().join("c");
+    let args =
+        ["ingest", "--json", "--config", cfg.to_str().unwrap(), "--atlas", "a", "--gene-column", "gene_ids", "--out"];
+    let s = ok_json(&corrflow(&[&args[..], &[out.to_str().unwrap(), b.to_str().unwrap()]].concat()));
+    let opts = corrflow::ingest::ReadOptions { gene_column: Some("gene_ids".into()), ..Default::default() };
+    let mut source = corrflow::ingest::open(&b, &opts).unwrap();
+    let n = source.n_cells();
+    let in_file = source.read_chunk(0..n).unwrap().cell_ids;
+    let in_corpus: Vec<String> = atlas_tokens(&out, "a").into_iter().map(|c| c.0).collect();
+    assert_eq!(s["cells_kept"], n as u64, "every bundled cell has vocabulary genes");
+    assert_eq!(in_corpus, in_file);
+}

@@ -10,6 +10,7 @@ mod h5ad;
 mod matrix;
 mod mtx;
 mod obs;
+mod pipeline;
 mod run;
 mod tenx;
 mod transpose;

@@ -1,7 +1,7 @@
-//! `corrflow ingest`: files → tokens → Parquet shards, as a three-stage pipeline
-//! (read chunks ‖ tokenize in parallel ‖ encode and write shards) with bounded channels, so
-//! memory stays at a few chunks whatever the corpus size. Shards are committed atomically and
-//! recorded in a progress file, so an interrupted ingest resumes after its last finished shard.
+//! `corrflow ingest`: files → tokens → Parquet shards. Opens and validates the inputs, runs the
+//! streaming [`pipeline`], then writes the manifest and publishes the atlas. Shards are
+//! committed atomically and recorded in a progress file, so an interrupted ingest resumes
+//! after its last finished shard.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -9,15 +9,18 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::pipeline::pipeline;
 use super::{open, CellSource, ReadOptions};
-use crate::corpus::{self, AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo, TokenBatch, TokenShardWriter};
+use crate::corpus::{self, AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo, TokenShardWriter};
 use crate::error::{Error, IoContext, Result};
-use crate::tokenize::{tokenize_chunk, GeneMapper, TokenizeOptions};
+use crate::tokenize::{GeneMapper, TokenizeOptions};
 use crate::util::atomic::write_json_atomic;
 use crate::vocab::Vocabulary;
 
 const FORMAT_VERSION: u32 = 1;
 const PROGRESS: &str = "progress.json";
+/// Where a new corpus's vocabulary tables are written during the ingest (in the staging dir).
+const STAGED_VOCAB: &str = "vocab.staged";
 
 /// Everything `ingest` needs.
 #[derive(Clone, Debug)]
@@ -54,10 +57,11 @@ pub struct IngestSummary {
     pub peak_rss_mb: Option<f64>,
 }
 
+/// What `progress.json` in the staging directory records: the finished shards of this ingest.
 #[derive(Serialize, Deserialize)]
-struct Progress {
-    fingerprint: String,
-    shards: Vec<ShardInfo>,
+pub(super) struct Progress {
+    pub(super) fingerprint: String,
+    pub(super) shards: Vec<ShardInfo>,
 }
 
 /// Atlas names become directory names and Parquet values: keep them plain.
@@ -75,9 +79,9 @@ pub fn validate_atlas_name(name: &str) -> Result<()> {
     }
 }
 
-struct Opened {
-    source: Box<dyn CellSource>,
-    mapper: GeneMapper,
+pub(super) struct Opened {
+    pub(super) source: Box<dyn CellSource>,
+    pub(super) mapper: GeneMapper,
     bytes: u64,
 }
 
@@ -187,7 +191,14 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     let schema = corpus::token_schema(opened[0].source.obs_fields());
     let mut writer =
         TokenShardWriter::new(&stage, &req.atlas, schema, req.zstd_level, req.read.chunk_cells.max(1), done.len())?;
-    let result = pipeline(req, &mut opened, resume_at, &mut writer, &mut done, &progress_path, &fingerprint, &bar);
+    // A new corpus also gets the vocabulary's tables: written beside the pipeline into the
+    // staging directory (gone with it on failure), moved into place at the end.
+    let staged_vocab = stage.join(STAGED_VOCAB);
+    let (result, vocab_staged) = std::thread::scope(|s| {
+        let vocab_job = (!info_path.exists()).then(|| s.spawn(|| req.vocab.write_dir(&staged_vocab).is_ok()));
+        let result = pipeline(req, &mut opened, resume_at, &mut writer, &mut done, &progress_path, &fingerprint, &bar);
+        (result, vocab_job.is_some_and(|j| j.join().unwrap_or(false)))
+    });
     if result.is_err() {
         writer.abandon();
         // Nothing finished: leave no trace. Finished shards stay (hidden) for a resume.
@@ -233,8 +244,16 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     write_json_atomic(&stage.join(corpus::MANIFEST), &manifest)?;
     let _ = std::fs::remove_file(&progress_path);
     if !info_path.exists() {
-        req.vocab.write_dir(&req.corpus.join("vocab"))?;
+        let vocab_dir = req.corpus.join("vocab");
+        // A leftover vocabulary directory (an earlier first ingest that failed before writing
+        // the corpus info) is overwritten file by file instead.
+        if !(vocab_staged && !vocab_dir.exists() && std::fs::rename(&staged_vocab, &vocab_dir).is_ok()) {
+            req.vocab.write_dir(&vocab_dir)?;
+        }
         write_json_atomic(&info_path, &info)?;
+    }
+    if staged_vocab.exists() {
+        std::fs::remove_dir_all(&staged_vocab).at(&staged_vocab)?;
     }
     std::fs::rename(&stage, &final_dir).at(&final_dir)?;
 
@@ -256,134 +275,6 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         mb_per_s: input_bytes as f64 / 1e6 / seconds.max(1e-9),
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     })
-}
-
-struct ReadMsg {
-    file: usize,
-    chunk: super::CellChunk,
-    /// Position after this chunk: (file, next cell), normalized to the next file at its end.
-    next: (usize, usize),
-}
-
-struct WriteMsg {
-    batch: TokenBatch,
-    cells_read: u64,
-    dropped: DropCounts,
-    next: (usize, usize),
-}
-
-#[allow(clippy::too_many_arguments)]
-fn pipeline(
-    req: &IngestRequest,
-    opened: &mut [Opened],
-    resume_at: (usize, usize),
-    writer: &mut TokenShardWriter,
-    done: &mut Vec<ShardInfo>,
-    progress_path: &Path,
-    fingerprint: &str,
-    bar: &indicatif::ProgressBar,
-) -> Result<()> {
-    let chunk_cells = req.read.chunk_cells.max(1);
-    let (read_tx, read_rx) = crossbeam_channel::bounded::<Result<ReadMsg>>(1);
-    let (write_tx, write_rx) = crossbeam_channel::bounded::<WriteMsg>(1);
-    let n_files = opened.len();
-    let gene_ids: Vec<Vec<String>> = opened.iter().map(|o| o.source.gene_ids().to_vec()).collect();
-    let (sources, mappers): (Vec<_>, Vec<_>) = opened.iter_mut().map(|o| (&mut o.source, &o.mapper)).unzip();
-
-    std::thread::scope(|s| {
-        // Stage 1: read chunks in order.
-        s.spawn(move || {
-            for (fi, source) in sources.into_iter().enumerate().skip(resume_at.0) {
-                let n = source.n_cells();
-                let mut start = if fi == resume_at.0 { resume_at.1 } else { 0 };
-                while start < n {
-                    let end = (start + chunk_cells).min(n);
-                    let msg = source.read_chunk(start..end).map(|chunk| {
-                        let next = if end == n { (fi + 1, 0) } else { (fi, end) };
-                        ReadMsg { file: fi, chunk, next }
-                    });
-                    let failed = msg.is_err();
-                    if read_tx.send(msg).is_err() || failed {
-                        return;
-                    }
-                    start = end;
-                }
-            }
-        });
-
-        // Stage 3: write shards, committing one whenever it holds shard_cells input cells.
-        let writer_thread = s.spawn(move || -> Result<()> {
-            let mut last = resume_at;
-            for msg in write_rx {
-                writer.write(msg.batch, msg.cells_read, &msg.dropped)?;
-                last = msg.next;
-                let at_end = msg.next.0 >= n_files;
-                if writer.open_cells_read() >= req.shard_cells as u64 || at_end {
-                    if let Some(info) = writer.finish_shard(msg.next)? {
-                        done.push(info);
-                        write_json_atomic(
-                            progress_path,
-                            &Progress { fingerprint: fingerprint.to_string(), shards: done.clone() },
-                        )?;
-                        crash_for_tests(done.len());
-                    }
-                }
-            }
-            if let Some(info) = writer.finish_shard(last)? {
-                done.push(info);
-            }
-            Ok(())
-        });
-
-        // Stage 2 (this thread): tokenize each chunk across the rayon pool.
-        let tokenize_result = (|| -> Result<()> {
-            for msg in read_rx {
-                let msg = msg?;
-                let source_path = req.inputs[msg.file].as_path();
-                let chunk = &msg.chunk;
-                let t = tokenize_chunk(
-                    source_path,
-                    chunk,
-                    &gene_ids[msg.file],
-                    mappers[msg.file],
-                    &req.vocab,
-                    &req.tokenize,
-                )?;
-                let batch = TokenBatch {
-                    offsets: t.offsets,
-                    tokens: t.tokens,
-                    cell_ids: t.kept.iter().map(|&i| chunk.cell_ids[i].clone()).collect(),
-                    obs: chunk.obs.iter().map(|o| o.select(&t.kept)).collect(),
-                };
-                bar.inc(chunk.n_cells() as u64);
-                let out = WriteMsg {
-                    batch,
-                    cells_read: chunk.n_cells() as u64,
-                    dropped: DropCounts { no_vocabulary_genes: t.dropped_no_vocab_genes as u64 },
-                    next: msg.next,
-                };
-                if write_tx.send(out).is_err() {
-                    break;
-                }
-            }
-            Ok(())
-        })();
-        drop(write_tx);
-        let write_result =
-            writer_thread.join().unwrap_or_else(|_| Err(Error::Usage("shard writer thread panicked".into())));
-        tokenize_result.and(write_result)
-    })
-}
-
-/// Test hook: `CORRFLOW_TEST_CRASH_AFTER_SHARDS=N` aborts the process (no unwinding, no
-/// cleanup, like `kill -9`) right after the N-th shard of this run is committed, so tests can
-/// check that an interrupted ingest resumes to the same result.
-fn crash_for_tests(shards_done: usize) {
-    if let Some(n) = std::env::var("CORRFLOW_TEST_CRASH_AFTER_SHARDS").ok().and_then(|v| v.parse::<usize>().ok()) {
-        if shards_done >= n {
-            std::process::abort();
-        }
-    }
 }
 
 fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {

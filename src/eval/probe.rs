@@ -122,9 +122,9 @@ pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(req.seed);
     let mut test = vec![false; n];
     let mut counts = vec![0usize; classes.len()];
-    for c in 0..classes.len() {
+    for (c, count) in counts.iter_mut().enumerate() {
         let mut rows: Vec<usize> = (0..n).filter(|&i| y[i] == c).collect();
-        counts[c] = rows.len();
+        *count = rows.len();
         rows.shuffle(&mut rng);
         let k = if rows.len() < 2 {
             0

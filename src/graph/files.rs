@@ -114,7 +114,7 @@ pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path)
 
 fn write_graph_files(stage: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let mut edges = graph.edges.clone();
-    edges.sort_by(|a, b| (a.u, a.v).cmp(&(b.u, b.v)));
+    edges.sort_by_key(|a| (a.u, a.v));
     let e = &edges;
     let schema = Arc::new(Schema::new(vec![
         Field::new("u", DataType::UInt32, false),

@@ -80,7 +80,7 @@ impl GraphDelta {
                 rows.push((e.u, e.v, "removed", Some(e.rho), None));
             }
         }
-        rows.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        rows.sort_by_key(|a| (a.0, a.1));
         Self { rows }
     }
 

@@ -147,8 +147,8 @@ fn run(
                     move |_cap, _info| {
                         let mut op = MaskOperator::new(ctx);
                         move |(batches, _), (edges, edge_frontier), _out| {
-                            batches.for_each(|_, data| op.waiting.extend(data.drain(..)));
-                            edges.for_each(|_, data| op.changes.extend(data.drain(..)));
+                            batches.for_each(|_, data| op.waiting.append(data));
+                            edges.for_each(|_, data| op.changes.append(data));
                             op.mask_ready(edge_frontier, &tx, &stop_op);
                         }
                     },

@@ -61,7 +61,7 @@ impl Default for StructureParams {
 
 impl StructureParams {
     pub fn validate(&self) -> Result<(), String> {
-        if self.modules == 0 || self.genes < 2 * self.modules || self.genes % self.modules != 0 {
+        if self.modules == 0 || self.genes < 2 * self.modules || !self.genes.is_multiple_of(self.modules) {
             return Err(format!(
                 "synth.structure: genes ({}) must be a multiple of modules ({}) with ≥ 2 genes per module",
                 self.genes, self.modules
@@ -192,7 +192,7 @@ impl Default for ModularityParams {
 impl ModularityParams {
     pub fn validate(&self) -> Result<(), String> {
         let p = "synth.modularity";
-        if self.modules == 0 || self.genes < 2 * self.modules || self.genes % self.modules != 0 {
+        if self.modules == 0 || self.genes < 2 * self.modules || !self.genes.is_multiple_of(self.modules) {
             return Err(format!(
                 "{p}: genes ({}) must be a multiple of modules ({}), ≥ 2 per module",
                 self.genes, self.modules

@@ -172,7 +172,7 @@ pub struct GraphWatch {
 
 impl GraphWatch {
     fn poll(&mut self, seq: u64) -> Option<Vec<EdgeChange>> {
-        if seq % self.every.max(1) != 0 {
+        if !seq.is_multiple_of(self.every.max(1)) {
             return None;
         }
         let text = std::fs::read_to_string(self.dir.join(crate::graph::INFO)).ok()?;

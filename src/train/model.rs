@@ -62,7 +62,7 @@ impl ModelConfig {
         if self.hidden == 0 || self.ffn == 0 || self.heads == 0 || self.layers == 0 || self.max_positions == 0 {
             return Err("model.hidden, ffn, heads, layers and max_positions must be > 0".into());
         }
-        if self.hidden % self.heads != 0 {
+        if !self.hidden.is_multiple_of(self.heads) {
             return Err(format!("model.hidden ({}) must be a multiple of model.heads ({})", self.hidden, self.heads));
         }
         if !(0.0..1.0).contains(&self.dropout) {

@@ -263,7 +263,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
             line["phase_ms"] = phases.to_json();
         }
         let last = step == total || req.stop_after == Some(step);
-        if step % t.eval_every == 0 || step == total {
+        if step.is_multiple_of(t.eval_every) || step == total {
             let e = evaluate(&model.valid(), &eval_set, &is_special, vocab.len(), m, &device);
             if let Some(e) = e {
                 line["eval_loss"] = e.loss.into();
@@ -274,10 +274,10 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
                 summary.unigram_accuracy = Some(e.unigram_accuracy);
             }
         }
-        if step % t.log_every == 0 || line.get("eval_loss").is_some() || last {
+        if step.is_multiple_of(t.log_every) || line.get("eval_loss").is_some() || last {
             writeln!(metrics, "{line}").at(&req.out)?;
         }
-        if step % t.checkpoint_every == 0 || last {
+        if step.is_multiple_of(t.checkpoint_every) || last {
             summary.checkpoint = Some(save(&model, &optim, step, batch.epoch)?.display().to_string());
         }
         if req.stop_after == Some(step) {

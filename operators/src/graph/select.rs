@@ -145,8 +145,9 @@ mod tests {
         let p = GraphParams { n_neigh: 1, rho_min: 0.3, m_min: 200, ..GraphParams::default() };
         assert_eq!(candidate_pairs(&rho, &co, 4, &p), vec![(0, 1), (0, 2)]);
         let mut low = co.clone();
-        low[0 * 4 + 2] = 10;
-        low[2 * 4 + 0] = 10;
+        let at = |u: usize, v: usize| u * 4 + v;
+        low[at(0, 2)] = 10;
+        low[at(2, 0)] = 10;
         assert_eq!(
             candidate_pairs(&rho, &low, 4, &GraphParams { n_neigh: 1, rho_min: 0.2, ..GraphParams::default() }),
             vec![(0, 1), (1, 3)]

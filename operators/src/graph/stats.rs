@@ -338,8 +338,9 @@ mod tests {
                 assert!((rho[u as usize * g + v as usize] - expected).abs() < 1e-12, "{u},{v}");
             }
         }
-        assert_eq!(sums.co[0 * g + 1], 3);
-        assert_eq!(sums.co[1 * g + 1], 4);
+        let at = |u: usize, v: usize| u * g + v;
+        assert_eq!(sums.co[at(0, 1)], 3);
+        assert_eq!(sums.co[at(1, 1)], 4);
         // Local: Pearson of the mapped scores on the co-present cells, the textbook way.
         let mapped = |u: usize, c: &ScoredCell| {
             c.genes.iter().position(|&x| x as usize == u).map(|i| maps.t2[u * l + c.scores[i] as usize] as f64)

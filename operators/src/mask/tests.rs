@@ -116,7 +116,7 @@ proptest! {
         let n_tokens = 500;
         let tokens = cell(len, n_tokens, seed);
         let graph = random_graph(n_tokens, 2000, seed);
-        let pmi = pmi_of(&[tokens.clone()]);
+        let pmi = pmi_of(std::slice::from_ref(&tokens));
         let params = MaskParams { strategy, seed, ..MaskParams::default() };
         let rep = replacement(n_tokens);
         let layout = SequenceLayout::v1();

@@ -182,7 +182,10 @@ pub fn read_indices(
 ) -> Result<Vec<u32>> {
     // Columns are stored as u32: indices must also fit in one.
     let limit = bound.min(u32::MAX as usize + 1) as i64;
-    let check = |values: &[i64]| match values.iter().find(|&&v| v < 0 || v >= limit) {
+    // `&` rather than `&&`, so the narrow pass below has no branch.
+    #[allow(clippy::manual_range_contains)]
+    let in_range = |v: i64| (v >= 0) & (v < limit);
+    let check = |values: &[i64]| match values.iter().find(|&&v| !in_range(v)) {
         Some(bad) => Err(Error::format(path, format!("{what}: index {bad} outside 0..{bound}"))),
         None => Ok(()),
     };
@@ -190,7 +193,7 @@ pub fn read_indices(
         ($t:ty) => {{
             let raw = read_vec::<$t>(path, ds, what, range)?;
             // A branch-free pass (it vectorizes); the offending value is looked up only on failure.
-            if !raw.iter().fold(true, |ok, &v| ok & (i64::from(v) >= 0) & (i64::from(v) < limit)) {
+            if !raw.iter().fold(true, |ok, &v| ok & in_range(i64::from(v))) {
                 check(&raw.iter().map(|&v| i64::from(v)).collect::<Vec<_>>())?;
             }
             raw.into_iter().map(|v| v as u32).collect()

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use corrflow_operators::mask::{MaskScratch, MaskTables, MaskedSequence, Masker, NeighbourTable};
+use corrflow_operators::mask::{prefetch_cell, MaskScratch, MaskTables, MaskedSequence, Masker, NeighbourTable};
 use crossbeam_channel::{Receiver, Sender};
 use differential_dataflow::input::Input as _;
 use timely::dataflow::channels::pact::{Exchange, Pipeline};
@@ -283,7 +283,10 @@ impl MaskOperator {
             layout: &ctx.layout,
         };
         self.masked.resize_with(b.cells.len(), MaskedSequence::default);
-        for ((key, tokens), out) in b.cells.iter().zip(&mut self.masked) {
+        for (i, ((key, tokens), out)) in b.cells.iter().zip(&mut self.masked).enumerate() {
+            if let Some((_, next)) = b.cells.get(i + 1) {
+                prefetch_cell(next);
+            }
             masker.mask(tokens, b.epoch, *key, &mut self.scratch, out);
         }
         let keys = b.cells.iter().map(|c| c.0).collect();

@@ -24,5 +24,5 @@ pub use params::{MaskParams, MaskStrategy};
 pub use pmi::{PmiCounts, PmiTable};
 pub use replace::{apply_replacement, Replacement, IGNORE_INDEX};
 pub use rng::{cell_rng, MaskRng};
-pub use sequence::{gene_range, MaskedSequence, Masker};
+pub use sequence::{gene_range, prefetch_cell, MaskedSequence, Masker};
 pub use strategies::{mask_cell, MaskPlan, MaskScratch, MaskTables};

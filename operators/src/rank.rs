@@ -40,6 +40,7 @@ pub fn normalized_expression(count: f64, n_counts: f64, median: f64) -> f64 {
 pub struct RankScratch {
     keyed: Vec<(u64, u32)>,
     packed: Vec<u64>,
+    spare: Vec<u64>,
 }
 
 /// Ranks `genes` (token id, normalized expression) by expression, descending, ties by ascending
@@ -53,7 +54,7 @@ pub fn rank_value_encode(genes: &[(u32, f64)], layout: &SequenceLayout, scratch:
     out.reserve(genes.len().min(layout.max_genes) + 2);
     out.extend(layout.cls);
     if genes.len() <= layout.max_genes && genes.len() <= PACKED_MAX {
-        sort_packed(genes, &mut scratch.packed, out);
+        sort_packed(genes, &mut scratch.packed, &mut scratch.spare, out);
     } else {
         sort_keyed(genes, layout.max_genes, &mut scratch.keyed, out);
     }
@@ -64,26 +65,70 @@ pub fn rank_value_encode(genes: &[(u32, f64)], layout: &SequenceLayout, scratch:
 const PACKED_MAX: usize = 1 << 16;
 
 /// The whole cell sorted as single u64 keys: the top 48 bits of the value (all but 15 low
-/// mantissa bits), inverted for descending order, above the gene's index. Sorting 8-byte
-/// integers is about twice as fast as 16-byte (key, token) pairs; the rare runs whose top bits
-/// agree (exact ties, or values within 2⁻³⁷ of each other) are then ordered exactly.
-fn sort_packed(genes: &[(u32, f64)], packed: &mut Vec<u64>, out: &mut Vec<u32>) {
+/// mantissa bits), inverted for descending order, above the gene's index. The keys are put in
+/// order of the 16 highest bits in which they differ (two stable radix passes, or a comparison
+/// sort for short cells); runs that agree in those bits (close values, exact ties) are then
+/// ordered exactly, by value and token id.
+fn sort_packed(genes: &[(u32, f64)], packed: &mut Vec<u64>, spare: &mut Vec<u64>, out: &mut Vec<u32>) {
     // A positive finite f64 orders like its bit pattern; shifting out the (zero) sign bit leaves
     // 63 ordered bits, of which the top 48 are kept.
     let top = |x: f64| !(x.to_bits() << 1) >> 16;
     packed.clear();
+    let (mut lo, mut hi) = (u64::MAX, 0);
     packed.extend(genes.iter().enumerate().map(|(i, &(_, x))| {
         debug_assert!(x.is_finite() && x > 0.0, "expression must be finite and positive");
-        top(x) << 16 | i as u64
+        let key = top(x) << 16 | i as u64;
+        (lo, hi) = (lo.min(key), hi.max(key));
+        key
     }));
-    packed.sort_unstable();
-    for run in packed.chunk_by_mut(|a, b| a >> 16 == b >> 16).filter(|r| r.len() > 1) {
+    // Keys minus the smallest, shifted so that the largest fits in 16 bits: an order-preserving
+    // digit, whose ties (close values, exact ties) are ordered exactly afterwards.
+    let base = lo >> 16;
+    let shift = 16 + (64 - ((hi >> 16) - base).leading_zeros()).saturating_sub(RADIX_BITS);
+    let digit = |k: u64| ((k >> 16) - base) >> (shift - 16);
+    if packed.len() >= RADIX_MIN {
+        radix_sort_16(packed, spare, |k| digit(k) as usize);
+    } else {
+        packed.sort_unstable();
+    }
+    for run in packed.chunk_by_mut(|&a, &b| digit(a) == digit(b)).filter(|r| r.len() > 1) {
         run.sort_unstable_by_key(|&k| {
             let (token, x) = genes[(k & 0xffff) as usize];
             (!x.to_bits(), token)
         });
     }
     out.extend(packed.iter().map(|&k| genes[(k & 0xffff) as usize].0));
+}
+
+/// Bits [`sort_packed`] orders by before its exact pass over runs.
+const RADIX_BITS: u32 = 16;
+
+/// Cells at least this long are radix-sorted; below, a comparison sort is faster than clearing
+/// and summing the 512 counters.
+const RADIX_MIN: usize = 192;
+
+/// Stable LSD radix sort of `keys` by a 16-bit `digit` (two 8-bit passes; `spare` is a buffer).
+fn radix_sort_16(keys: &mut Vec<u64>, spare: &mut Vec<u64>, digit: impl Fn(u64) -> usize) {
+    let mut counts = [[0u32; 256]; 2];
+    for &k in keys.iter() {
+        let d = digit(k);
+        counts[0][d & 0xff] += 1;
+        counts[1][d >> 8 & 0xff] += 1;
+    }
+    spare.clear();
+    spare.resize(keys.len(), 0);
+    for (pass, counts) in counts.iter_mut().enumerate() {
+        let mut at = 0;
+        for c in counts.iter_mut() {
+            (*c, at) = (at, at + *c);
+        }
+        for &k in keys.iter() {
+            let d = digit(k) >> (8 * pass) & 0xff;
+            spare[counts[d] as usize] = k;
+            counts[d] += 1;
+        }
+        std::mem::swap(keys, spare);
+    }
 }
 
 /// The general path (cells longer than `keep`, or than [`PACKED_MAX`]): select the first `keep`
@@ -185,6 +230,32 @@ mod tests {
             let expected: Vec<u32> = reference.iter().take(max_genes).map(|g| g.0).collect();
             let layout = SequenceLayout { max_genes, cls: None, eos: None };
             prop_assert_eq!(encode(&genes, &layout), expected);
+        }
+
+        #[test]
+        fn long_cells_radix_sorted_match_the_reference(
+            genes in proptest::collection::vec((1u32..40, 0u32..3000, 0u64..4, any::<bool>()), 150..1200),
+            spread in 0i32..40,
+            max_genes in 100usize..1500,
+        ) {
+            // Geneformer-like values (count / total · 10⁴ / median) over a range of `spread`
+            // binades, with exact ties (shared medians) and values a few ulps apart.
+            let total = genes.iter().map(|g| f64::from(g.0)).sum::<f64>();
+            let mut cell: Vec<(u32, f64)> = genes
+                .iter()
+                .enumerate()
+                .map(|(i, &(count, m, ulps, wide))| {
+                    let median = 0.1 + f64::from(m % 97) * if wide { 2f64.powi(spread) } else { 0.37 };
+                    let x = normalized_expression(f64::from(count), total, median);
+                    (i as u32 * 7 + 3, f64::from_bits(x.to_bits() + ulps))
+                })
+                .collect();
+            cell.reverse();
+            let mut reference = cell.clone();
+            reference.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap().then(a.0.cmp(&b.0)));
+            let expected: Vec<u32> = reference.iter().take(max_genes.min(2048)).map(|g| g.0).collect();
+            let layout = SequenceLayout { max_genes: max_genes.min(2048), cls: None, eos: None };
+            prop_assert_eq!(encode(&cell, &layout), expected);
         }
 
         #[test]

@@ -17,6 +17,7 @@ use super::manifest::{DropCounts, ShardInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::ingest::{ObsField, ObsKind, ObsValues};
 use crate::util::atomic::{commit, temp_path};
+use crate::util::writeback::WritebackFile;
 use crate::util::HashingWriter;
 
 /// Arrow schema of token shards: fixed columns, then the requested obs columns.
@@ -105,7 +106,7 @@ fn obs_array(values: &ObsValues) -> ArrayRef {
 
 struct OpenShard {
     /// Hashes as it writes: the shard's checksum needs no second read of the file.
-    writer: ArrowWriter<HashingWriter<File>>,
+    writer: ArrowWriter<HashingWriter<WritebackFile>>,
     tmp: PathBuf,
     target: PathBuf,
     cells: u64,
@@ -167,8 +168,12 @@ impl TokenShardWriter {
             let target = self.dir.join(Self::shard_name(self.next_index));
             let tmp = temp_path(&target);
             let file = File::create(&tmp).at(&tmp)?;
-            let writer = ArrowWriter::try_new(HashingWriter::new(file), self.schema.clone(), Some(self.props.clone()))
-                .map_err(|e| Error::parquet(&tmp, e))?;
+            let writer = ArrowWriter::try_new(
+                HashingWriter::new(WritebackFile::new(file)),
+                self.schema.clone(),
+                Some(self.props.clone()),
+            )
+            .map_err(|e| Error::parquet(&tmp, e))?;
             self.open = Some(OpenShard {
                 writer,
                 tmp,
@@ -202,6 +207,7 @@ impl TokenShardWriter {
         let Some(shard) = self.open.take() else { return Ok(None) };
         let hashing = shard.writer.into_inner().map_err(|e| Error::parquet(&shard.tmp, e))?;
         let (file, sha256, bytes) = hashing.finish();
+        let file = file.into_inner();
         file.sync_all().at(&shard.tmp)?;
         drop(file);
         commit(&shard.tmp, &shard.target)?;

@@ -35,6 +35,9 @@ mod builtin {
     pub const TOKENS: &str = include_str!("../../vocab/geneformer-v1/token_dictionary.tsv");
     pub const MEDIANS: &str = include_str!("../../vocab/geneformer-v1/gene_median_dictionary.tsv");
     pub const SYMBOLS: &str = include_str!("../../vocab/geneformer-v1/gene_name_id.tsv");
+    /// `compute_hash` of the tables above, known in advance: formatting and hashing them took a
+    /// third of every command's start-up (a test checks it against the tables).
+    pub const HASH: &str = "3b450eb1fd239b8c3bfd32fe90ce4913ab2940aa5c0fa042d18258e850e54a02";
 }
 
 /// A gene vocabulary: tokens, medians and special tokens.
@@ -57,6 +60,8 @@ pub struct Vocabulary {
 
 /// A token, gene or symbol name: borrowed from the built-in tables or owned.
 type Name = Cow<'static, str>;
+/// Token names by id, token ids by name, and medians by token id.
+type TokenTables = (Vec<Name>, FxHashMap<Name, u32>, Vec<Option<f64>>);
 
 /// How a file's gene id was matched to the vocabulary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +85,10 @@ impl Vocabulary {
     /// Resolves `spec`: the name of a built-in vocabulary or a vocabulary directory.
     pub fn resolve(spec: &str) -> Result<Self> {
         if spec == BUILTIN {
-            return Self::parse(BUILTIN, builtin::TOKENS, builtin::MEDIANS, Some(builtin::SYMBOLS), Cow::Borrowed);
+            let mut vocab =
+                Self::parse(BUILTIN, builtin::TOKENS, builtin::MEDIANS, Some(builtin::SYMBOLS), Cow::Borrowed, false)?;
+            vocab.hash = builtin::HASH.to_string();
+            return Ok(vocab);
         }
         let dir = Path::new(spec);
         if dir.is_dir() {
@@ -104,68 +112,29 @@ impl Vocabulary {
 
     /// Builds a vocabulary from the text of its three tables.
     pub fn from_tables(name: &str, tokens: &str, medians: &str, symbols: Option<&str>) -> Result<Self> {
-        Self::parse(name, tokens, medians, symbols, |s| Cow::Owned(s.to_string()))
+        Self::parse(name, tokens, medians, symbols, |s| Cow::Owned(s.to_string()), true)
     }
 
-    /// [`Self::from_tables`], with `name_of` turning a slice of the tables into a stored name.
+    /// [`Self::from_tables`], with `name_of` turning a slice of the tables into a stored name;
+    /// the content hash is left empty unless `hash`.
     fn parse<'a>(
         name: &str,
         tokens: &'a str,
         medians: &'a str,
         symbols: Option<&'a str>,
-        name_of: impl Fn(&'a str) -> Name,
+        name_of: impl Fn(&'a str) -> Name + Sync,
+        hash: bool,
     ) -> Result<Self> {
         let err = |msg: String| Error::Vocab { name: name.to_string(), msg };
-        let token_rows = parse_tsv(tokens, TOKEN_FILE).map_err(err)?;
-        let mut by_id: Vec<Option<Name>> = Vec::new();
-        let mut token_of = FxHashMap::with_capacity_and_hasher(token_rows.len(), Default::default());
-        for (line, (token, id)) in token_rows {
-            if token.is_empty() {
-                return Err(err(format!("{TOKEN_FILE} line {line}: empty token")));
-            }
-            let id: u32 =
-                id.parse().map_err(|_| err(format!("{TOKEN_FILE} line {line}: id '{id}' is not an integer")))?;
-            if by_id.len() <= id as usize {
-                by_id.resize(id as usize + 1, None);
-            }
-            if by_id[id as usize].is_some() || token_of.insert(name_of(token), id).is_some() {
-                return Err(err(format!("{TOKEN_FILE} line {line}: duplicate token '{token}' or id {id}")));
-            }
-            by_id[id as usize] = Some(name_of(token));
-        }
-        let tokens: Vec<Name> = by_id
-            .into_iter()
-            .enumerate()
-            .map(|(id, t)| t.ok_or_else(|| err(format!("{TOKEN_FILE}: token ids are not contiguous (no id {id})"))))
-            .collect::<Result<_>>()?;
-
-        let mut med = vec![None; tokens.len()];
-        for (line, (gene, value)) in parse_tsv(medians, MEDIAN_FILE).map_err(err)? {
-            let value: f64 = value
-                .parse()
-                .map_err(|_| err(format!("{MEDIAN_FILE} line {line}: median '{value}' is not a number")))?;
-            if !(value.is_finite() && value > 0.0) {
-                return Err(err(format!(
-                    "{MEDIAN_FILE} line {line}: median of {gene} must be finite and > 0, got {value}"
-                )));
-            }
-            // Medians of genes missing from the token dictionary cannot be used; skip them.
-            if let Some(&id) = token_of.get(gene) {
-                med[id as usize] = Some(value);
-            }
-        }
-
-        let mut symbol_map = FxHashMap::default();
-        if let Some(symbols) = symbols {
-            // About 24 bytes per row.
-            symbol_map.reserve(symbols.len() / 24);
-            // Geneformer's table has a row with an empty symbol; such rows map nothing.
-            for (_, (symbol, gene)) in
-                parse_tsv(symbols, SYMBOL_FILE).map_err(err)?.into_iter().filter(|r| !r.1 .0.is_empty())
-            {
-                symbol_map.entry(name_of(symbol)).or_insert_with(|| name_of(gene));
-            }
-        }
+        // The symbol table is independent of the other two and about a third of the work: it is
+        // parsed on a second thread meanwhile.
+        let (symbol_map, tables) = std::thread::scope(|s| {
+            let symbols = s.spawn(|| symbols.map_or_else(|| Ok(FxHashMap::default()), |t| parse_symbols(t, &name_of)));
+            let tables = Self::parse_tokens_and_medians(tokens, medians, &name_of).map_err(err);
+            // ok: parse_symbols has no panicking path.
+            (symbols.join().expect("symbol parser panicked").map_err(err), tables)
+        });
+        let ((tokens, token_of, med), symbol_map) = (tables?, symbol_map?);
 
         let special = |t: &str| token_of.get(t).copied();
         let pad = special(PAD).ok_or_else(|| err(format!("{TOKEN_FILE} has no {PAD} token")))?;
@@ -186,8 +155,53 @@ impl Vocabulary {
         if vocab.n_genes() == 0 {
             return Err(err("no gene has both a token and a median".into()));
         }
-        vocab.hash = vocab.compute_hash();
+        if hash {
+            vocab.hash = vocab.compute_hash();
+        }
         Ok(vocab)
+    }
+
+    /// The token table (names by id, ids by name) and the medians by token id.
+    fn parse_tokens_and_medians<'a>(
+        tokens: &'a str,
+        medians: &'a str,
+        name_of: &impl Fn(&'a str) -> Name,
+    ) -> Result<TokenTables, String> {
+        let token_rows = parse_tsv(tokens, TOKEN_FILE)?;
+        let mut by_id: Vec<Option<Name>> = Vec::new();
+        let mut token_of = FxHashMap::with_capacity_and_hasher(token_rows.len(), Default::default());
+        for (line, (token, id)) in token_rows {
+            if token.is_empty() {
+                return Err(format!("{TOKEN_FILE} line {line}: empty token"));
+            }
+            let id: u32 = id.parse().map_err(|_| format!("{TOKEN_FILE} line {line}: id '{id}' is not an integer"))?;
+            if by_id.len() <= id as usize {
+                by_id.resize(id as usize + 1, None);
+            }
+            if by_id[id as usize].is_some() || token_of.insert(name_of(token), id).is_some() {
+                return Err(format!("{TOKEN_FILE} line {line}: duplicate token '{token}' or id {id}"));
+            }
+            by_id[id as usize] = Some(name_of(token));
+        }
+        let tokens: Vec<Name> = by_id
+            .into_iter()
+            .enumerate()
+            .map(|(id, t)| t.ok_or_else(|| format!("{TOKEN_FILE}: token ids are not contiguous (no id {id})")))
+            .collect::<Result<_, String>>()?;
+
+        let mut med = vec![None; tokens.len()];
+        for (line, (gene, value)) in parse_tsv(medians, MEDIAN_FILE)? {
+            let value: f64 =
+                value.parse().map_err(|_| format!("{MEDIAN_FILE} line {line}: median '{value}' is not a number"))?;
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!("{MEDIAN_FILE} line {line}: median of {gene} must be finite and > 0, got {value}"));
+            }
+            // Medians of genes missing from the token dictionary cannot be used; skip them.
+            if let Some(&id) = token_of.get(gene) {
+                med[id as usize] = Some(value);
+            }
+        }
+        Ok((tokens, token_of, med))
     }
 
     /// The same vocabulary with `<cls>` and `<eos>` appended when missing (Geneformer V2 layout).
@@ -330,6 +344,17 @@ impl Vocabulary {
     }
 }
 
+/// The symbol → gene table.
+fn parse_symbols<'a>(text: &'a str, name_of: &impl Fn(&'a str) -> Name) -> Result<FxHashMap<Name, Name>, String> {
+    // About 24 bytes per row.
+    let mut map = FxHashMap::with_capacity_and_hasher(text.len() / 24, Default::default());
+    // Geneformer's table has a row with an empty symbol; such rows map nothing.
+    for (_, (symbol, gene)) in parse_tsv(text, SYMBOL_FILE)?.into_iter().filter(|r| !r.1 .0.is_empty()) {
+        map.entry(name_of(symbol)).or_insert_with(|| name_of(gene));
+    }
+    Ok(map)
+}
+
 /// Parses a two-column TSV with a header line into (1-based line number, (col0, col1)).
 fn parse_tsv<'a>(text: &'a str, file: &str) -> Result<Vec<(usize, (&'a str, &'a str))>, String> {
     let mut rows = Vec::new();
@@ -357,6 +382,14 @@ mod tests {
         assert_eq!(v.n_genes(), 25_424);
         assert_eq!((v.pad, v.mask), (0, 1));
         assert_eq!((v.cls, v.eos), (None, None));
+    }
+
+    #[test]
+    fn builtin_hash_is_the_hash_of_its_tables() {
+        let v = Vocabulary::resolve(BUILTIN).unwrap();
+        assert_eq!(v.hash(), v.compute_hash());
+        let parsed = Vocabulary::from_tables("x", builtin::TOKENS, builtin::MEDIANS, None).unwrap();
+        assert_eq!(parsed.hash(), builtin::HASH);
     }
 
     #[test]

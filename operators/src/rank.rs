@@ -66,9 +66,9 @@ const PACKED_MAX: usize = 1 << 16;
 
 /// The whole cell sorted as single u64 keys: the top 48 bits of the value (all but 15 low
 /// mantissa bits), inverted for descending order, above the gene's index. The keys are put in
-/// order of the 16 highest bits in which they differ (two stable radix passes, or a comparison
-/// sort for short cells); runs that agree in those bits (close values, exact ties) are then
-/// ordered exactly, by value and token id.
+/// order of a 16-bit digit that orders like the value (two stable radix passes, or a comparison
+/// sort for short cells); runs that share a digit (close values, exact ties) are then ordered
+/// exactly, by value and token id.
 fn sort_packed(genes: &[(u32, f64)], packed: &mut Vec<u64>, spare: &mut Vec<u64>, out: &mut Vec<u32>) {
     // A positive finite f64 orders like its bit pattern; shifting out the (zero) sign bit leaves
     // 63 ordered bits, of which the top 48 are kept.

@@ -61,7 +61,8 @@ impl TokenBatch {
     /// The batch as Arrow columns; token ids are moved, not copied (an in-place cast).
     pub fn into_record_batch(self, schema: &SchemaRef, atlas: &str) -> Result<RecordBatch> {
         let n = self.n_cells();
-        let values = Int32Array::from(self.tokens.into_iter().map(|t| t as i32).collect::<Vec<i32>>());
+        // Token ids are < 2^31, so the u32 buffer is reused as i32 as it is (no copy).
+        let values = Int32Array::from(bytemuck::allocation::cast_vec::<u32, i32>(self.tokens));
         let offsets = OffsetBuffer::new(self.offsets.iter().map(|&o| o as i32).collect::<Vec<_>>().into());
         let item = Arc::new(Field::new("item", DataType::Int32, true));
         let ids = ListArray::try_new(item, offsets, Arc::new(values), None).map_err(|e| Error::Usage(e.to_string()))?;

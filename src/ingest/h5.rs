@@ -8,6 +8,7 @@ use std::path::Path;
 use hdf5::types::{CompoundField, CompoundType, FloatSize, IntSize, TypeDescriptor, VarLenAscii, VarLenUnicode};
 use hdf5::{Dataset, Datatype, H5Type, Location};
 
+use super::ChunkValues;
 use crate::error::{Error, IoContext, Result};
 
 const HDF5_SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
@@ -164,6 +165,21 @@ pub fn read_f64(path: &Path, ds: &Dataset, what: &str, kind: NumKind, range: Opt
     })
 }
 
+/// Reads (a slice of) a 1-d numeric dataset of stored counts: f32 as it is stored, anything
+/// else as f64.
+pub fn read_values(
+    path: &Path,
+    ds: &Dataset,
+    what: &str,
+    kind: NumKind,
+    range: Option<Range<usize>>,
+) -> Result<ChunkValues> {
+    Ok(match kind {
+        NumKind::F32 => ChunkValues::F32(read_vec::<f32>(path, ds, what, range)?),
+        _ => ChunkValues::F64(read_f64(path, ds, what, kind, range)?),
+    })
+}
+
 /// Reads (a slice of) a 1-d integer dataset as i64 (sparse indices, indptr, codes).
 pub fn read_i64(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<i64>> {
     let kind = num_kind(path, ds, what)?;
@@ -207,23 +223,24 @@ pub fn read_indices(
         Some(bad) => Err(Error::format(path, format!("{what}: index {bad} outside 0..{bound}"))),
         None => Ok(()),
     };
-    macro_rules! narrow {
+    macro_rules! checked {
         ($t:ty) => {{
             let raw = read_vec::<$t>(path, ds, what, range)?;
             // A branch-free pass (it vectorizes); the offending value is looked up only on failure.
             if !raw.iter().fold(true, |ok, &v| ok & in_range(i64::from(v))) {
                 check(&raw.iter().map(|&v| i64::from(v)).collect::<Vec<_>>())?;
             }
-            raw.into_iter().map(|v| v as u32).collect()
+            raw
         }};
     }
     Ok(match num_kind(path, ds, what)? {
-        NumKind::I32 => narrow!(i32),
-        NumKind::U32 => narrow!(u32),
-        NumKind::I16 => narrow!(i16),
-        NumKind::U16 => narrow!(u16),
-        NumKind::I8 => narrow!(i8),
-        NumKind::U8 => narrow!(u8),
+        // Checked non-negative, so the same bits: the buffer is reused as it is.
+        NumKind::I32 => bytemuck::allocation::cast_vec(checked!(i32)),
+        NumKind::U32 => checked!(u32),
+        NumKind::I16 => checked!(i16).into_iter().map(|v| v as u32).collect(),
+        NumKind::U16 => checked!(u16).into_iter().map(|v| v as u32).collect(),
+        NumKind::I8 => checked!(i8).into_iter().map(|v| v as u32).collect(),
+        NumKind::U8 => checked!(u8).into_iter().map(|v| v as u32).collect(),
         _ => {
             let wide = read_i64(path, ds, what, range)?;
             check(&wide)?;

@@ -50,7 +50,7 @@ impl SparseRows {
             ));
         }
         let range = start as usize..end as usize;
-        let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
+        let values = h5::read_values(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
         let cols = h5::read_indices(path, &self.indices, &format!("{what}/indices"), Some(range), self.n_cols)?;
         let indptr = ptr.iter().map(|&p| (p - start) as usize).collect();
         Ok(SparseRowsData { indptr, cols, values })

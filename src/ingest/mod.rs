@@ -14,6 +14,7 @@ mod pipeline;
 mod run;
 mod tenx;
 mod transpose;
+mod values;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use crate::error::{Error, Result};
 
 pub use obs::{ObsKind, ObsValues};
 pub use run::{run_ingest, validate_atlas_name, IngestRequest, IngestSummary};
+pub use values::{CellValues, ChunkValues};
 
 /// Consecutive cells of one file, in sparse row form.
 #[derive(Clone, Debug, Default)]
@@ -34,7 +36,7 @@ pub struct CellChunk {
     /// Column (gene) index within the file's gene table.
     pub genes: Vec<u32>,
     /// Stored values (raw counts unless told otherwise); explicit zeros may occur.
-    pub values: Vec<f64>,
+    pub values: ChunkValues,
     pub cell_ids: Vec<String>,
     /// One entry per requested obs column, in request order.
     pub obs: Vec<ObsValues>,
@@ -46,9 +48,9 @@ impl CellChunk {
     }
 
     /// Column indices and values of the chunk's `i`-th cell.
-    pub fn cell(&self, i: usize) -> (&[u32], &[f64]) {
+    pub fn cell(&self, i: usize) -> (&[u32], CellValues<'_>) {
         let r = self.indptr[i]..self.indptr[i + 1];
-        (&self.genes[r.clone()], &self.values[r])
+        (&self.genes[r.clone()], self.values.slice(r))
     }
 }
 

@@ -119,7 +119,7 @@ impl CellSource for TenxSource {
             for k in w[0]..w[1] {
                 if let Some(c) = self.remap[m.cols[k] as usize] {
                     chunk.genes.push(c);
-                    chunk.values.push(m.values[k]);
+                    chunk.values.push(m.values.get(k));
                 }
             }
             chunk.indptr.push(chunk.genes.len());

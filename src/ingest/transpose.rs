@@ -7,6 +7,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::ChunkValues;
 use crate::error::{Error, IoContext, Result};
 
 const RECORD: usize = 16; // row u32, col u32, value f64
@@ -62,7 +63,7 @@ impl BucketWriter {
 pub struct SparseRowsData {
     pub indptr: Vec<usize>,
     pub cols: Vec<u32>,
-    pub values: Vec<f64>,
+    pub values: ChunkValues,
 }
 
 /// The transposed matrix, readable by row range.
@@ -135,11 +136,11 @@ mod tests {
         let rows01 = b.read(0..2).unwrap();
         assert_eq!(rows01.indptr, vec![0, 2, 3]);
         assert_eq!(rows01.cols, vec![0, 2, 2]);
-        assert_eq!(rows01.values, vec![2.0, 4.0, 5.0]);
+        assert_eq!(rows01.values, ChunkValues::F64(vec![2.0, 4.0, 5.0]));
         let rows23 = b.read(2..4).unwrap();
         assert_eq!((rows23.indptr, rows23.cols), (vec![0, 0, 1], vec![1]));
         let row4 = b.read(4..5).unwrap();
-        assert_eq!((row4.cols, row4.values), (vec![0], vec![1.0]));
+        assert_eq!((row4.cols, row4.values), (vec![0], ChunkValues::F64(vec![1.0])));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use corrflow_operators::{normalized_expression, rank_value_encode, RankScratch};
 use super::mapper::UNMAPPED;
 use super::{cell_counts, encode_cell, is_integer, GeneMapper, TokenizeOptions, ValueTransform};
 use crate::error::Result;
-use crate::ingest::CellChunk;
+use crate::ingest::{CellChunk, CellValues};
 use crate::vocab::Vocabulary;
 
 /// What tokenizing the cells of one chunk reads.
@@ -35,31 +35,42 @@ impl ChunkTokenizer<'_> {
         let (mapper, opts) = (self.mapper, self.opts);
         if opts.transform == ValueTransform::None && !mapper.has_duplicates {
             let (cols, values) = self.chunk.cell(i);
-            // `None`: some value is invalid, and the general path names it.
-            if let Some(n_counts) = checked_total(values, !opts.allow_normalized) {
-                // Branch-free: every value is normalised and written, and the slot is kept only
-                // for a vocabulary gene with a count > 0 (whether a gene is in the vocabulary is
-                // a coin flip the branch predictor cannot learn).
-                let pairs = &mut buf.pairs;
-                pairs.clear();
-                pairs.resize(values.len(), (0, 0.0));
-                let mut n = 0;
-                let slots = pairs.as_mut_slice();
-                for (&col, &v) in cols.iter().zip(values) {
-                    let (token, median) = mapper.column_table[col as usize];
-                    slots[n] = (token, normalized_expression(v, n_counts, median));
-                    n += usize::from((token != UNMAPPED) & (v > 0.0));
-                }
-                pairs.truncate(n);
-                if pairs.is_empty() || n_counts <= 0.0 {
-                    buf.tokens.clear();
-                    return Ok(false);
-                }
-                rank_value_encode(pairs, &opts.layout, &mut buf.scratch, &mut buf.tokens);
-                return Ok(true);
+            let fast = match values {
+                CellValues::F32(v) => self.tokenize_counts(cols, v, buf),
+                CellValues::F64(v) => self.tokenize_counts(cols, v, buf),
+            };
+            if let Some(kept) = fast {
+                return Ok(kept);
             }
         }
         self.tokenize_general(i, buf)
+    }
+
+    /// The common case: counts, no duplicate gene columns. `None` when some value is invalid
+    /// (the general path then names it), else whether the cell has any vocabulary gene.
+    fn tokenize_counts<V: Copy + Into<f64>>(&self, cols: &[u32], values: &[V], buf: &mut CellBuffers) -> Option<bool> {
+        let n_counts = checked_total(values, !self.opts.allow_normalized)?;
+        // Branch-free: every value is normalised and written, and the slot is kept only for a
+        // vocabulary gene with a count > 0 (whether a gene is in the vocabulary is a coin flip
+        // the branch predictor cannot learn).
+        let pairs = &mut buf.pairs;
+        pairs.clear();
+        pairs.resize(values.len(), (0, 0.0));
+        let mut n = 0;
+        let slots = pairs.as_mut_slice();
+        for (&col, &v) in cols.iter().zip(values) {
+            let v: f64 = v.into();
+            let (token, median) = self.mapper.column_table[col as usize];
+            slots[n] = (token, normalized_expression(v, n_counts, median));
+            n += usize::from((token != UNMAPPED) & (v > 0.0));
+        }
+        pairs.truncate(n);
+        if pairs.is_empty() || n_counts <= 0.0 {
+            buf.tokens.clear();
+            return Some(false);
+        }
+        rank_value_encode(pairs, &self.opts.layout, &mut buf.scratch, &mut buf.tokens);
+        Some(true)
     }
 
     /// [`Self::tokenize`] for every case: duplicate columns summed, transformed values, and the
@@ -81,13 +92,14 @@ impl ChunkTokenizer<'_> {
 /// `integers`, an integer), else `None`. Equal to [`cell_counts`]'s sequential sum: integer
 /// sums below 2^53 are exact in any order, so those are summed in four independent lanes.
 #[allow(clippy::manual_range_contains)] // `&` of two comparisons, see below
-fn checked_total(values: &[f64], integers: bool) -> Option<f64> {
+fn checked_total<V: Copy + Into<f64>>(values: &[V], integers: bool) -> Option<f64> {
     // Non-short-circuit `&` so the loops have no branch and vectorize.
     let valid = |v: f64| (v >= 0.0) & (v < f64::INFINITY);
     if !integers {
         let mut ok = true;
         let mut sum = 0.0;
         for &v in values {
+            let v: f64 = v.into();
             ok &= valid(v);
             sum += v;
         }
@@ -99,11 +111,13 @@ fn checked_total(values: &[f64], integers: bool) -> Option<f64> {
     let rest = quads.remainder();
     for q in quads {
         for (lane, &v) in lanes.iter_mut().zip(q) {
+            let v: f64 = v.into();
             ok &= valid(v) & is_integer(v);
             *lane += v;
         }
     }
     for &v in rest {
+        let v: f64 = v.into();
         ok &= valid(v) & is_integer(v);
         lanes[0] += v;
     }
@@ -115,11 +129,12 @@ fn checked_total(values: &[f64], integers: bool) -> Option<f64> {
 mod tests {
     use super::super::tests::{chunk, v1};
     use super::*;
+    use crate::ingest::ChunkValues;
     use crate::vocab::BUILTIN;
     use corrflow_operators::SequenceLayout;
 
     #[test]
-    fn fast_path_gives_the_general_paths_tokens_and_totals() {
+    fn fast_path_gives_the_general_paths_tokens_and_totals_for_f32_and_f64_storage() {
         let vocab = Vocabulary::resolve(BUILTIN).unwrap();
         // Every 5th column is not in the vocabulary.
         let genes: Vec<String> = (0..400)
@@ -140,25 +155,34 @@ mod tests {
             })
             .collect();
         let refs: Vec<&[(u32, f64)]> = rows.iter().map(Vec::as_slice).collect();
-        let c = chunk(&refs);
+        let wide = chunk(&refs);
+        // The same values stored as f32, as AnnData files store counts.
+        let ChunkValues::F64(v) = &wide.values else { unreachable!() };
+        let narrow = CellChunk { values: ChunkValues::F32(v.iter().map(|&x| x as f32).collect()), ..wide.clone() };
         for opts in [
             v1(),
             TokenizeOptions { allow_normalized: true, ..v1() },
             TokenizeOptions { layout: SequenceLayout { max_genes: 9, ..SequenceLayout::v1() }, ..v1() },
         ] {
-            let cells = ChunkTokenizer {
+            let tokenizer = |c| ChunkTokenizer {
                 path: Path::new("x"),
-                chunk: &c,
+                chunk: c,
                 gene_ids: &genes,
                 mapper: &mapper,
                 vocab: &vocab,
                 opts: &opts,
             };
-            let (mut fast, mut general) = (CellBuffers::default(), CellBuffers::default());
-            for i in 0..c.n_cells() {
+            let (cells, cells32) = (tokenizer(&wide), tokenizer(&narrow));
+            let (mut fast, mut general, mut fast32) =
+                (CellBuffers::default(), CellBuffers::default(), CellBuffers::default());
+            for i in 0..wide.n_cells() {
                 let a = cells.tokenize(i, &mut fast).unwrap();
                 let b = cells.tokenize_general(i, &mut general).unwrap();
                 assert_eq!((a, &fast.tokens), (b, &general.tokens), "cell {i}");
+                let a32 = cells32.tokenize(i, &mut fast32).unwrap();
+                assert_eq!((a32, &fast32.tokens), (a, &fast.tokens), "cell {i} stored as f32");
+                let b32 = cells32.tokenize_general(i, &mut general).unwrap();
+                assert_eq!((b32, &general.tokens), (a, &fast.tokens), "cell {i} stored as f32, general path");
             }
         }
         assert_eq!(checked_total(&[1.0, 2.0, 3.0, 4.0, 5.0], true), Some(15.0));

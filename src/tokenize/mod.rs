@@ -112,7 +112,8 @@ pub fn cell_counts(
 ) -> Result<f64> {
     let (cols, values) = chunk.cell(i);
     let mut n_counts = 0.0f64;
-    for (&col, &raw) in cols.iter().zip(values) {
+    for (k, &col) in cols.iter().enumerate() {
+        let raw = values.get(k);
         let v = match opts.transform {
             ValueTransform::None => raw,
             ValueTransform::Expm1 => raw.exp_m1(),

@@ -51,12 +51,19 @@ pub struct MedianEstimator {
     index: HashMap<String, usize>,
     genes: Vec<String>,
     sketches: Vec<LogQuantileSketch>,
+    /// (slot, bucket) of values not yet in their sketch. Adding values one by one was a
+    /// B-tree descent with cache misses each (~550 ns per value); sorted, each gene's values
+    /// land together and equal buckets are added once.
+    pending: Vec<(u32, i32)>,
     cells: u64,
 }
 
+/// Values buffered before they are added to the sketches (8 bytes each).
+const PENDING_VALUES: usize = 1 << 18;
+
 impl MedianEstimator {
     pub fn new(alpha: f64) -> Self {
-        Self { alpha, index: HashMap::new(), genes: Vec::new(), sketches: Vec::new(), cells: 0 }
+        Self { alpha, index: HashMap::new(), genes: Vec::new(), sketches: Vec::new(), pending: Vec::new(), cells: 0 }
     }
 
     /// Global slot of each of a file's gene ids (duplicates share a slot).
@@ -81,12 +88,28 @@ impl MedianEstimator {
         }
         self.cells += 1;
         for &(slot, c) in counts {
-            self.sketches[slot].add(c / n_counts * TARGET_SUM);
+            if let Some(key) = self.sketches[slot].bucket(c / n_counts * TARGET_SUM) {
+                self.pending.push((slot as u32, key));
+            }
+        }
+        if self.pending.len() >= PENDING_VALUES {
+            self.flush();
         }
     }
 
+    /// Adds the buffered values to their sketches.
+    fn flush(&mut self) {
+        self.pending.sort_unstable();
+        for run in self.pending.chunk_by(|a, b| a == b) {
+            let (slot, key) = run[0];
+            self.sketches[slot as usize].add_to_bucket(key, run.len() as u64);
+        }
+        self.pending.clear();
+    }
+
     /// (gene id, estimated median, number of cells expressing it), for genes seen expressed.
-    pub fn medians(&self) -> Vec<(String, f64, u64)> {
+    pub fn medians(&mut self) -> Vec<(String, f64, u64)> {
+        self.flush();
         self.genes
             .iter()
             .zip(&self.sketches)

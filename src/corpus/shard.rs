@@ -58,10 +58,10 @@ impl TokenBatch {
         self.offsets.len().saturating_sub(1)
     }
 
-    /// The batch as Arrow columns; token ids are moved, not copied (an in-place cast).
+    /// The batch as Arrow columns; token ids are moved, not copied (their u32 buffer is reused
+    /// as i32: ids are < 2^31).
     pub fn into_record_batch(self, schema: &SchemaRef, atlas: &str) -> Result<RecordBatch> {
         let n = self.n_cells();
-        // Token ids are < 2^31, so the u32 buffer is reused as i32 as it is (no copy).
         let values = Int32Array::from(bytemuck::allocation::cast_vec::<u32, i32>(self.tokens));
         let offsets = OffsetBuffer::new(self.offsets.iter().map(|&o| o as i32).collect::<Vec<_>>().into());
         let item = Arc::new(Field::new("item", DataType::Int32, true));

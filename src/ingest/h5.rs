@@ -233,14 +233,19 @@ pub fn read_indices(
             raw
         }};
     }
+    macro_rules! widened {
+        ($t:ty) => {
+            checked!($t).into_iter().map(|v| v as u32).collect()
+        };
+    }
     Ok(match num_kind(path, ds, what)? {
         // Checked non-negative, so the same bits: the buffer is reused as it is.
         NumKind::I32 => bytemuck::allocation::cast_vec(checked!(i32)),
         NumKind::U32 => checked!(u32),
-        NumKind::I16 => checked!(i16).into_iter().map(|v| v as u32).collect(),
-        NumKind::U16 => checked!(u16).into_iter().map(|v| v as u32).collect(),
-        NumKind::I8 => checked!(i8).into_iter().map(|v| v as u32).collect(),
-        NumKind::U8 => checked!(u8).into_iter().map(|v| v as u32).collect(),
+        NumKind::I16 => widened!(i16),
+        NumKind::U16 => widened!(u16),
+        NumKind::I8 => widened!(i8),
+        NumKind::U8 => widened!(u8),
         _ => {
             let wide = read_i64(path, ds, what, range)?;
             check(&wide)?;

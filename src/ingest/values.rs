@@ -57,12 +57,6 @@ impl ChunkValues {
     }
 }
 
-impl From<Vec<f64>> for ChunkValues {
-    fn from(v: Vec<f64>) -> Self {
-        Self::F64(v)
-    }
-}
-
 /// The stored values of one cell.
 #[derive(Clone, Copy, Debug)]
 pub enum CellValues<'a> {

@@ -202,7 +202,8 @@ impl CountsMatrix {
 
 fn sparse_parts(path: &Path, what: &str, group: &hdf5::Group) -> Result<(Dataset, Dataset, Dataset)> {
     let part = |n: &str| {
-        group.dataset(n).map_err(|_| Error::format(path, format!("sparse matrix {what} has no '{n}' dataset")))
+        h5::open_sequential(group, n)
+            .map_err(|_| Error::format(path, format!("sparse matrix {what} has no '{n}' dataset")))
     };
     Ok((part("data")?, part("indices")?, part("indptr")?))
 }

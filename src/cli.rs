@@ -48,66 +48,10 @@ pub(crate) enum Command {
     Mask(MaskCommand),
     /// Cell embeddings of an h5ad from a checkpoint (burn) or an exported model (ONNX Runtime):
     /// Parquet, optionally obsm["X_corrflow"] in an h5ad copy.
-    #[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
-    Embed {
-        /// Checkpoint directory, or a run directory (its latest checkpoint).
-        #[arg(long, value_name = "CKPT")]
-        checkpoint: Option<PathBuf>,
-        /// A model written by `export onnx` (its FILE.vocab/ beside it).
-        #[arg(long, value_name = "FILE.onnx")]
-        model: Option<PathBuf>,
-        #[arg(long, value_name = "FILE")]
-        input: PathBuf,
-        /// Parquet: cell_id, embedding, the --obs-columns.
-        #[arg(long, value_name = "FILE")]
-        out: PathBuf,
-        /// Also write a copy of the input with obsm["X_corrflow"].
-        #[arg(long, value_name = "FILE")]
-        h5ad_out: Option<PathBuf>,
-        #[command(flatten)]
-        read: ReadArgs,
-        /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
-        #[arg(long, value_delimiter = ',', value_name = "A,B")]
-        obs_columns: Vec<String>,
-        /// mean (over genes, Geneformer's cell mode; default) or cls. ONNX models pool as exported.
-        #[arg(long, value_enum)]
-        pooling: Option<corrflow::embed::Pooling>,
-        /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
-        #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
-        layer: i64,
-        #[command(flatten)]
-        batching: BatchArgs,
-        #[command(flatten)]
-        runtime: RuntimeArgs,
-    },
+    Embed(EmbedArgs),
     /// HTTP embedding server for an exported model: POST /v1/embed, GET /health, /info,
     /// /metrics, /openapi.json.
-    Serve {
-        #[arg(long, value_name = "FILE.onnx")]
-        model: PathBuf,
-        /// Address to bind (loopback by default; port 0 picks a free port).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        addr: std::net::SocketAddr,
-        #[command(flatten)]
-        runtime: RuntimeArgs,
-        #[command(flatten)]
-        batching: BatchArgs,
-        /// How long a partly filled batch waits for more requests (ms).
-        #[arg(long, default_value_t = 2)]
-        batch_wait_ms: u64,
-        /// Requests waiting for the batcher before new ones get 429.
-        #[arg(long, default_value_t = 256)]
-        max_queue: usize,
-        /// Larger bodies get 413.
-        #[arg(long, default_value_t = 16 << 20)]
-        max_body_bytes: usize,
-        /// Most cells in one request (more: 413).
-        #[arg(long, default_value_t = 1024)]
-        max_cells: usize,
-        /// Require `Authorization: Bearer TOKEN` (all routes but /health).
-        #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-    },
+    Serve(ServeArgs),
     /// Evaluations of embeddings.
     #[command(subcommand)]
     Eval(EvalCommand),
@@ -116,39 +60,104 @@ pub(crate) enum Command {
     Synth(corrflow::synth::cli::SynthCommand),
     /// Pre-train the encoder (sections [model], [train] and [mask] of the config); resumes from
     /// the latest checkpoint in --out.
-    Train {
-        /// Run directory: metrics.jsonl, checkpoints/, vocab/.
-        #[arg(long, value_name = "DIR", default_value = "corrflow-run")]
-        out: PathBuf,
-        /// Overrides train.corpus.
-        #[arg(long, value_name = "CORPUS")]
-        corpus: Option<PathBuf>,
-        /// Overrides train.graph.
-        #[arg(long, value_name = "GRAPH")]
-        graph: Option<PathBuf>,
-        /// Overrides mask.strategy.
-        #[arg(long, value_parser = parse_strategy)]
-        strategy: Option<MaskStrategy>,
-        /// Overrides mask.lambda.
-        #[arg(long)]
-        lambda: Option<f64>,
-        /// Overrides train.max_steps.
-        #[arg(long)]
-        max_steps: Option<u64>,
-        /// Overrides train.seed and mask.seed.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// cpu or cuda (overrides train.device).
-        #[arg(long, value_enum)]
-        device: Option<corrflow::train::Device>,
-        /// Discard the checkpoints in --out instead of resuming.
-        #[arg(long)]
-        restart: bool,
-        /// Log each step's phases (prepare, forward, backward, clip, optimizer) in milliseconds
-        /// as `phase_ms` in metrics.jsonl, waiting for the device after each (slows training).
-        #[arg(long)]
-        profile_steps: bool,
-    },
+    Train(TrainArgs),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
+pub(crate) struct EmbedArgs {
+    /// Checkpoint directory, or a run directory (its latest checkpoint).
+    #[arg(long, value_name = "CKPT")]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// A model written by `export onnx` (its FILE.vocab/ beside it).
+    #[arg(long, value_name = "FILE.onnx")]
+    pub(crate) model: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    pub(crate) input: PathBuf,
+    /// Parquet: cell_id, embedding, the --obs-columns.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    /// Also write a copy of the input with obsm["X_corrflow"].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) h5ad_out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) read: ReadArgs,
+    /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
+    pub(crate) obs_columns: Vec<String>,
+    /// mean (over genes, Geneformer's cell mode; default) or cls. ONNX models pool as exported.
+    #[arg(long, value_enum)]
+    pub(crate) pooling: Option<corrflow::embed::Pooling>,
+    /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub(crate) layer: i64,
+    #[command(flatten)]
+    pub(crate) batching: BatchArgs,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    #[arg(long, value_name = "FILE.onnx")]
+    pub(crate) model: PathBuf,
+    /// Address to bind (loopback by default; port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) addr: std::net::SocketAddr,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+    #[command(flatten)]
+    pub(crate) batching: BatchArgs,
+    /// How long a partly filled batch waits for more requests (ms).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) batch_wait_ms: u64,
+    /// Requests waiting for the batcher before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) max_queue: usize,
+    /// Larger bodies get 413.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub(crate) max_body_bytes: usize,
+    /// Most cells in one request (more: 413).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) max_cells: usize,
+    /// Require `Authorization: Bearer TOKEN` (all routes but /health).
+    #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct TrainArgs {
+    /// Run directory: metrics.jsonl, checkpoints/, vocab/.
+    #[arg(long, value_name = "DIR", default_value = "corrflow-run")]
+    pub(crate) out: PathBuf,
+    /// Overrides train.corpus.
+    #[arg(long, value_name = "CORPUS")]
+    pub(crate) corpus: Option<PathBuf>,
+    /// Overrides train.graph.
+    #[arg(long, value_name = "GRAPH")]
+    pub(crate) graph: Option<PathBuf>,
+    /// Overrides mask.strategy.
+    #[arg(long, value_parser = parse_strategy)]
+    pub(crate) strategy: Option<MaskStrategy>,
+    /// Overrides mask.lambda.
+    #[arg(long)]
+    pub(crate) lambda: Option<f64>,
+    /// Overrides train.max_steps.
+    #[arg(long)]
+    pub(crate) max_steps: Option<u64>,
+    /// Overrides train.seed and mask.seed.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// cpu or cuda (overrides train.device).
+    #[arg(long, value_enum)]
+    pub(crate) device: Option<corrflow::train::Device>,
+    /// Discard the checkpoints in --out instead of resuming.
+    #[arg(long)]
+    pub(crate) restart: bool,
+    /// Log each step's phases (prepare, forward, backward, clip, optimizer) in milliseconds
+    /// as `phase_ms` in metrics.jsonl, waiting for the device after each (slows training).
+    #[arg(long)]
+    pub(crate) profile_steps: bool,
 }
 
 /// ONNX Runtime settings (`--model`, `serve`).

@@ -1,0 +1,96 @@
+//! `ingest`, `vocab build` and `export hf`: files into a token-shard corpus and back out.
+
+use anyhow::{Context, Result};
+use corrflow::config::{Config, ModelVersion};
+use corrflow::ingest::{run_ingest, IngestRequest};
+use corrflow::tokenize::TokenizeOptions;
+use corrflow::vocab::{build_vocabulary, VocabBuildOptions, Vocabulary};
+use corrflow_operators::SequenceLayout;
+
+use super::print_summary;
+use crate::cli::{IngestArgs, VocabCommand};
+
+pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
+    let progress = !json;
+    let version = a.version.unwrap_or(cfg.ingest.version);
+    let mut vocab = Vocabulary::resolve(&a.vocab)?;
+    let mut layout = match version {
+        ModelVersion::V1 => SequenceLayout::v1(),
+        ModelVersion::V2 => {
+            vocab = vocab.with_v2_specials();
+            SequenceLayout::v2(
+                vocab.cls.context("v2 vocabulary has <cls>")?,
+                vocab.eos.context("v2 vocabulary has <eos>")?,
+            )
+        }
+    };
+    if let Some(m) = cfg.ingest.max_genes {
+        layout.max_genes = m;
+    }
+    let req = IngestRequest {
+        corpus: a.out.clone(),
+        atlas: a.atlas.clone(),
+        inputs: a.inputs.clone(),
+        vocab,
+        read: a.read.read_options(cfg, a.obs_columns.clone()),
+        tokenize: TokenizeOptions {
+            layout,
+            allow_normalized: a.read.allow_normalized || a.read.log1p,
+            transform: a.read.transform(),
+        },
+        shard_cells: cfg.ingest.shard_cells,
+        zstd_level: cfg.ingest.zstd_level,
+        restart: a.restart,
+        show_progress: progress,
+    };
+    let s = run_ingest(&req)?;
+    let mut human = format!(
+        "ingest: atlas '{}': {} cells read, {} kept, {} dropped (no vocabulary gene), {} tokens, {} shards in {:.2}s ({:.0} cells/s, {:.1} MB/s)",
+        s.atlas, s.cells_read, s.cells_kept, s.dropped.total(), s.tokens, s.shards, s.seconds, s.cells_per_s, s.mb_per_s
+    );
+    if let Some(hf) = &a.hf {
+        let dir = corrflow::corpus::atlas_dir(&a.out, &a.atlas);
+        let rows = corrflow::corpus::export_hf(&[dir], hf)?;
+        human.push_str(&format!("\nexported {rows} cells to {} (Hugging Face save_to_disk layout)", hf.display()));
+    }
+    print_summary(json, &human, &s)
+}
+
+pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
+    let VocabCommand::Build { out, name, alpha, min_cells, read, inputs } = cmd;
+    let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
+    let opts = VocabBuildOptions {
+        name,
+        read: read.read_options(cfg, Vec::new()),
+        values: TokenizeOptions {
+            layout: SequenceLayout::v1(),
+            allow_normalized: read.allow_normalized || read.log1p,
+            transform: read.transform(),
+        },
+        alpha: alpha.unwrap_or(cfg.vocab.alpha),
+        min_cells: min_cells.unwrap_or(cfg.vocab.min_cells),
+    };
+    let (_, s) = build_vocabulary(&inputs, &out, &opts)?;
+    let human = format!(
+        "vocab build: {} genes from {} cells, medians within {:.3}% relative error, written to {}",
+        s.genes,
+        s.cells,
+        s.alpha * 100.0,
+        out.display()
+    );
+    print_summary(json, &human, &s)
+}
+
+pub(crate) fn export_hf(
+    corpus: std::path::PathBuf,
+    atlas: Vec<String>,
+    out: std::path::PathBuf,
+    json: bool,
+) -> Result<()> {
+    let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };
+    anyhow::ensure!(!names.is_empty(), "{}: no finished atlas in this corpus", corpus.display());
+    let dirs: Vec<_> = names.iter().map(|n| corrflow::corpus::atlas_dir(&corpus, n)).collect();
+    let rows = corrflow::corpus::export_hf(&dirs, &out)?;
+    let summary = serde_json::json!({"command": "export hf", "out": out, "atlases": names, "cells": rows});
+    print_summary(json, &format!("exported {rows} cells from {} atlases to {}", names.len(), out.display()), &summary)
+}

@@ -1,0 +1,51 @@
+//! What each subcommand does with its arguments: build the library's request, run it, print
+//! the human summary (and with `--json` a JSON line after it). One module per pipeline stage.
+
+mod demo;
+mod graph;
+mod ingest;
+mod mask;
+mod serve;
+mod train;
+
+use anyhow::Result;
+use corrflow::config::Config;
+use serde::Serialize;
+
+use crate::cli::{Cli, Command, ExportCommand};
+
+/// Prints a command's human summary and, with `--json`, its JSON summary as the last line.
+fn print_summary<T: Serialize>(json: bool, human: &str, summary: &T) -> Result<()> {
+    println!("{human}");
+    if json {
+        println!("{}", serde_json::to_string(summary)?);
+    }
+    Ok(())
+}
+
+pub(crate) fn run(cli: Cli) -> Result<()> {
+    let cfg = match &cli.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let json = cli.json;
+    match cli.command {
+        Command::Demo { out } => demo::demo(&cfg, &out, json),
+        Command::Ingest(a) => ingest::ingest(&cfg, a, json),
+        Command::Vocab(c) => ingest::vocab(&cfg, c, json),
+        Command::Export(ExportCommand::Hf { corpus, atlas, out }) => ingest::export_hf(corpus, atlas, out, json),
+        Command::Export(ExportCommand::Onnx { checkpoint, out, pooling }) => {
+            serve::export_onnx(checkpoint, out, pooling, json)
+        }
+        Command::Graph(c) => graph::graph(&cfg, c, json),
+        Command::Mask(c) => mask::mask(&cfg, c, json),
+        Command::Train(a) => train::train(&cfg, a, json),
+        Command::Eval(c) => train::eval(c, json),
+        Command::Embed(a) => serve::embed(&cfg, a, json),
+        Command::Serve(a) => serve::serve(a, json),
+        Command::Synth(c) => {
+            let (human, summary) = corrflow::synth::cli::execute(&c, &cfg.synth, !json)?;
+            print_summary(json, &human, &summary)
+        }
+    }
+}

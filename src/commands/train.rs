@@ -1,0 +1,78 @@
+//! `train` and `eval probe`: pre-training the encoder and judging its embeddings.
+
+use anyhow::Result;
+use corrflow::config::Config;
+
+use super::print_summary;
+use crate::cli::{EvalCommand, TrainArgs};
+
+pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
+    let progress = !json;
+    let TrainArgs { out, corpus, graph, strategy, lambda, max_steps, seed, device, restart, profile_steps } = args;
+    let mut train = cfg.train.clone();
+    let mut mask = cfg.mask.clone();
+    train.corpus = corpus.or(train.corpus);
+    train.graph = graph.or(train.graph);
+    train.max_steps = max_steps.unwrap_or(train.max_steps);
+    train.device = device.unwrap_or(train.device);
+    mask.strategy = strategy.unwrap_or(mask.strategy);
+    mask.lambda = lambda.unwrap_or(mask.lambda);
+    if let Some(s) = seed {
+        train.seed = s;
+        mask.seed = s;
+    }
+    let stop_after = std::env::var("CORRFLOW_TEST_STOP_AFTER_STEPS").ok().and_then(|v| v.parse().ok());
+    let req = corrflow::train::TrainRequest {
+        model: cfg.model.clone(),
+        train,
+        mask,
+        out: out.clone(),
+        restart,
+        progress,
+        stop_after,
+        profile_steps,
+    };
+    let s = corrflow::train::train_on_device(&req)?;
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+    let human = format!(
+        "train: {} of {} steps ({}), {} parameters, loss {} -> {}, eval loss {} accuracy {} (unigram baseline {}), {:.0} tokens/s -> {}",
+        s.steps,
+        s.total_steps,
+        s.resumed_from.map_or("fresh".into(), |r| format!("resumed at {r}")),
+        s.parameters,
+        fmt(s.first_loss),
+        fmt(s.last_loss),
+        fmt(s.eval_loss),
+        fmt(s.eval_accuracy),
+        fmt(s.unigram_accuracy),
+        s.tokens_per_s,
+        s.checkpoint.as_deref().unwrap_or("-")
+    );
+    print_summary(json, &human, &s)
+}
+
+pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
+    let EvalCommand::Probe { embeddings, label, test_fraction, rare_fraction, alpha, max_iterations, seed, exclude } =
+        cmd;
+    anyhow::ensure!((0.0..1.0).contains(&test_fraction) && test_fraction > 0.0, "--test-fraction must be in (0, 1)");
+    anyhow::ensure!(rare_fraction > 0.0 && rare_fraction <= 1.0, "--rare-fraction must be in (0, 1]");
+    let req = corrflow::eval::ProbeRequest {
+        embeddings,
+        label,
+        test_fraction,
+        rare_fraction,
+        alpha,
+        max_iterations,
+        seed,
+        exclude,
+    };
+    let r = corrflow::eval::probe(&req)?;
+    let mut human = format!(
+        "probe '{}': {} cells ({} train / {} test), {} classes: accuracy {:.4}, macro-F1 {:.4}, rare-class macro-F1 {:.4} ({})",
+        r.label, r.cells, r.train_cells, r.test_cells, r.classes, r.accuracy, r.macro_f1, r.rare_macro_f1, r.rare_classes.join(", ")
+    );
+    for c in &r.per_class {
+        human.push_str(&format!("\n  {:<30} F1 {:.4}  ({} cells, {} test)", c.class, c.f1, c.cells, c.test_cells));
+    }
+    print_summary(json, &human, &r)
+}

@@ -76,9 +76,9 @@ pub fn encoder_graph<B: Backend>(model: &CellEncoder<B>, layer_norm_eps: f64, po
 
     // burn's mask_pad *replaces* the scores at padded keys by min_float (-1e4). Adding it instead
     // gives the same softmax whenever a row has a real key (exp(-1e4 + s) is 0 in f32 either way)
-    // and costs about a quarter as much in ONNX Runtime, whose broadcasting `Where` over [batch, heads, seq,
-    // seq] took 9% of the paper model's forward. Only an all-padding row, which carries no cell,
-    // differs.
+    // and costs about a quarter as much in ONNX Runtime, whose broadcasting `Where` over
+    // [batch, heads, seq, seq] took 9% of the paper model's forward. Only an all-padding row,
+    // which carries no cell, differs.
     let pad = g.op("Equal", &[ATTENTION_MASK, &zero], vec![]);
     let pad = g.op("Cast", &[&pad], vec![attr_int("to", i64::from(dtype::FLOAT))]);
     let axes12 = g.ints("const.axes12", &[2], &[1, 2]);

@@ -1,5 +1,7 @@
 //! `ingest`, `vocab build` and `export hf`: files into a token-shard corpus and back out.
 
+use std::path::PathBuf;
+
 use anyhow::{Context, Result};
 use corrflow::config::{Config, ModelVersion};
 use corrflow::ingest::{run_ingest, IngestRequest};
@@ -81,12 +83,7 @@ pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
     print_summary(json, &human, &s)
 }
 
-pub(crate) fn export_hf(
-    corpus: std::path::PathBuf,
-    atlas: Vec<String>,
-    out: std::path::PathBuf,
-    json: bool,
-) -> Result<()> {
+pub(crate) fn export_hf(corpus: PathBuf, atlas: Vec<String>, out: PathBuf, json: bool) -> Result<()> {
     let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };
     anyhow::ensure!(!names.is_empty(), "{}: no finished atlas in this corpus", corpus.display());
     let dirs: Vec<_> = names.iter().map(|n| corrflow::corpus::atlas_dir(&corpus, n)).collect();

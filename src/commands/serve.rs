@@ -1,5 +1,7 @@
 //! `embed`, `export onnx` and `serve`: a trained encoder put to use.
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use corrflow::config::Config;
 
@@ -39,8 +41,8 @@ pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
 }
 
 pub(crate) fn export_onnx(
-    checkpoint: std::path::PathBuf,
-    out: std::path::PathBuf,
+    checkpoint: PathBuf,
+    out: PathBuf,
     pooling: corrflow::embed::Pooling,
     json: bool,
 ) -> Result<()> {

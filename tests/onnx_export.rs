@@ -222,3 +222,44 @@ fn a_missing_onnx_runtime_library_is_reported_with_every_place_tried() {
     assert!(e.contains("corrflow cache") && e.contains("fetch-onnxruntime.sh"), "{e}");
     assert!(!empty.path().join("x.parquet").exists());
 }
+
+#[test]
+fn the_cuda_provider_runs_like_the_cpu_or_fails_clearly_where_onnx_runtime_has_none() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let embed = |device: &str| {
+        let out = tmp.path().join(format!("{device}.parquet"));
+        let run = corrflow(&[
+            "embed",
+            "--model",
+            f.model.to_str().unwrap(),
+            "--input",
+            bundled().to_str().unwrap(),
+            "--gene-column",
+            "gene_ids",
+            "--ort-device",
+            device,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        (run, out)
+    };
+    let (cuda, cuda_out) = embed("cuda");
+    // Without a GPU the run must fail: a silent fallback to the CPU would hide a wrong setup.
+    let gpu = Path::new("/dev/nvidiactl").exists();
+    if gpu && cuda.status.success() {
+        // An onnxruntime-gpu library on a machine with a GPU: the same embeddings as the CPU's.
+        let (cpu, cpu_out) = embed("cpu");
+        assert!(cpu.status.success(), "{}", stderr(&cpu));
+        let (a, b) = (read_embeddings(&cpu_out), read_embeddings(&cuda_out));
+        assert_eq!(a.len(), b.len());
+        let worst = a.iter().map(|(id, e)| max_abs_diff(e, &b[id])).fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "CUDA embeddings differ from the CPU's by {worst}");
+    } else {
+        // The CPU wheel (CI, this project's default) or no GPU: a clear error and no output.
+        assert!(!cuda.status.success(), "--ort-device cuda succeeded on a machine without a GPU");
+        let e = stderr(&cuda);
+        assert!(e.contains("CUDA execution provider") && e.contains(f.model.to_str().unwrap()), "{e}");
+        assert!(!cuda_out.exists(), "a failed embed left {}", cuda_out.display());
+    }
+}

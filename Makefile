@@ -22,7 +22,7 @@ pyenv:
 	@scripts/python-env.sh >/dev/null
 
 test: deps data pyenv
-	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --lib --bins --tests
+	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --features corrflow/failpoints --lib --bins --tests
 	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
 	$(CARGO) build --release --features cuda --bins
 

@@ -8,9 +8,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use corrflow::corpus::CorpusIndex;
 use corrflow::mask::MaskContext;
-use corrflow_operators::mask::{prefetch_cell, MaskParams, MaskScratch, MaskStrategy, MaskedSequence};
+use corrflow_algorithms::mask::{prefetch_cell, MaskParams, MaskScratch, MaskStrategy, MaskedSequence};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand::SeedableRng;
@@ -21,9 +20,10 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.len() >= 2, "usage: cargo bench --bench mask -- CORPUS GRAPH [SECONDS]");
     let (corpus, graph) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]));
     let secs: f64 = args.get(2).map_or(Ok(3.0), |s| s.parse())?;
-    let (info, vocab) = corrflow::graph::load_corpus_meta(&corpus)?;
-    let index = CorpusIndex::open(&corpus, &[])?;
-    let base = MaskContext::open(&info, &vocab, &index, &graph, MaskParams::default(), true)?;
+    let opened = corrflow::corpus::Corpus::open(&corpus)?;
+    let index = opened.index(&[])?;
+    let (info, vocab) = (&opened.info, &opened.vocab);
+    let base = MaskContext::open(info, vocab, &index, &graph, MaskParams::default(), true)?;
     let mut real: Vec<Vec<u32>> = Vec::new();
     index.for_each_cell_block(vocab.len(), |b| {
         real.extend((0..b.len()).map(|i| b.cell(i).to_vec()));
@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
         .get(3)
         .map(|s| MaskStrategy::parse(s).ok_or_else(|| anyhow::anyhow!("unknown strategy {s}")))
         .transpose()?;
-    for strategy in MaskStrategy::ALL.into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
+    for strategy in MaskStrategy::all().into_iter().filter(|s| only.is_none_or(|o| o == *s)) {
         let ctx = base.with_strategy(strategy, 0.5);
         let lengths = [("2048-unif", &uniform), ("2048-pres", &weighted), ("real", &real)];
         for (label, cells) in lengths.into_iter().filter(|l| args.get(4).is_none_or(|a| a == l.0)) {

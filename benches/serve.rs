@@ -12,11 +12,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use corrflow::corpus::CorpusIndex;
 use corrflow::embed::Pooling;
 use corrflow::runtime::{plan_batches, OrtEncoder, PaddedBatch, RuntimeOptions};
-use corrflow::serve::batcher::BatchConfig;
-use corrflow::serve::{serve, ServeOptions};
+use corrflow::server::batcher::BatchConfig;
+use corrflow::server::{serve, ServeOptions};
 use corrflow::train::CpuBackend;
 
 const TOKEN_BUDGET: usize = 16384;
@@ -38,8 +37,9 @@ fn main() -> anyhow::Result<()> {
     let mut encoder = OrtEncoder::open(&model, &RuntimeOptions::default())?;
     let keep = encoder.meta.tokenize_layout().max_genes;
     let pad = encoder.vocab.pad;
-    let (_, vocab) = corrflow::graph::load_corpus_meta(&corpus)?;
-    let index = CorpusIndex::open(&corpus, &[])?;
+    let opened = corrflow::corpus::Corpus::open(&corpus)?;
+    let index = opened.index(&[])?;
+    let vocab = opened.vocab;
     let mut cells: Vec<Vec<u32>> = Vec::new();
     index.for_each_cell_block(vocab.len(), |b| {
         cells.extend((0..b.len()).map(|i| b.cell(i).iter().take(keep).copied().collect::<Vec<u32>>()));

@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use corrflow::ingest::{open, ReadOptions};
+use corrflow::formats::{open, ReadOptions};
 use corrflow::tokenize::{tokenize_chunk, GeneMapper, TokenizeOptions};
 use corrflow::vocab::{Vocabulary, BUILTIN};
-use corrflow_operators::SequenceLayout;
+use corrflow_algorithms::SequenceLayout;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();

@@ -15,19 +15,19 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub vocab: VocabConfig,
     /// CorrMask Algorithm 1 (defaults: the paper's Table 4).
-    pub graph: corrflow_operators::graph::GraphParams,
+    pub graph: corrflow_algorithms::graph::GraphParams,
     /// CorrMask Algorithm 2 and its baselines (defaults: DESIGN.md §4).
-    pub mask: corrflow_operators::mask::MaskParams,
+    pub mask: corrflow_algorithms::mask::MaskParams,
     /// The model (DESIGN.md §5; `paper.toml` = Table 5).
-    pub model: crate::train::ModelConfig,
+    pub model: crate::model::ModelConfig,
     /// Optimisation and data of `corrflow train`.
-    pub train: crate::train::TrainConfig,
+    pub train: crate::model::TrainConfig,
     /// The paper's synthetic experiments (`corrflow synth`; preset `configs/synth.toml`).
     pub synth: crate::synth::SynthConfig,
 }
 
 /// Which Geneformer sequence layout to produce.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelVersion {
     /// 2,048 genes, no special tokens.

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::corpus::{self, read_atlas_tokens};
 use crate::error::{Error, IoContext, Result};
-use crate::ingest::{run_ingest, IngestRequest, IngestSummary, ReadOptions};
+use crate::formats::ReadOptions;
+use crate::ingest::{run_ingest, IngestRequest, IngestSummary};
 use crate::tokenize::{TokenizeOptions, ValueTransform};
 use crate::util::atomic::write_atomic;
 use crate::vocab::{Vocabulary, BUILTIN};
@@ -76,7 +77,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
             ..ReadOptions::default()
         },
         tokenize: TokenizeOptions {
-            layout: corrflow_operators::SequenceLayout::v1(),
+            layout: corrflow_algorithms::SequenceLayout::v1(),
             allow_normalized: false,
             transform: ValueTransform::None,
         },
@@ -101,7 +102,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
     let total: usize = cells.input_ids.iter().map(Vec::len).sum();
 
     // The dependency graph of the bundled cells: Table 4 parameters over all 1,000 cells.
-    let params = corrflow_operators::graph::GraphParams { n_sub: 0, ..config.graph.clone() };
+    let params = corrflow_algorithms::graph::GraphParams { n_sub: 0, ..config.graph.clone() };
     let (mut graph, mut graph_summary) = crate::graph::build_exact(&corpus_dir, &[], &params)?;
     let graph_dir = out.join("graph");
     crate::graph::write_graph(&graph_dir, &mut graph)?;
@@ -121,20 +122,21 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
     cd74_neighbours.truncate(5);
 
     // Masking audit: how often CorrMask masks a gene's graph partners together, against random.
-    let index = corpus::CorpusIndex::open(&corpus_dir, &[])?;
-    let (info, vocab) = crate::graph::load_corpus_meta(&corpus_dir)?;
+    let opened = corpus::Corpus::open(&corpus_dir)?;
+    let index = opened.index(&[])?;
+    let (info, vocab) = (&opened.info, &opened.vocab);
     let ctx =
-        crate::mask::MaskContext::load(&info, &vocab, &index, Some(&graph), &graph_dir, config.mask.clone(), false)?;
+        crate::mask::MaskContext::load(info, vocab, &index, Some(&graph), &graph_dir, config.mask.clone(), false)?;
     let hidden = indicatif::ProgressBar::hidden();
-    let audit = [corrflow_operators::mask::MaskStrategy::Random, corrflow_operators::mask::MaskStrategy::Corrmask]
+    let audit = [corrflow_algorithms::mask::MaskStrategy::RANDOM, corrflow_algorithms::mask::MaskStrategy::CORRMASK]
         .into_iter()
         .map(|s| crate::mask::run_audit(&ctx.with_strategy(s, config.mask.lambda), &index, 0, None, &hidden))
         .collect::<Result<Vec<_>>>()?;
 
     // A short pre-training run of a tiny model on batches from the masking dataflow.
     let train = crate::train::train_on_device(&crate::train::TrainRequest {
-        model: crate::train::ModelConfig { hidden: 64, ffn: 128, heads: 4, layers: 2, ..Default::default() },
-        train: crate::train::TrainConfig {
+        model: crate::model::ModelConfig { hidden: 64, ffn: 128, heads: 4, layers: 2, ..Default::default() },
+        train: crate::model::TrainConfig {
             corpus: Some(corpus_dir.clone()),
             graph: Some(graph_dir.clone()),
             batch_size: 8,

@@ -1,26 +1,25 @@
 //! corrflow: single-cell atlases → token corpora → CorrMask-pretrained, servable models.
 //!
-//! Stages, in pipeline order: [`ingest`] (streaming readers), [`tokenize`] (Geneformer
-//! rank-value encoding), [`corpus`] (token shards), with [`vocab`] providing gene vocabularies.
-//! Pure algorithms live in the `corrflow-operators` crate.
+//! This crate is the front of a workspace whose crates follow the pipeline (see
+//! `docs/ARCHITECTURE.md`): `corrflow-algorithms` (pure algorithms) → `corrflow-io` (formats,
+//! tokenization, the corpus) → `corrflow-graph` (Algorithm 1, timely/differential) and
+//! `corrflow-mask` (Algorithm 2, the masking operator) → `corrflow-model` (the encoder in burn,
+//! checkpoints, ONNX export) → `corrflow-train` (the trainer) ; `corrflow-serve` (ONNX Runtime,
+//! the HTTP server) beside them. It re-exports each stage under its pipeline name and adds what
+//! spans several of them: [`embed`] (any encoder backend), the TOML [`config`] and the [`demo`].
 
 pub mod config;
-pub mod corpus;
 pub mod demo;
 pub mod embed;
-pub mod error;
-pub mod eval;
-pub mod export;
-pub mod graph;
-pub mod ingest;
-pub mod mask;
-pub mod plot;
-pub mod runtime;
-pub mod serve;
-pub mod synth;
-pub mod tokenize;
-pub mod train;
-pub mod util;
-pub mod vocab;
 
-pub use error::{Error, Result};
+pub use corrflow_algorithms as algorithms;
+pub use corrflow_graph as graph;
+pub use corrflow_io::{corpus, encode, error, formats, graph_files, ingest, model_meta, tokenize, util, vocab};
+pub use corrflow_io::{Error, Result};
+pub use corrflow_mask as mask;
+pub use corrflow_model as model;
+pub use corrflow_model::export;
+pub use corrflow_serve::{runtime, server};
+pub use corrflow_synth as synth;
+pub use corrflow_train as train;
+pub use corrflow_train::eval;

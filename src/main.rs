@@ -22,6 +22,9 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Fail points exist only in test builds (`--features failpoints`); FAILPOINTS configures them.
+    #[cfg(feature = "failpoints")]
+    let _fail_points = fail::FailScenario::setup();
     if let Err(e) = commands::run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

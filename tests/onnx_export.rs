@@ -31,7 +31,7 @@ fn padded_batch(f: &TinyModel, pad: u32) -> (Vec<i64>, Vec<i64>, usize, usize) {
 #[test]
 fn tract_runs_the_exported_graph_with_burns_outputs_on_padded_batches() {
     let f = tiny_model();
-    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
     let (ids, mask, batch, seq) = padded_batch(f, exported.meta.pad);
     let (hidden, pooled) = burn_outputs(&f.run, &ids, &mask, batch, seq);
     // Two different shapes through one model: the batch and sequence axes are dynamic.
@@ -74,7 +74,7 @@ fn tract_runs_the_exported_graph_with_burns_outputs_on_padded_batches() {
 fn python_onnxruntime_agrees_with_burn_and_reads_the_metadata() {
     let Some(py) = python() else { return };
     let f = tiny_model();
-    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
     let (ids, mask, batch, seq) = padded_batch(f, exported.meta.pad);
     let (hidden, pooled) = burn_outputs(&f.run, &ids, &mask, batch, seq);
     let tmp = tempfile::tempdir().unwrap();
@@ -97,7 +97,7 @@ fn python_onnxruntime_agrees_with_burn_and_reads_the_metadata() {
 #[test]
 fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly() {
     let f = tiny_model();
-    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
     let ckpt = corrflow::embed::load_checkpoint::<CpuBackend>(&f.run, &Default::default()).unwrap();
     assert_eq!(exported.meta.vocab_hash, ckpt.vocab.hash());
     assert_eq!(exported.meta.model, ckpt.state.model);
@@ -115,21 +115,21 @@ fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly
     let truncated = copy("truncated");
     let bytes = std::fs::read(&truncated).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let e = corrflow::export::open_exported(&truncated).err().unwrap().to_string();
+    let e = corrflow::model_meta::open_exported(&truncated).err().unwrap().to_string();
     assert!(e.contains("model.onnx") && e.contains("not an ONNX model"), "{e}");
     // No sidecar.
     let lonely = copy("lonely");
-    let e = corrflow::export::open_exported(&lonely).err().unwrap().to_string();
+    let e = corrflow::model_meta::open_exported(&lonely).err().unwrap().to_string();
     assert!(e.contains("model.vocab") && e.contains("missing"), "{e}");
     // A sidecar whose medians were edited.
     let other = copy("other");
-    exported.vocab.write_dir(&corrflow::export::vocab_sidecar(&other)).unwrap();
-    let medians = corrflow::export::vocab_sidecar(&other).join(corrflow::vocab::MEDIAN_FILE);
+    exported.vocab.write_dir(&corrflow::model_meta::vocab_sidecar(&other)).unwrap();
+    let medians = corrflow::model_meta::vocab_sidecar(&other).join(corrflow::vocab::MEDIAN_FILE);
     let text = std::fs::read_to_string(&medians).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
     lines.remove(1);
     std::fs::write(&medians, lines.join("\n")).unwrap();
-    let e = corrflow::export::open_exported(&other).err().unwrap().to_string();
+    let e = corrflow::model_meta::open_exported(&other).err().unwrap().to_string();
     assert!(e.contains("does not match"), "{e}");
     // Not a checkpoint.
     let out = corrflow(&["export", "onnx", "--checkpoint", tmp.path().to_str().unwrap(), "--out", "x.onnx"]);

@@ -98,3 +98,42 @@ fn csc_input_is_transposed_across_chunk_and_shard_boundaries() {
         assert_eq!(t, &csc[i % 64].1, "repeated cell {i} differs from its original");
     }
 }
+
+#[test]
+fn cell_labels_follow_an_obs_column_by_cell_key_across_atlases() {
+    use arrow_array::{Array, StringArray};
+    use corrflow::corpus::{CellLabels, Corpus, NO_LABEL};
+    let Some(fx) = fixtures() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let file = fx.join("good/csr.h5ad");
+    for atlas in ["a", "b"] {
+        ingest(tmp.path(), atlas, &["--gene-column", "gene_ids", "--obs-columns", "cell_type,batch"], &file);
+    }
+    let index = Corpus::open(tmp.path()).unwrap().index(&[]).unwrap();
+    let labels = CellLabels::read(&index, "cell_type").unwrap();
+    assert_eq!(labels.cells() as u64, index.cells);
+    assert!(labels.names.windows(2).all(|w| w[0] < w[1]), "names are sorted and distinct");
+    // Cell keys run over atlas a, then b: the label of key k is cell k's value in the shards.
+    let mut values: Vec<String> = Vec::new();
+    for atlas in ["a", "b"] {
+        corrflow::corpus::for_each_batch(&corrflow::corpus::atlas_dir(tmp.path(), atlas), |rb| {
+            let col = rb.column_by_name("cell_type").unwrap().as_any().downcast_ref::<StringArray>().unwrap();
+            values.extend((0..col.len()).map(|i| col.value(i).to_string()));
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert_eq!(values.len() as u64, index.cells);
+    for (k, v) in values.iter().enumerate() {
+        let code = labels.code(k as u64);
+        assert_ne!(code, NO_LABEL);
+        assert_eq!(&labels.names[code as usize], v, "cell {k}");
+    }
+    assert_eq!(labels.code(index.cells), NO_LABEL, "keys past the corpus have no label");
+    // Integer columns are labels by their text; token columns and unknown columns are refused.
+    let batch = CellLabels::read(&index, "batch").unwrap();
+    assert!(batch.names.iter().all(|n| n.parse::<i64>().is_ok()), "{:?}", batch.names);
+    assert!(CellLabels::read(&index, "input_ids").is_err());
+    let e = CellLabels::read(&index, "no_such_column").unwrap_err().to_string();
+    assert!(e.contains("no_such_column") && e.contains("shard-00000.parquet"), "{e}");
+}

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 
 #[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (make test enables it)")]
 fn interrupted_ingest_resumes_to_the_same_result() {
     let Some(fx) = fixtures() else { return };
     let input = fx.join("good/repeat8.h5ad");
@@ -32,7 +33,7 @@ fn interrupted_ingest_resumes_to_the_same_result() {
     let c = crashed.to_str().unwrap();
     let o = corrflow_env(
         &["ingest", "--config", small, "--atlas", "a", "--out", c, i],
-        &[("CORRFLOW_TEST_CRASH_AFTER_SHARDS", "3")],
+        &[("FAILPOINTS", "ingest-after-shard=2*off->return")],
     );
     assert!(!o.status.success(), "the crash hook should abort the run");
     assert!(!crashed.join("atlases/a").exists(), "an interrupted atlas must not look complete");
@@ -103,8 +104,8 @@ fn shards_keep_the_input_cell_order_with_many_chunks_in_flight() {
     let args =
         ["ingest", "--json", "--config", cfg.to_str().unwrap(), "--atlas", "a", "--gene-column", "gene_ids", "--out"];
     let s = ok_json(&corrflow(&[&args[..], &[out.to_str().unwrap(), b.to_str().unwrap()]].concat()));
-    let opts = corrflow::ingest::ReadOptions { gene_column: Some("gene_ids".into()), ..Default::default() };
-    let mut source = corrflow::ingest::open(&b, &opts).unwrap();
+    let opts = corrflow::formats::ReadOptions { gene_column: Some("gene_ids".into()), ..Default::default() };
+    let mut source = corrflow::formats::open(&b, &opts).unwrap();
     let n = source.n_cells();
     let in_file = source.read_chunk(0..n).unwrap().cell_ids;
     let in_corpus: Vec<String> = atlas_tokens(&out, "a").into_iter().map(|c| c.0).collect();

@@ -103,7 +103,7 @@ fn json(s: &str) -> serde_json::Value {
 
 /// Real cells' tokens, cut to the model's input layout.
 fn cells(f: &TinyModel, n: usize) -> Vec<Vec<u32>> {
-    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
     let keep = exported.meta.tokenize_layout().max_genes;
     atlas_tokens(&f.corpus, "pbmc").into_iter().take(n).map(|(_, t)| t.into_iter().take(keep).collect()).collect()
 }
@@ -141,7 +141,7 @@ fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_
 
     // Raw counts: genes and counts that tokenize to a known sequence (descending counts over
     // genes with equal medians would be fragile; use the tokenizer's own contract instead).
-    let exported = corrflow::export::open_exported(&f.model).unwrap();
+    let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
     let vocab = &exported.vocab;
     let genes: Vec<String> = cells[0].iter().map(|&t| vocab.token(t).unwrap().to_string()).collect();
     let counts: Vec<f64> = (0..genes.len()).map(|i| 1.0 + (i % 7) as f64).collect();
@@ -205,12 +205,13 @@ fn embeddings_match_the_offline_runtime_for_token_ids_raw_counts_and_concurrent_
 }
 
 #[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (make test enables it)")]
 fn every_error_status_has_a_json_message() {
     let f = tiny_model();
     let server = Server::start(
         &f.model,
         &["--max-body-bytes", "2000", "--max-cells", "2", "--token", "s3cret"],
-        &[("CORRFLOW_TEST_LOAD_DELAY_MS", "1500")],
+        &[("FAILPOINTS", "serve-load=sleep(1500)")],
     );
     let url = format!("{}/v1/embed", server.url);
     let auth = Some("s3cret");

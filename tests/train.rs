@@ -63,7 +63,7 @@ fn a_stopped_and_resumed_run_ends_with_the_same_weights_and_the_loss_falls() {
     let full = ok_json(&train(&corpus, &graph, &a, &["--max-steps", "30"], &[]));
     assert_eq!(full["steps"], 30);
     // Stopped after 13 steps (checkpoint written there), then resumed to 30.
-    let o = train(&corpus, &graph, &b, &["--max-steps", "30"], &[("CORRFLOW_TEST_STOP_AFTER_STEPS", "13")]);
+    let o = train(&corpus, &graph, &b, &["--max-steps", "30", "--stop-at-step", "13"], &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let resumed = ok_json(&train(&corpus, &graph, &b, &["--max-steps", "30"], &[]));
     assert_eq!(resumed["resumed_from"], 13);

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use corrflow::config::{Config, ModelVersion};
+use corrflow::ingest::{build_vocabulary, VocabBuildOptions};
 use corrflow::ingest::{run_ingest, IngestRequest};
 use corrflow::tokenize::TokenizeOptions;
-use corrflow::vocab::{build_vocabulary, VocabBuildOptions, Vocabulary};
-use corrflow_operators::SequenceLayout;
+use corrflow::vocab::Vocabulary;
+use corrflow_algorithms::SequenceLayout;
 
 use super::print_summary;
 use crate::cli::{IngestArgs, VocabCommand};

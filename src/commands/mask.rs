@@ -28,10 +28,10 @@ pub(crate) fn mask(cfg: &Config, cmd: MaskCommand, json: bool) -> Result<()> {
         progress,
     };
     let report = corrflow::mask::audit_command(&req)?;
-    corrflow::mask::print_table(&report.rows);
+    print!("{}", corrflow::mask::table(&report.rows));
     if !report.sweep.is_empty() {
         println!("\nλ sweep (CorrMask):");
-        corrflow::mask::print_table(&report.sweep);
+        print!("{}", corrflow::mask::table(&report.sweep));
     }
     let mut human =
         format!("{} cells; graph {} genes / {} edges", report.cells, report.graph_genes, report.graph_edges);

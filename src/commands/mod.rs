@@ -6,6 +6,7 @@ mod graph;
 mod ingest;
 mod mask;
 mod serve;
+pub(crate) mod synth;
 mod train;
 
 use anyhow::Result;
@@ -44,7 +45,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Embed(a) => serve::embed(&cfg, a, json),
         Command::Serve(a) => serve::serve(a, json),
         Command::Synth(c) => {
-            let (human, summary) = corrflow::synth::cli::execute(&c, &cfg.synth, !json)?;
+            let (human, summary) = synth::execute(&c, &cfg.synth, !json)?;
             print_summary(json, &human, &summary)
         }
     }

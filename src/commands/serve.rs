@@ -66,11 +66,11 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
     if !addr.ip().is_loopback() && token.is_none() {
         tracing::warn!("serving on {addr} (not loopback) without --token: anyone who can reach it can use it");
     }
-    let options = corrflow::serve::ServeOptions {
+    let options = corrflow::server::ServeOptions {
         model,
         addr,
         runtime: runtime.options(),
-        batch: corrflow::serve::batcher::BatchConfig {
+        batch: corrflow::server::batcher::BatchConfig {
             token_budget: batching.token_budget,
             max_rows: batching.max_batch_cells,
             max_wait: std::time::Duration::from_millis(batch_wait_ms),
@@ -81,7 +81,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         bearer_token: token,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let s = rt.block_on(corrflow::serve::serve(options, corrflow::serve::shutdown_signal(), |a| {
+    let s = rt.block_on(corrflow::server::serve(options, corrflow::server::shutdown_signal(), |a| {
         eprintln!("corrflow serve: listening on http://{a}");
     }))?;
     let human = format!("served {} embed requests ({} cells) on {}", s.requests, s.cells, s.addr);

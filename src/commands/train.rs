@@ -8,7 +8,19 @@ use crate::cli::{EvalCommand, TrainArgs};
 
 pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
     let progress = !json;
-    let TrainArgs { out, corpus, graph, strategy, lambda, max_steps, seed, device, restart, profile_steps } = args;
+    let TrainArgs {
+        out,
+        corpus,
+        graph,
+        strategy,
+        lambda,
+        max_steps,
+        seed,
+        device,
+        restart,
+        profile_steps,
+        stop_at_step,
+    } = args;
     let mut train = cfg.train.clone();
     let mut mask = cfg.mask.clone();
     train.corpus = corpus.or(train.corpus);
@@ -21,7 +33,6 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         train.seed = s;
         mask.seed = s;
     }
-    let stop_after = std::env::var("CORRFLOW_TEST_STOP_AFTER_STEPS").ok().and_then(|v| v.parse().ok());
     let req = corrflow::train::TrainRequest {
         model: cfg.model.clone(),
         train,
@@ -29,7 +40,7 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         out: out.clone(),
         restart,
         progress,
-        stop_after,
+        stop_after: stop_at_step,
         profile_steps,
     };
     let s = corrflow::train::train_on_device(&req)?;

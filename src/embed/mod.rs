@@ -5,38 +5,31 @@
 //! `obsm["X_corrflow"]`. The encoder is a checkpoint run by burn ([`checkpoint`]) or an
 //! exported model run by ONNX Runtime ([`onnx`]).
 
-mod checkpoint;
-mod onnx;
-
-pub use checkpoint::{load_checkpoint, LoadedModel};
+pub use corrflow_model::{load_checkpoint, LoadedModel};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
-use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, IoContext, Result};
-use crate::ingest::{run_ingest, IngestRequest, ReadOptions};
-use crate::runtime::{encode_in_batches, PaddedBatch};
-use crate::tokenize::{TokenizeOptions, ValueTransform};
-use crate::vocab::Vocabulary;
-use corrflow_operators::SequenceLayout;
+use corrflow_io::corpus::columns::{is_obs_column, missing, InputIds, CELL_ID};
+use corrflow_io::corpus::{for_each_shard_batch, CorpusIndex};
+use corrflow_io::encode::{encode_in_batches, Encoder};
+use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::formats::obsm::write_obsm;
+use corrflow_io::formats::ReadOptions;
+use corrflow_io::ingest::{run_ingest, IngestRequest};
+use corrflow_io::tokenize::{TokenizeOptions, ValueTransform};
+use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_model::BurnEncoder;
+use corrflow_serve::runtime::{OrtEncoder, RuntimeOptions};
 
-/// How a cell's token states become one vector.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Pooling {
-    /// Mean over gene positions (Geneformer's `cell` mode).
-    #[default]
-    Mean,
-    /// The `<cls>` position (V2 layout).
-    Cls,
-}
+pub use corrflow_io::model_meta::Pooling;
 
 /// Which model computes the embeddings.
 #[derive(Clone, Debug)]
@@ -66,7 +59,7 @@ pub struct EmbedRequest {
     pub batch_size: usize,
     /// Most padded tokens per batch (rows × longest cell).
     pub token_budget: usize,
-    pub runtime: crate::runtime::RuntimeOptions,
+    pub runtime: RuntimeOptions,
     pub progress: bool,
 }
 
@@ -84,24 +77,37 @@ pub struct EmbedSummary {
     pub cells_per_s: f64,
 }
 
-/// A model that turns padded token batches into cell vectors.
-trait CellVectors {
-    fn name(&self) -> &'static str;
-    fn vocab(&self) -> &Vocabulary;
-    /// How input cells are tokenized for it (cut to the length it was trained on).
-    fn layout(&self) -> SequenceLayout;
-    fn dim(&self) -> usize;
-    fn layer(&self) -> usize;
-    /// Row-major `[rows, dim]`.
-    fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>>;
+/// Opens the encoder a request names: a checkpoint run by burn, or an exported model run by
+/// ONNX Runtime. A new backend is registered here.
+pub fn open_encoder(req: &EmbedRequest) -> Result<Box<dyn Encoder>> {
+    Ok(match &req.model {
+        ModelSource::Checkpoint(p) => Box::new(BurnEncoder::open(p, req.pooling, req.layer)?),
+        ModelSource::Onnx(p) => Box::new(open_onnx(p, req)?),
+    })
+}
+
+/// An exported model for `embed`: it pools as exported and gives its last layer's states.
+fn open_onnx(path: &Path, req: &EmbedRequest) -> Result<OrtEncoder> {
+    let encoder = OrtEncoder::open(path, &req.runtime)?;
+    let meta = &encoder.meta;
+    if req.pooling.is_some_and(|p| p != meta.pooling) {
+        return Err(Error::Usage(format!(
+            "{} pools {:?}; re-export it with --pooling to change that",
+            path.display(),
+            meta.pooling
+        )));
+    }
+    if req.layer != -1 && req.layer != meta.model.layers as i64 {
+        return Err(Error::Usage(
+            "--layer applies to checkpoints; an exported model gives the last layer's states".into(),
+        ));
+    }
+    Ok(encoder)
 }
 
 pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let start = std::time::Instant::now();
-    let mut encoder: Box<dyn CellVectors> = match &req.model {
-        ModelSource::Checkpoint(p) => Box::new(checkpoint::BurnVectors::open(p, req.pooling, req.layer)?),
-        ModelSource::Onnx(p) => Box::new(onnx::OrtVectors::open(p, req)?),
-    };
+    let mut encoder = open_encoder(req)?;
     let layout = encoder.layout();
     // Tokenize into a scratch corpus: the same reader, validation and tokenizer as ingest.
     let scratch =
@@ -119,7 +125,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
         restart: true,
         show_progress: false,
     })?;
-    let index = crate::corpus::CorpusIndex::open(&corpus, &["input".into()])?;
+    let index = CorpusIndex::open(&corpus, &["input".into()])?;
     let bar = if req.progress {
         indicatif::ProgressBar::new(index.cells).with_style(
             indicatif::ProgressStyle::with_template("embed {bar:40} {pos}/{len} cells ({per_sec}, eta {eta})")
@@ -128,7 +134,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let tmp = crate::util::atomic::temp_path(&req.out);
+    let tmp = temp_path(&req.out);
     let dim = encoder.dim();
     let mut writer: Option<ArrowWriter<File>> = None;
     let mut all_ids: Vec<String> = Vec::new();
@@ -136,7 +142,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let keep_all = req.h5ad_out.is_some();
     let result = (|| -> Result<()> {
         for shard in &index.shards {
-            crate::corpus::for_each_shard_batch(&shard.path, |rb| {
+            for_each_shard_batch(&shard.path, |rb| {
                 let emb = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
                 let out = with_embedding(rb, &emb, dim, &shard.path)?;
                 if writer.is_none() {
@@ -158,7 +164,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
             .take()
             .ok_or_else(|| Error::format(&req.input, "no cell could be tokenized with the model's vocabulary"))?;
         w.into_inner().map_err(|e| Error::parquet(&tmp, e))?.sync_all().at(&tmp)?;
-        crate::util::atomic::commit(&tmp, &req.out)
+        commit(&tmp, &req.out)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -184,25 +190,15 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
 
 /// Embeddings (row-major `rows × dim`) of a shard record batch, in its row order.
 fn embed_rows(
-    encoder: &mut dyn CellVectors,
+    encoder: &mut dyn Encoder,
     rb: &RecordBatch,
     path: &Path,
     token_budget: usize,
     max_rows: usize,
 ) -> Result<Vec<f32>> {
-    let ids = rb
-        .column_by_name("input_ids")
-        .and_then(|c| c.as_any().downcast_ref::<ListArray>())
-        .ok_or_else(|| Error::format(path, "shard has no input_ids"))?;
-    let cells: Vec<Vec<u32>> = (0..rb.num_rows())
-        .map(|i| {
-            let v = ids.value(i);
-            v.as_any()
-                .downcast_ref::<Int32Array>()
-                .map(|a| a.values().iter().map(|&t| t as u32).collect())
-                .ok_or_else(|| Error::format(path, "input_ids are not int32"))
-        })
-        .collect::<Result<_>>()?;
+    let ids = InputIds::of(rb, path)?;
+    let cells: Vec<Vec<u32>> =
+        (0..ids.len()).map(|i| Ok(ids.row(i)?.values().iter().map(|&t| t as u32).collect())).collect::<Result<_>>()?;
     let (dim, pad) = (encoder.dim(), encoder.vocab().pad);
     encode_in_batches(&cells, pad, dim, token_budget, max_rows, |batch| encoder.encode(batch))
 }
@@ -215,79 +211,20 @@ fn with_embedding(rb: &RecordBatch, emb: &[f32], dim: usize, path: &Path) -> Res
         list.append(true);
     }
     let mut fields = vec![
-        Field::new("cell_id", DataType::Utf8, true),
+        Field::new(CELL_ID, DataType::Utf8, true),
         Field::new(
             "embedding",
             DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), dim as i32),
             true,
         ),
     ];
-    let mut cols: Vec<ArrayRef> = vec![
-        rb.column_by_name("cell_id").cloned().ok_or_else(|| Error::format(path, "shard has no cell_id"))?,
-        Arc::new(list.finish()),
-    ];
+    let mut cols: Vec<ArrayRef> =
+        vec![rb.column_by_name(CELL_ID).cloned().ok_or_else(|| missing(path, CELL_ID))?, Arc::new(list.finish())];
     for (f, c) in rb.schema().fields().iter().zip(rb.columns()) {
-        if !["input_ids", "length", "cell_id", "atlas"].contains(&f.name().as_str()) {
+        if is_obs_column(f.name()) {
             fields.push(f.as_ref().clone());
             cols.push(c.clone());
         }
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| Error::parquet(path, e))
-}
-
-/// Copies `input` to `target` with the embeddings as `obsm["X_corrflow"]` (rows in obs order;
-/// cells without embedding are NaN), written under a temporary name and renamed.
-fn write_obsm(input: &Path, target: &Path, ids: &[String], emb: &[f32], dim: usize) -> Result<()> {
-    use hdf5::types::VarLenUnicode;
-    let tmp = crate::util::atomic::temp_path(target);
-    std::fs::copy(input, &tmp).at(&tmp)?;
-    let result = (|| -> Result<()> {
-        let h5 = |e: hdf5::Error| Error::format(&tmp, format!("writing obsm: {e}"));
-        let file = hdf5::File::open_rw(&tmp).map_err(h5)?;
-        let legacy = || {
-            Error::format(input, "--h5ad-out needs an AnnData ≥ 0.7 file (obs as a group with an _index attribute); this one is an older layout")
-        };
-        let obs = file.group("obs").map_err(|_| legacy())?;
-        let index_name = crate::ingest::h5::attr_string(&obs, "_index").ok_or_else(legacy)?;
-        let ds = obs.dataset(&index_name).map_err(h5)?;
-        let names = crate::ingest::h5::read_strings(input, &ds, "obs index", None)?;
-        let row: std::collections::HashMap<&str, usize> =
-            ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
-        let mut matrix = vec![f32::NAN; names.len() * dim];
-        for (r, n) in names.iter().enumerate() {
-            if let Some(&i) = row.get(n.as_str()) {
-                matrix[r * dim..(r + 1) * dim].copy_from_slice(&emb[i * dim..(i + 1) * dim]);
-            }
-        }
-        let obsm = match file.group("obsm") {
-            Ok(g) => g,
-            Err(_) => {
-                let g = file.create_group("obsm").map_err(h5)?;
-                for (k, v) in [("encoding-type", "dict"), ("encoding-version", "0.1.0")] {
-                    let v: VarLenUnicode = v.parse().expect("ascii");
-                    g.new_attr::<VarLenUnicode>().create(k).and_then(|a| a.write_scalar(&v)).map_err(h5)?;
-                }
-                g
-            }
-        };
-        if obsm.link_exists("X_corrflow") {
-            obsm.unlink("X_corrflow").map_err(h5)?;
-        }
-        let arr = ndarray::Array2::from_shape_vec((names.len(), dim), matrix)
-            .map_err(|e| Error::format(&tmp, e.to_string()))?;
-        let d = obsm.new_dataset_builder().with_data(&arr).create("X_corrflow").map_err(h5)?;
-        for (k, v) in [("encoding-type", "array"), ("encoding-version", "0.2.0")] {
-            let v: VarLenUnicode = v.parse().expect("ascii");
-            d.new_attr::<VarLenUnicode>().create(k).and_then(|a| a.write_scalar(&v)).map_err(h5)?;
-        }
-        file.flush().map_err(h5)?;
-        Ok(())
-    })();
-    match result {
-        Ok(()) => crate::util::atomic::commit(&tmp, target),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
 }

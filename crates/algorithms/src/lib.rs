@@ -1,0 +1,13 @@
+//! Pure algorithms of corrflow, as plain functions over plain data.
+//!
+//! Nothing here does I/O or knows about dataflow; the `corrflow` crate wires these into readers,
+//! writers and timely/differential operators. Each algorithm is unit-tested on its own.
+
+pub mod batches;
+pub mod graph;
+pub mod mask;
+pub mod quantile;
+pub mod rank;
+
+pub use quantile::LogQuantileSketch;
+pub use rank::{normalized_expression, rank_value_encode, RankScratch, SequenceLayout};

@@ -1,0 +1,219 @@
+//! `graph build --incremental` and `graph rebase`: the exact graph of every cell and the
+//! incremental state, from the stored shards in one timely dataflow whose rounds each stream
+//! the shards once, split among the workers: (1) every gene's presence → the graph vocabulary;
+//! (2) score histograms → rank maps (Spearman's average ranks over all cells); (3) exact pair
+//! sums under the maps → ρ_global and Algorithm 1's selection; (4) the postings (cell, score)
+//! of the selected pairs' genes → ρ_local exactly, as the in-memory build computes it, in chunks
+//! of pairs whose postings fit a memory budget (one more pass per chunk). Memory depends on the
+//! graph vocabulary, the largest shard and the budget, not on the number of cells.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use corrflow_algorithms::graph::{
+    candidate_pairs, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab, OverlapScratch, RankMaps,
+};
+use rayon::prelude::*;
+
+use super::build::{check_memory, BuildSummary};
+use super::gene_stats::GeneStats;
+use super::overlap::Overlaps;
+use super::parallel::{
+    add_histograms, add_presence, gather, run_workers, share, AtlasStatistics, Cluster, ShardSet, To,
+};
+use super::state::GraphState;
+use corrflow_io::corpus::{self, Corpus};
+use corrflow_io::error::{Error, Result};
+use corrflow_io::graph_files::{Coverage, Graph};
+
+/// What process 0's first worker ends up with.
+struct Built {
+    stats: GeneStats,
+    /// ρ_global of all pairs (from `stats`).
+    rho: Vec<f64>,
+    presence: Vec<i64>,
+    edges: Vec<GraphEdge>,
+    candidates: usize,
+    seconds: [f64; 3],
+}
+
+/// The exact graph over every cell of the atlases (all of the corpus' when empty) and its
+/// incremental state; `None` on the helper processes of a cluster.
+pub fn build_streaming(
+    corpus_dir: &Path,
+    atlases: &[String],
+    params: &GraphParams,
+    cluster: &Cluster,
+) -> Result<Option<(Graph, BuildSummary, GraphState)>> {
+    let started = Instant::now();
+    let mut params = params.clone();
+    params.n_sub = 0; // the state covers every cell, so atlases can be retracted exactly
+    params.validate().map_err(Error::Usage)?;
+    check_memory(&params, true)?;
+    let corpus = Corpus::open(corpus_dir)?;
+    let (names, dirs) = corpus.resolve_atlases(atlases)?;
+    let vocab = corpus.vocab;
+    let mut cells = 0u64;
+    for dir in &dirs {
+        let m = corpus::AtlasManifest::load(dir)?;
+        m.verify(dir)?;
+        cells += m.cells;
+    }
+    let set = Arc::new(ShardSet::of_atlases(dirs.iter().map(PathBuf::as_path), vocab.clone(), cluster.workers)?);
+    if set.cells() > u64::from(u32::MAX) {
+        return Err(Error::Usage(format!("{} cells: an incremental graph holds at most 2^32 cells", set.cells())));
+    }
+    let budget = posting_budget(&params);
+    let job_params = params.clone();
+    let Some(built) = run_workers(cluster, move |worker| build_worker(worker, &set, &job_params, budget))? else {
+        return Ok(None);
+    };
+    let Built { stats, rho, presence, edges, candidates, seconds } = built;
+    let coverage = Coverage {
+        mode: "exact",
+        params: &params,
+        cells: stats.hist.n_cells as u64,
+        corpus_cells: cells,
+        atlases: names.clone(),
+    };
+    let graph = Graph::assemble(coverage, &vocab, &stats.vocab, &stats.hist, edges);
+    let summary = BuildSummary {
+        command: "graph build".into(),
+        out: String::new(),
+        cells: graph.info.cells,
+        genes: graph.info.genes,
+        edges: graph.edges.len(),
+        candidates,
+        seconds: started.elapsed().as_secs_f64(),
+        seconds_load: seconds[0],
+        seconds_statistics: seconds[1],
+        seconds_screening: 0.0,
+        screening_gflops: 0.0,
+        seconds_local: seconds[2],
+        peak_rss_mb: corrflow_io::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
+    };
+    let included = names.into_iter().zip(dirs).collect::<Vec<_>>();
+    let state = GraphState::new(stats, &rho, presence, &included, &params, vocab.hash());
+    Ok(Some((graph, summary, state)))
+}
+
+/// Postings (6 bytes each) one ρ_local round may gather: the workers' partials and their merge
+/// on worker 0 (twice the postings) within `graph.stream_memory_mb`, by default an eighth of the
+/// available memory.
+fn posting_budget(params: &GraphParams) -> u64 {
+    let bytes = match params.stream_memory_mb {
+        0 => (super::build::available_memory().unwrap_or(8 << 30) / 8).clamp(64 << 20, 4 << 30),
+        mb => mb << 20,
+    };
+    bytes / 12
+}
+
+/// Consecutive runs of `pairs` (sorted) whose genes' postings (`per_gene`: cells each gene is
+/// present in) fit `budget`, with the genes each run needs (ascending). A run holds at least one
+/// pair, whatever its size.
+fn posting_chunks(
+    pairs: &[(usize, usize)],
+    per_gene: &[u64],
+    budget: u64,
+) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
+    let mut chunks = Vec::new();
+    let mut needed = vec![false; per_gene.len()];
+    let (mut start, mut size) = (0usize, 0u64);
+    for (k, &(u, v)) in pairs.iter().enumerate() {
+        let extra: u64 = [u, v].iter().filter(|&&x| !needed[x]).map(|&x| per_gene[x]).sum();
+        if k > start && size + extra > budget {
+            chunks.push((start..k, take_needed(&mut needed)));
+            (start, size) = (k, 0);
+        }
+        for x in [u, v] {
+            if !needed[x] {
+                needed[x] = true;
+                size += per_gene[x];
+            }
+        }
+    }
+    if start < pairs.len() {
+        chunks.push((start..pairs.len(), take_needed(&mut needed)));
+    }
+    chunks
+}
+
+/// The marked genes, ascending, and clears the marks.
+fn take_needed(needed: &mut [bool]) -> Vec<usize> {
+    let genes: Vec<usize> = (0..needed.len()).filter(|&x| needed[x]).collect();
+    genes.iter().for_each(|&x| needed[x] = false);
+    genes
+}
+
+fn build_worker(
+    worker: &mut timely::worker::Worker,
+    set: &ShardSet,
+    params: &GraphParams,
+    posting_budget: u64,
+) -> Result<Option<Built>> {
+    let l = params.l_max;
+    let mine = share(worker, set.units.len());
+    let t0 = Instant::now();
+    // (1) Presence of every gene → the graph vocabulary (as an exact build picks it).
+    // (`gather` sums owned vectors; `add_presence` takes slices.)
+    let sum_presence = |t: &mut Vec<i64>, p: &Vec<i64>| add_presence(t, p);
+    let presence = gather(worker, set.presence(&mine, l), &sum_presence, To::Everyone)?.expect("everyone"); // ok: invariant
+    let counts: Vec<u64> = presence.iter().map(|&c| c.max(0) as u64).collect();
+    let genes = GraphVocab::select(&counts, params.min_presence, params.max_genes, |_| true);
+    let g = genes.len();
+    // (2) Score histograms → rank maps.
+    let hist = gather(worker, set.histograms(&mine, &genes, l), &add_histograms, To::Everyone)?.expect("everyone"); // ok: invariant
+    let maps = RankMaps::from_histograms(&hist);
+    let t1 = Instant::now();
+    // (3) Exact pair sums under the maps (on worker 0), the selection there, its pairs to all.
+    let total = gather(worker, set.statistics(&mine, &genes, &maps), &AtlasStatistics::add, To::First)?;
+    let selected = total.map(|t| {
+        let sums = t.sums;
+        let stats = GeneStats { vocab: genes.clone(), hist: hist.clone(), maps: maps.clone(), sums };
+        let rho = stats.correlations();
+        let pairs = candidate_pairs(&rho, &stats.sums.co, g, params);
+        (stats, rho, pairs)
+    });
+    let pairs_out: Vec<(usize, usize)> = selected.as_ref().map(|s| s.2.clone()).unwrap_or_default();
+    let concat = |t: &mut Vec<(usize, usize)>, p: &Vec<(usize, usize)>| t.extend_from_slice(p);
+    let pairs = gather(worker, Ok(pairs_out), &concat, To::Everyone)?.unwrap_or_default();
+    let t2 = Instant::now();
+    // (4) ρ_local: per chunk of pairs whose genes' postings fit the budget, one pass gathers
+    // those genes' (cell, score) postings on worker 0, which computes Spearman on each pair's
+    // co-present cells as the in-memory build does.
+    let per_gene: Vec<u64> = genes.tokens().iter().map(|&t| counts[t as usize]).collect();
+    let mut local = Vec::with_capacity(pairs.len());
+    for (range, wanted) in posting_chunks(&pairs, &per_gene, posting_budget) {
+        let mine_postings = set.postings(&mine, &genes, l, &wanted);
+        let merge = |t: &mut Vec<Vec<(u32, u16)>>, p: &Vec<Vec<(u32, u16)>>| {
+            t.iter_mut().zip(p).for_each(|(a, b)| a.extend_from_slice(b));
+        };
+        if let Some(gathered) = gather(worker, mine_postings, &merge, To::First)? {
+            let mut postings = vec![Vec::new(); g];
+            for (&u, mut p) in wanted.iter().zip(gathered) {
+                p.sort_unstable_by_key(|x| x.0);
+                postings[u] = p;
+            }
+            let overlaps = Overlaps::new(&postings, set.cells() as usize);
+            local.par_extend(pairs[range].par_iter().map_init(OverlapScratch::default, |scratch, &(u, v)| {
+                overlaps.with(u, v, |overlap| spearman_average_ranks(overlap, l, scratch))
+            }));
+        }
+    }
+    let Some((stats, rho, pairs)) = selected else { return Ok(None) };
+    let edges = pairs
+        .iter()
+        .zip(local)
+        .filter(|(_, r)| !r.is_nan())
+        .map(|(&(u, v), r)| GraphEdge {
+            u: stats.vocab.token(u),
+            v: stats.vocab.token(v),
+            rho: r,
+            rho_global: rho[u * g + v],
+            co_count: stats.sums.co[u * g + v] as u64,
+        })
+        .collect();
+    let seconds = [(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), t2.elapsed().as_secs_f64()];
+    Ok(Some(Built { stats, rho, presence, edges, candidates: pairs.len(), seconds }))
+}

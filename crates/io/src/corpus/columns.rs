@@ -1,0 +1,58 @@
+//! The columns of a token shard, named once: the four every shard has, and the obs columns an
+//! ingest may add after them. The one decoder of `input_ids` lives here.
+
+use std::path::Path;
+
+use arrow_array::{Array, Int32Array, ListArray, RecordBatch};
+
+use crate::error::{Error, Result};
+
+pub const INPUT_IDS: &str = "input_ids";
+pub const LENGTH: &str = "length";
+pub const CELL_ID: &str = "cell_id";
+pub const ATLAS: &str = "atlas";
+
+/// The columns every shard has, in schema order; the rest are obs columns.
+pub const TOKEN_COLUMNS: [&str; 4] = [INPUT_IDS, LENGTH, CELL_ID, ATLAS];
+
+/// Whether a shard column is an obs column (copied from the input file) rather than one of the
+/// token columns.
+pub fn is_obs_column(name: &str) -> bool {
+    !TOKEN_COLUMNS.contains(&name)
+}
+
+/// A shard batch's `input_ids`, decoded row by row.
+pub struct InputIds<'a> {
+    list: &'a ListArray,
+    path: &'a Path,
+}
+
+impl<'a> InputIds<'a> {
+    /// The `input_ids` column of `rb` (read from `path`, named in errors).
+    pub fn of(rb: &'a RecordBatch, path: &'a Path) -> Result<Self> {
+        let list = rb
+            .column_by_name(INPUT_IDS)
+            .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+            .ok_or_else(|| missing(path, INPUT_IDS))?;
+        Ok(Self { list, path })
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Row `i`'s token ids as stored (int32).
+    pub fn row(&self, i: usize) -> Result<Int32Array> {
+        let v = self.list.value(i);
+        v.as_any().downcast_ref::<Int32Array>().cloned().ok_or_else(|| missing(self.path, INPUT_IDS))
+    }
+}
+
+/// The error for a shard column that is missing or of an unexpected type.
+pub fn missing(path: &Path, column: &str) -> Error {
+    Error::format(path, format!("shard column '{column}' is missing or has an unexpected type"))
+}

@@ -1,0 +1,101 @@
+//! Manifest and corpus metadata types.
+
+use std::path::Path;
+
+use corrflow_algorithms::SequenceLayout;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::formats::ObsField;
+use crate::tokenize::{MappingStats, TokenizeOptions};
+
+/// Corpus-wide settings every atlas must share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CorpusInfo {
+    pub format_version: u32,
+    pub vocab_name: String,
+    pub vocab_hash: String,
+    pub vocab_size: usize,
+    pub layout: SequenceLayout,
+}
+
+/// Why cells were not written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropCounts {
+    /// No expressed gene of the cell is in the vocabulary (or the cell has no counts).
+    pub no_vocabulary_genes: u64,
+}
+
+impl DropCounts {
+    pub fn add(&mut self, other: &Self) {
+        self.no_vocabulary_genes += other.no_vocabulary_genes;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.no_vocabulary_genes
+    }
+}
+
+/// One finished shard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    pub file: String,
+    pub cells: u64,
+    pub tokens: u64,
+    pub bytes: u64,
+    pub sha256: String,
+    /// Input cells read for this shard (kept + dropped).
+    pub cells_read: u64,
+    pub dropped: DropCounts,
+    /// Where the input stands after this shard: (file index, next cell in that file).
+    pub resume_at: (usize, usize),
+}
+
+/// One input file of an atlas.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub path: String,
+    pub format: String,
+    pub bytes: u64,
+    pub cells: u64,
+    pub genes: MappingStats,
+}
+
+/// The manifest of a finished atlas, written last: its presence marks the atlas complete.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AtlasManifest {
+    pub format_version: u32,
+    pub atlas: String,
+    pub corpus: CorpusInfo,
+    pub tokenize: TokenizeOptions,
+    pub counts: String,
+    pub gene_column: Option<String>,
+    pub obs_columns: Vec<ObsField>,
+    pub inputs: Vec<InputFile>,
+    pub shards: Vec<ShardInfo>,
+    pub cells_read: u64,
+    pub cells: u64,
+    pub tokens: u64,
+    pub dropped: DropCounts,
+    pub created_by: String,
+}
+
+impl AtlasManifest {
+    pub fn load(atlas_dir: &Path) -> Result<Self> {
+        let p = atlas_dir.join(super::MANIFEST);
+        let text = std::fs::read_to_string(&p).at(&p)?;
+        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid manifest: {e}")))
+    }
+
+    /// Checks every shard's size and sha256 against the manifest.
+    pub fn verify(&self, atlas_dir: &Path) -> Result<()> {
+        for s in &self.shards {
+            let p = atlas_dir.join(&s.file);
+            let bytes = std::fs::metadata(&p).at(&p)?.len();
+            if bytes != s.bytes || crate::util::sha256_file(&p)? != s.sha256 {
+                return Err(Error::format(&p, "shard does not match its manifest checksum (corrupt or modified)"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,50 @@
+//! Embedding backends behind one trait: a model that turns padded token batches into cell
+//! vectors. `corrflow-model` implements it with burn (checkpoints), `corrflow-serve` with ONNX
+//! Runtime (exported models); `embed` and the server's batcher are written against the trait
+//! only, so a new backend is one file implementing [`Encoder`] plus its registration where
+//! models are opened (`corrflow::embed::open_encoder`).
+
+mod batch;
+
+pub use batch::{encode_in_batches, plan_batches, PaddedBatch};
+
+use corrflow_algorithms::SequenceLayout;
+
+use crate::error::Result;
+use crate::vocab::Vocabulary;
+
+/// A model that turns padded token batches into cell vectors.
+pub trait Encoder: Send {
+    /// Short name of the backend (`burn`, `onnxruntime`), reported in summaries.
+    fn name(&self) -> &'static str;
+    fn vocab(&self) -> &Vocabulary;
+    /// How input cells are tokenized for it (cut to the length it was trained on).
+    fn layout(&self) -> SequenceLayout;
+    /// Length of a cell vector.
+    fn dim(&self) -> usize;
+    /// The encoder layer whose states are pooled.
+    fn layer(&self) -> usize;
+    /// Row-major `[rows, dim]` cell vectors of a batch.
+    fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>>;
+}
+
+impl<E: Encoder + ?Sized> Encoder for Box<E> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn vocab(&self) -> &Vocabulary {
+        (**self).vocab()
+    }
+    fn layout(&self) -> SequenceLayout {
+        (**self).layout()
+    }
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn layer(&self) -> usize {
+        (**self).layer()
+    }
+    fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        (**self).encode(batch)
+    }
+}

@@ -1,0 +1,147 @@
+//! Streaming readers: single-cell files in, chunks of cells out, never the whole matrix.
+//!
+//! Every reader implements [`CellSource`]: it reports the file's genes and obs columns on open
+//! (validating shapes and encodings), then hands out [`CellChunk`]s of consecutive cells on
+//! request. Row-compressed and dense matrices are read by slices; column-compressed ones
+//! (h5ad CSC, MatrixMarket) go through an out-of-core transpose first.
+
+pub mod h5;
+mod h5ad;
+mod matrix;
+mod mtx;
+mod obs;
+pub mod obsm;
+mod tenx;
+mod transpose;
+mod values;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+pub use obs::{ObsKind, ObsValues};
+pub use values::{CellValues, ChunkValues};
+
+/// Consecutive cells of one file, in sparse row form.
+#[derive(Clone, Debug, Default)]
+pub struct CellChunk {
+    /// Index of the first cell within its file.
+    pub first_cell: usize,
+    /// Offsets into `genes`/`values`, one more than the number of cells.
+    pub indptr: Vec<usize>,
+    /// Column (gene) index within the file's gene table.
+    pub genes: Vec<u32>,
+    /// Stored values (raw counts unless told otherwise); explicit zeros may occur.
+    pub values: ChunkValues,
+    pub cell_ids: Vec<String>,
+    /// One entry per requested obs column, in request order.
+    pub obs: Vec<ObsValues>,
+}
+
+impl CellChunk {
+    pub fn n_cells(&self) -> usize {
+        self.indptr.len().saturating_sub(1)
+    }
+
+    /// Column indices and values of the chunk's `i`-th cell.
+    pub fn cell(&self, i: usize) -> (&[u32], CellValues<'_>) {
+        let r = self.indptr[i]..self.indptr[i + 1];
+        (&self.genes[r.clone()], self.values.slice(r))
+    }
+}
+
+/// A named obs column and the type it is written as.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObsField {
+    pub name: String,
+    pub kind: ObsKind,
+}
+
+/// Where the counts come from in an h5ad file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CountsSource {
+    #[default]
+    X,
+    Raw,
+    Layer(String),
+}
+
+impl FromStr for CountsSource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "X" => Ok(Self::X),
+            "raw" | "raw/X" => Ok(Self::Raw),
+            _ => match s.strip_prefix("layer:") {
+                Some(name) if !name.is_empty() => Ok(Self::Layer(name.to_string())),
+                _ => Err(format!("'{s}' is not X, raw or layer:NAME")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for CountsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::X => f.write_str("X"),
+            Self::Raw => f.write_str("raw"),
+            Self::Layer(n) => write!(f, "layer:{n}"),
+        }
+    }
+}
+
+/// What to read from each file.
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    pub counts: CountsSource,
+    /// var column holding gene ids; `None` = the var index (10x: feature ids).
+    pub gene_column: Option<String>,
+    pub obs_columns: Vec<String>,
+    /// Cells per chunk; readers that transpose bucket cells by this size.
+    pub chunk_cells: usize,
+    /// Where out-of-core transposes keep their temporary buckets.
+    pub scratch_dir: PathBuf,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        Self {
+            counts: CountsSource::X,
+            gene_column: None,
+            obs_columns: Vec::new(),
+            chunk_cells: 256,
+            scratch_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+/// A file of cells that can be read chunk by chunk.
+pub trait CellSource: Send {
+    fn path(&self) -> &Path;
+    fn n_cells(&self) -> usize;
+    /// Gene ids, one per column of the counts matrix.
+    fn gene_ids(&self) -> &[String];
+    /// The requested obs columns, in request order.
+    fn obs_fields(&self) -> &[ObsField];
+    /// Reads cells `rows`; callers ask for `k*chunk_cells .. min((k+1)*chunk_cells, n)`.
+    fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk>;
+    /// Human-readable format name, for logs and manifests.
+    fn format(&self) -> &'static str;
+}
+
+/// Opens `path` with the reader its format needs: a MatrixMarket directory (or `.mtx` file),
+/// a 10x Genomics HDF5 file, or an h5ad file.
+pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    if meta.is_dir() || name.ends_with(".mtx") || name.ends_with(".mtx.gz") {
+        return Ok(Box::new(mtx::MtxSource::open(path, opts)?));
+    }
+    let file = h5::open(path)?;
+    if tenx::is_tenx(&file) {
+        return Ok(Box::new(tenx::TenxSource::open(path, file, opts)?));
+    }
+    Ok(Box::new(h5ad::H5adSource::open(path, file, opts)?))
+}

@@ -1,0 +1,147 @@
+//! The streaming part of `corrflow ingest`: a three-stage pipeline (read chunks ‖ tokenize in
+//! parallel ‖ encode and write shards) joined by bounded channels, so memory stays at a few
+//! chunks whatever the corpus size.
+
+use super::run::{IngestRequest, Opened};
+use crate::corpus::{AtlasWriter, DropCounts, TokenBatch};
+use crate::error::{Error, Result};
+use crate::tokenize::{tokenize_chunk, GeneMapper};
+
+struct ReadMsg {
+    file: usize,
+    chunk: crate::formats::CellChunk,
+    /// Position after this chunk: (file, next cell), normalized to the next file at its end.
+    next: (usize, usize),
+}
+
+struct WriteMsg {
+    batch: TokenBatch,
+    cells_read: u64,
+    dropped: DropCounts,
+    next: (usize, usize),
+}
+
+/// Reads, tokenizes and writes every chunk from where `writer` resumes, committing a shard
+/// whenever it holds `req.shard_cells` input cells.
+pub(super) fn pipeline(
+    req: &IngestRequest,
+    opened: &mut [Opened],
+    writer: &mut AtlasWriter,
+    bar: &indicatif::ProgressBar,
+) -> Result<()> {
+    let resume_at = writer.resume_at();
+    let chunk_cells = req.read.chunk_cells.max(1);
+    let (read_tx, read_rx) = crossbeam_channel::bounded::<Result<ReadMsg>>(1);
+    let (write_tx, write_rx) = crossbeam_channel::bounded::<WriteMsg>(1);
+    let n_files = opened.len();
+    let gene_ids: Vec<Vec<String>> = opened.iter().map(|o| o.source.gene_ids().to_vec()).collect();
+    let (sources, mappers): (Vec<_>, Vec<_>) = opened.iter_mut().map(|o| (&mut o.source, &o.mapper)).unzip();
+
+    std::thread::scope(|s| {
+        // Stage 1: read chunks in order.
+        s.spawn(move || {
+            for (fi, source) in sources.into_iter().enumerate().skip(resume_at.0) {
+                let n = source.n_cells();
+                let mut start = if fi == resume_at.0 { resume_at.1 } else { 0 };
+                while start < n {
+                    let end = (start + chunk_cells).min(n);
+                    let msg = source.read_chunk(start..end).map(|chunk| {
+                        let next = if end == n { (fi + 1, 0) } else { (fi, end) };
+                        ReadMsg { file: fi, chunk, next }
+                    });
+                    let failed = msg.is_err();
+                    if read_tx.send(msg).is_err() || failed {
+                        return;
+                    }
+                    start = end;
+                }
+            }
+        });
+
+        // Stage 3: write shards, committing one whenever it holds shard_cells input cells.
+        let writer_thread = s.spawn(move || -> Result<()> {
+            let mut last = resume_at;
+            for msg in write_rx {
+                writer.write(msg.batch, msg.cells_read, &msg.dropped)?;
+                last = msg.next;
+                let at_end = msg.next.0 >= n_files;
+                let full = writer.open_cells_read() >= req.shard_cells as u64 || at_end;
+                if full && writer.commit_shard(msg.next)?.is_some() {
+                    crash_point();
+                }
+            }
+            writer.commit_shard(last)?;
+            Ok(())
+        });
+
+        // Stage 2 (this thread): tokenize chunks on the rayon pool, a few in flight at once so
+        // that a worker with nothing left of one chunk starts the next instead of idling while
+        // the reader or writer holds the other core. Results go to the writer in input order.
+        let tokenize_result = rayon::in_place_scope(|scope| -> Result<()> {
+            let mut in_flight = std::collections::VecDeque::new();
+            let forward = |rx: crossbeam_channel::Receiver<Result<WriteMsg>>| -> Result<bool> {
+                let out =
+                    rx.recv().map_err(|_| Error::internal("ingest", "a tokenizer task ended without a result"))??;
+                Ok(write_tx.send(out).is_ok())
+            };
+            for msg in read_rx {
+                let msg = msg?;
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                let (gene_ids, mappers) = (&gene_ids, &mappers);
+                scope.spawn(move |_| {
+                    let _ = tx.send(tokenize_msg(req, &gene_ids[msg.file], mappers[msg.file], msg, bar));
+                });
+                in_flight.push_back(rx);
+                if in_flight.len() >= CHUNKS_IN_FLIGHT && !forward(in_flight.pop_front().expect("non-empty"))? {
+                    return Ok(());
+                }
+            }
+            while let Some(rx) = in_flight.pop_front() {
+                if !forward(rx)? {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        drop(write_tx);
+        let write_result =
+            writer_thread.join().unwrap_or_else(|_| Err(Error::internal("ingest", "the shard writer thread panicked")));
+        tokenize_result.and(write_result)
+    })
+}
+
+/// Chunks being tokenized at once (each holds `chunk_cells` cells).
+const CHUNKS_IN_FLIGHT: usize = 2;
+
+/// Stage 2 for one chunk: its tokens, cell ids and obs values as the writer takes them.
+fn tokenize_msg(
+    req: &IngestRequest,
+    gene_ids: &[String],
+    mapper: &GeneMapper,
+    msg: ReadMsg,
+    bar: &indicatif::ProgressBar,
+) -> Result<WriteMsg> {
+    let chunk = &msg.chunk;
+    let t = tokenize_chunk(req.inputs[msg.file].as_path(), chunk, gene_ids, mapper, &req.vocab, &req.tokenize)?;
+    let batch = TokenBatch {
+        offsets: t.offsets,
+        tokens: t.tokens,
+        cell_ids: t.kept.iter().map(|&i| chunk.cell_ids[i].clone()).collect(),
+        obs: chunk.obs.iter().map(|o| o.select(&t.kept)).collect(),
+    };
+    bar.inc(chunk.n_cells() as u64);
+    Ok(WriteMsg {
+        batch,
+        cells_read: chunk.n_cells() as u64,
+        dropped: DropCounts { no_vocabulary_genes: t.dropped_no_vocab_genes as u64 },
+        next: msg.next,
+    })
+}
+
+/// Fail point `ingest-after-shard` (built with the `failpoints` feature only): its `return`
+/// action aborts the process like `kill -9` (no unwinding, no cleanup) right after a shard is
+/// committed, so tests can check that an interrupted ingest resumes to the same result
+/// (`FAILPOINTS=ingest-after-shard=2*off->return` crashes after the third shard).
+fn crash_point() {
+    fail::fail_point!("ingest-after-shard", |_| std::process::abort());
+}

@@ -1,0 +1,252 @@
+//! `corrflow ingest`: files → tokens → Parquet shards. Opens and validates the inputs, runs the
+//! streaming [`pipeline`], then writes the manifest and publishes the atlas. Shards are
+//! committed atomically and recorded in a progress file, so an interrupted ingest resumes
+//! after its last finished shard.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::pipeline::pipeline;
+use crate::corpus::{self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo, DropCounts, InputFile, ShardOptions};
+use crate::error::{Error, Result};
+use crate::formats::{open, CellSource, ReadOptions};
+use crate::tokenize::{GeneMapper, TokenizeOptions};
+use crate::vocab::Vocabulary;
+
+const FORMAT_VERSION: u32 = 1;
+
+/// Everything `ingest` needs.
+#[derive(Clone, Debug)]
+pub struct IngestRequest {
+    pub corpus: PathBuf,
+    pub atlas: String,
+    pub inputs: Vec<PathBuf>,
+    pub vocab: Vocabulary,
+    pub read: ReadOptions,
+    pub tokenize: TokenizeOptions,
+    pub shard_cells: usize,
+    pub zstd_level: i32,
+    /// Discard an interrupted ingest of this atlas instead of resuming it.
+    pub restart: bool,
+    pub show_progress: bool,
+}
+
+/// What `ingest --json` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IngestSummary {
+    pub command: String,
+    pub atlas: String,
+    pub corpus: String,
+    pub cells_read: u64,
+    pub cells_kept: u64,
+    pub dropped: DropCounts,
+    pub tokens: u64,
+    pub shards: usize,
+    pub resumed_shards: usize,
+    pub input_bytes: u64,
+    pub seconds: f64,
+    pub cells_per_s: f64,
+    pub mb_per_s: f64,
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// Atlas names become directory names and Parquet values: keep them plain.
+pub fn validate_atlas_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "atlas name '{name}' must be 1-128 characters of A-Z a-z 0-9 . _ - and not start with '.'"
+        )))
+    }
+}
+
+pub(super) struct Opened {
+    pub(super) source: Box<dyn CellSource>,
+    pub(super) mapper: GeneMapper,
+    bytes: u64,
+}
+
+/// Runs an ingest to completion (or resumes one).
+pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
+    let started = Instant::now();
+    validate_atlas_name(&req.atlas)?;
+    if req.inputs.is_empty() {
+        return Err(Error::Usage("ingest needs at least one input file".into()));
+    }
+    let info = CorpusInfo {
+        format_version: FORMAT_VERSION,
+        vocab_name: req.vocab.name().to_string(),
+        vocab_hash: req.vocab.hash().to_string(),
+        vocab_size: req.vocab.len(),
+        layout: req.tokenize.layout,
+    };
+    let stage = prepare_atlas(&req.corpus, &req.atlas, &info)?;
+    // Open and validate every input before writing anything (readers transposing out of core
+    // use the staging directory as scratch space).
+    let mut read = req.read.clone();
+    read.scratch_dir = stage;
+    let mut opened = open_inputs(req, &read)?;
+    let fingerprint = fingerprint(req, &opened)?;
+    let shard_options = ShardOptions {
+        schema: corpus::token_schema(opened[0].source.obs_fields()),
+        zstd_level: req.zstd_level,
+        row_group_cells: req.read.chunk_cells.max(1),
+    };
+    let mut writer = AtlasWriter::begin(&req.corpus, &req.atlas, &fingerprint, req.restart, shard_options)?;
+    let resumed = writer.resumed_shards();
+    let total_cells: u64 = opened.iter().map(|o| o.source.n_cells() as u64).sum();
+    let bar = progress_bar(req.show_progress, total_cells);
+    bar.set_position(writer.cells_read());
+
+    // A new corpus also gets the vocabulary's tables: written beside the pipeline into the
+    // staging directory (gone with it on failure), moved into place at the end.
+    let staged_vocab = writer.staged_vocab_dir();
+    let (result, vocab_staged) = std::thread::scope(|s| {
+        let vocab_job = writer.new_corpus().then(|| s.spawn(|| req.vocab.write_dir(&staged_vocab).is_ok()));
+        let result = pipeline(req, &mut opened, &mut writer, &bar);
+        (result, vocab_job.is_some_and(|j| j.join().unwrap_or(false)))
+    });
+    if let Err(e) = result {
+        writer.abandon();
+        return Err(e);
+    }
+    bar.finish_and_clear();
+
+    // All shards are in place: write the manifest, then publish the atlas directory.
+    let manifest = AtlasManifest {
+        format_version: FORMAT_VERSION,
+        atlas: req.atlas.clone(),
+        corpus: info,
+        tokenize: req.tokenize,
+        counts: read.counts.to_string(),
+        gene_column: read.gene_column.clone(),
+        obs_columns: opened[0].source.obs_fields().to_vec(),
+        inputs: opened
+            .iter()
+            .map(|o| InputFile {
+                path: o.source.path().display().to_string(),
+                format: o.source.format().to_string(),
+                bytes: o.bytes,
+                cells: o.source.n_cells() as u64,
+                genes: o.mapper.stats.clone(),
+            })
+            .collect(),
+        cells_read: 0,
+        cells: 0,
+        tokens: 0,
+        dropped: DropCounts::default(),
+        shards: Vec::new(),
+        created_by: format!("corrflow {}", env!("CARGO_PKG_VERSION")),
+    };
+    drop(opened);
+    let manifest = writer.publish(manifest, &req.vocab, vocab_staged)?;
+
+    let seconds = started.elapsed().as_secs_f64();
+    let input_bytes: u64 = manifest.inputs.iter().map(|i| i.bytes).sum();
+    Ok(IngestSummary {
+        command: "ingest".into(),
+        atlas: req.atlas.clone(),
+        corpus: req.corpus.display().to_string(),
+        cells_read: manifest.cells_read,
+        cells_kept: manifest.cells,
+        dropped: manifest.dropped.clone(),
+        tokens: manifest.tokens,
+        shards: manifest.shards.len(),
+        resumed_shards: resumed,
+        input_bytes,
+        seconds,
+        cells_per_s: manifest.cells_read as f64 / seconds.max(1e-9),
+        mb_per_s: input_bytes as f64 / 1e6 / seconds.max(1e-9),
+        peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
+    })
+}
+
+/// Opens every input and maps its genes onto the vocabulary; all inputs must have the same obs
+/// columns.
+fn open_inputs(req: &IngestRequest, read: &ReadOptions) -> Result<Vec<Opened>> {
+    let mut opened: Vec<Opened> = Vec::new();
+    for path in &req.inputs {
+        let source = open(path, read)?;
+        let mapper = GeneMapper::new(&req.vocab, source.gene_ids());
+        if mapper.n_matched() == 0 {
+            let column = read.gene_column.as_deref().unwrap_or("the var index");
+            return Err(Error::format(
+                path,
+                format!(
+                    "none of the {} genes in {column} is in vocabulary '{}' (tried Ensembl ids, unversioned ids and symbols); \
+                     pick the column with gene ids using --gene-column",
+                    source.gene_ids().len(),
+                    req.vocab.name()
+                ),
+            ));
+        }
+        if opened.first().is_some_and(|first| first.source.obs_fields() != source.obs_fields()) {
+            return Err(Error::format(path, "obs columns have different types than in the first input"));
+        }
+        let bytes = dir_or_file_size(path);
+        opened.push(Opened { source, mapper, bytes });
+    }
+    Ok(opened)
+}
+
+fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} ingest [{bar:30}] {pos}/{len} cells {per_sec} eta {eta}")
+            .expect("static template") // ok: invariant
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn dir_or_file_size(path: &Path) -> u64 {
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum()
+    } else {
+        std::fs::metadata(path).map_or(0, |m| m.len())
+    }
+}
+
+/// Identifies an ingest: inputs (path, size, modification time) and every option that changes
+/// the output. A resume is only allowed with the same fingerprint.
+fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
+    let inputs: Vec<_> = req
+        .inputs
+        .iter()
+        .zip(opened)
+        .map(|(p, o)| {
+            let mtime = std::fs::metadata(p).and_then(|m| m.modified()).ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            serde_json::json!({"path": p.display().to_string(), "bytes": o.bytes, "mtime": mtime.map(|d| d.as_nanos().to_string())})
+        })
+        .collect();
+    let key = serde_json::json!({
+        "inputs": inputs,
+        "vocab": req.vocab.hash(),
+        "tokenize": req.tokenize,
+        "counts": req.read.counts.to_string(),
+        "gene_column": req.read.gene_column,
+        "obs_columns": req.read.obs_columns,
+        "chunk_cells": req.read.chunk_cells,
+        "shard_cells": req.shard_cells,
+        "zstd_level": req.zstd_level,
+    });
+    Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
+}

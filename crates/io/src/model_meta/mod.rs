@@ -1,0 +1,168 @@
+//! What describes a model apart from its weights: the architecture ([`ModelConfig`]), how cells
+//! are pooled ([`Pooling`]), and the metadata an exported ONNX model carries ([`ModelMeta`],
+//! read by [`open_exported`] without running the model). Plain data, so the server and the
+//! ONNX Runtime backend read it without depending on burn.
+
+pub mod proto;
+
+use std::path::{Path, PathBuf};
+
+use corrflow_algorithms::SequenceLayout;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::vocab::Vocabulary;
+use proto::ModelMetadataProto;
+
+pub const OPSET: i64 = 17;
+/// IR version 8 is the one that goes with opset 17.
+pub const IR_VERSION: i64 = 8;
+pub const META_KEY: &str = "corrflow.meta";
+pub const CONFIG_KEY: &str = "corrflow.config";
+pub const VOCAB_HASH_KEY: &str = "corrflow.vocab_hash";
+
+/// Names of the exported graph's inputs and outputs.
+pub const INPUT_IDS: &str = "input_ids";
+pub const ATTENTION_MASK: &str = "attention_mask";
+pub const LAST_HIDDEN_STATE: &str = "last_hidden_state";
+pub const CELL_EMBEDDING: &str = "cell_embedding";
+
+/// The objective a model is trained with by default (masked-token prediction).
+pub const DEFAULT_OBJECTIVE: &str = "mlm";
+
+/// Model sizes (`[model]` in the config; `configs/paper.toml` = the paper's Table 5).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub hidden: usize,
+    pub ffn: usize,
+    pub heads: usize,
+    pub layers: usize,
+    /// Learned absolute positions.
+    pub max_positions: usize,
+    pub dropout: f64,
+    pub layer_norm_eps: f64,
+    /// The pre-training objective by name (`mlm`, `wced`, `poisson`, ...): which heads the model
+    /// has and what loss trains it; the objectives live with the model (`corrflow-model`).
+    pub objective: String,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            hidden: 256,
+            ffn: 512,
+            heads: 4,
+            layers: 6,
+            max_positions: 2048,
+            dropout: 0.02,
+            layer_norm_eps: 1e-12,
+            objective: DEFAULT_OBJECTIVE.into(),
+        }
+    }
+}
+
+impl ModelConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.hidden == 0 || self.ffn == 0 || self.heads == 0 || self.layers == 0 || self.max_positions == 0 {
+            return Err("model.hidden, ffn, heads, layers and max_positions must be > 0".into());
+        }
+        if !self.hidden.is_multiple_of(self.heads) {
+            return Err(format!("model.hidden ({}) must be a multiple of model.heads ({})", self.hidden, self.heads));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(format!("model.dropout must be in [0, 1), got {}", self.dropout));
+        }
+        if !(self.layer_norm_eps > 0.0) {
+            return Err("model.layer_norm_eps must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// How a cell's token states become one vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// Mean over gene positions (Geneformer's `cell` mode).
+    #[default]
+    Mean,
+    /// The `<cls>` position (V2 layout).
+    Cls,
+}
+
+/// The layout input cells are tokenized with for a model trained on `max_len` tokens: cut as
+/// in training, since positions beyond it were never trained.
+pub fn inference_layout(layout: SequenceLayout, max_len: usize) -> SequenceLayout {
+    let specials = usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
+    let mut layout = layout;
+    layout.max_genes = layout.max_genes.min(max_len.saturating_sub(specials).max(1));
+    layout
+}
+
+/// What a runtime needs besides the graph: how to tokenize for this model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    pub format_version: u32,
+    pub model: ModelConfig,
+    pub layout: SequenceLayout,
+    /// Longest sequence the model was trained on (tokens, specials included).
+    pub max_len: usize,
+    pub pooling: Pooling,
+    pub vocab_name: String,
+    pub vocab_hash: String,
+    pub vocab_size: usize,
+    pub pad: u32,
+    /// Checkpoint step the weights come from.
+    pub step: u64,
+}
+
+impl ModelMeta {
+    /// The sequence layout for tokenizing input cells: at most `max_len` tokens.
+    pub fn tokenize_layout(&self) -> SequenceLayout {
+        inference_layout(self.layout, self.max_len)
+    }
+}
+
+/// `model.onnx` → `model.vocab`.
+pub fn vocab_sidecar(model: &Path) -> PathBuf {
+    model.with_extension("vocab")
+}
+
+/// An exported model's metadata and vocabulary, checked against each other.
+pub struct ExportedModel {
+    pub path: PathBuf,
+    pub meta: ModelMeta,
+    pub vocab: Vocabulary,
+}
+
+/// Reads `model.onnx`'s metadata (without running it) and its vocabulary sidecar.
+pub fn open_exported(path: &Path) -> Result<ExportedModel> {
+    let bytes = std::fs::read(path).at(path)?;
+    let model = ModelMetadataProto::decode(bytes.as_slice())
+        .map_err(|e| Error::format(path, format!("not an ONNX model (protobuf decoding failed: {e})")))?;
+    let meta = model
+        .metadata_props
+        .iter()
+        .find(|p| p.key == META_KEY)
+        .ok_or_else(|| Error::format(path, format!("no {META_KEY} metadata: not a model exported by corrflow")))?;
+    let meta: ModelMeta = serde_json::from_str(&meta.value)
+        .map_err(|e| Error::format(path, format!("invalid {META_KEY} metadata: {e}")))?;
+    let sidecar = vocab_sidecar(path);
+    if !sidecar.is_dir() {
+        return Err(Error::format(
+            path,
+            format!("its vocabulary directory {} is missing (export writes it next to the model)", sidecar.display()),
+        ));
+    }
+    let vocab = Vocabulary::load_dir(&sidecar)?;
+    let vocab = if meta.layout.cls.is_some() { vocab.with_v2_specials() } else { vocab };
+    if vocab.hash() != meta.vocab_hash || vocab.len() != meta.vocab_size {
+        return Err(Error::conflict(
+            &sidecar,
+            format!("vocabulary hash {} does not match the model's {}", vocab.hash(), meta.vocab_hash),
+        ));
+    }
+    Ok(ExportedModel { path: path.to_path_buf(), meta, vocab })
+}

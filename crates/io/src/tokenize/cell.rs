@@ -1,0 +1,196 @@
+//! One cell of a chunk to tokens: a branch-free path for the common case (integer counts, no
+//! duplicate gene columns) and the general one, which also names invalid values.
+
+use std::path::Path;
+
+use corrflow_algorithms::{normalized_expression, rank_value_encode, RankScratch};
+
+use super::mapper::UNMAPPED;
+use super::{cell_counts, encode_cell, is_integer, GeneMapper, TokenizeOptions, ValueTransform};
+use crate::error::Result;
+use crate::formats::{CellChunk, CellValues};
+use crate::vocab::Vocabulary;
+
+/// What tokenizing the cells of one chunk reads.
+pub(super) struct ChunkTokenizer<'a> {
+    pub(super) path: &'a Path,
+    pub(super) chunk: &'a CellChunk,
+    pub(super) gene_ids: &'a [String],
+    pub(super) mapper: &'a GeneMapper,
+    pub(super) vocab: &'a Vocabulary,
+    pub(super) opts: &'a TokenizeOptions,
+}
+
+/// Per-thread buffers of [`ChunkTokenizer`]; `tokens` holds the last cell's tokens.
+#[derive(Default)]
+pub(super) struct CellBuffers {
+    pairs: Vec<(u32, f64)>,
+    scratch: RankScratch,
+    pub(super) tokens: Vec<u32>,
+}
+
+impl ChunkTokenizer<'_> {
+    /// Tokenizes cell `i` into `buf.tokens`; returns whether it has any vocabulary gene.
+    pub(super) fn tokenize(&self, i: usize, buf: &mut CellBuffers) -> Result<bool> {
+        let (mapper, opts) = (self.mapper, self.opts);
+        if opts.transform == ValueTransform::None && !mapper.has_duplicates {
+            let (cols, values) = self.chunk.cell(i);
+            let fast = match values {
+                CellValues::F32(v) => self.tokenize_counts(cols, v, buf),
+                CellValues::F64(v) => self.tokenize_counts(cols, v, buf),
+            };
+            if let Some(kept) = fast {
+                return Ok(kept);
+            }
+        }
+        self.tokenize_general(i, buf)
+    }
+
+    /// The common case: counts, no duplicate gene columns. `None` when some value is invalid
+    /// (the general path then names it), else whether the cell has any vocabulary gene.
+    fn tokenize_counts<V: Copy + Into<f64>>(&self, cols: &[u32], values: &[V], buf: &mut CellBuffers) -> Option<bool> {
+        let n_counts = checked_total(values, !self.opts.allow_normalized)?;
+        // Branch-free: every value is normalised and written, and the slot is kept only for a
+        // vocabulary gene with a count > 0 (whether a gene is in the vocabulary is a coin flip
+        // the branch predictor cannot learn).
+        let pairs = &mut buf.pairs;
+        pairs.clear();
+        pairs.resize(values.len(), (0, 0.0));
+        let mut n = 0;
+        let slots = pairs.as_mut_slice();
+        for (&col, &v) in cols.iter().zip(values) {
+            let v: f64 = v.into();
+            let (token, median) = self.mapper.column_table[col as usize];
+            slots[n] = (token, normalized_expression(v, n_counts, median));
+            n += usize::from((token != UNMAPPED) & (v > 0.0));
+        }
+        pairs.truncate(n);
+        if pairs.is_empty() || n_counts <= 0.0 {
+            buf.tokens.clear();
+            return Some(false);
+        }
+        rank_value_encode(pairs, &self.opts.layout, &mut buf.scratch, &mut buf.tokens);
+        Some(true)
+    }
+
+    /// [`Self::tokenize`] for every case: duplicate columns summed, transformed values, and the
+    /// error naming the first invalid value.
+    fn tokenize_general(&self, i: usize, buf: &mut CellBuffers) -> Result<bool> {
+        let pairs = &mut buf.pairs;
+        pairs.clear();
+        let n_counts = cell_counts(self.path, self.chunk, i, self.gene_ids, self.opts, |col, v| {
+            if let Some(t) = self.mapper.token_of_column[col as usize] {
+                pairs.push((t, v));
+            }
+        })?;
+        let (layout, repeats) = (&self.opts.layout, self.mapper.has_duplicates);
+        Ok(encode_cell(self.vocab, layout, pairs, n_counts, repeats, &mut buf.scratch, &mut buf.tokens))
+    }
+}
+
+/// The sum of a cell's stored values when every one is a valid count (finite, ≥ 0 and, if
+/// `integers`, an integer), else `None`. Equal to [`cell_counts`]'s sequential sum: integer
+/// sums below 2^53 are exact in any order, so those are summed in four independent lanes.
+#[allow(clippy::manual_range_contains)] // `&` of two comparisons, see below
+fn checked_total<V: Copy + Into<f64>>(values: &[V], integers: bool) -> Option<f64> {
+    // Non-short-circuit `&` so the loops have no branch and vectorize.
+    let valid = |v: f64| (v >= 0.0) & (v < f64::INFINITY);
+    if !integers {
+        let mut ok = true;
+        let mut sum = 0.0;
+        for &v in values {
+            let v: f64 = v.into();
+            ok &= valid(v);
+            sum += v;
+        }
+        return ok.then_some(sum);
+    }
+    let mut ok = true;
+    let mut lanes = [0.0f64; 4];
+    let quads = values.chunks_exact(4);
+    let rest = quads.remainder();
+    for q in quads {
+        for (lane, &v) in lanes.iter_mut().zip(q) {
+            let v: f64 = v.into();
+            ok &= valid(v) & is_integer(v);
+            *lane += v;
+        }
+    }
+    for &v in rest {
+        let v: f64 = v.into();
+        ok &= valid(v) & is_integer(v);
+        lanes[0] += v;
+    }
+    let sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    (ok && sum < 9_007_199_254_740_992.0).then_some(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{chunk, v1};
+    use super::*;
+    use crate::formats::ChunkValues;
+    use crate::vocab::BUILTIN;
+    use corrflow_algorithms::SequenceLayout;
+
+    #[test]
+    fn fast_path_gives_the_general_paths_tokens_and_totals_for_f32_and_f64_storage() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        // Every 5th column is not in the vocabulary.
+        let genes: Vec<String> = (0..400)
+            .map(|c| if c % 5 == 0 { format!("nope{c}") } else { vocab.token(2 + c).unwrap().to_string() })
+            .collect();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        let rows: Vec<Vec<(u32, f64)>> = (0..60)
+            .map(|cell| {
+                let mut cols: Vec<u32> = (0..400).filter(|_| next() % 3 == 0).collect();
+                cols.truncate(cell * 7);
+                // Mostly small counts, some explicit zeros and a few large ones.
+                cols.into_iter().map(|c| (c, [0.0, 1.0, 1.0, 2.0, 3.0, 250.0][(next() % 6) as usize])).collect()
+            })
+            .collect();
+        let refs: Vec<&[(u32, f64)]> = rows.iter().map(Vec::as_slice).collect();
+        let wide = chunk(&refs);
+        // The same values stored as f32, as AnnData files store counts.
+        let ChunkValues::F64(v) = &wide.values else { unreachable!() };
+        let narrow = CellChunk { values: ChunkValues::F32(v.iter().map(|&x| x as f32).collect()), ..wide.clone() };
+        for opts in [
+            v1(),
+            TokenizeOptions { allow_normalized: true, ..v1() },
+            TokenizeOptions { layout: SequenceLayout { max_genes: 9, ..SequenceLayout::v1() }, ..v1() },
+        ] {
+            let tokenizer = |c| ChunkTokenizer {
+                path: Path::new("x"),
+                chunk: c,
+                gene_ids: &genes,
+                mapper: &mapper,
+                vocab: &vocab,
+                opts: &opts,
+            };
+            let (cells, cells32) = (tokenizer(&wide), tokenizer(&narrow));
+            let (mut fast, mut general, mut fast32) =
+                (CellBuffers::default(), CellBuffers::default(), CellBuffers::default());
+            for i in 0..wide.n_cells() {
+                let a = cells.tokenize(i, &mut fast).unwrap();
+                let b = cells.tokenize_general(i, &mut general).unwrap();
+                assert_eq!((a, &fast.tokens), (b, &general.tokens), "cell {i}");
+                let a32 = cells32.tokenize(i, &mut fast32).unwrap();
+                assert_eq!((a32, &fast32.tokens), (a, &fast.tokens), "cell {i} stored as f32");
+                let b32 = cells32.tokenize_general(i, &mut general).unwrap();
+                assert_eq!((b32, &general.tokens), (a, &fast.tokens), "cell {i} stored as f32, general path");
+            }
+        }
+        assert_eq!(checked_total(&[1.0, 2.0, 3.0, 4.0, 5.0], true), Some(15.0));
+        assert_eq!(checked_total(&[1.0, 2.5], true), None);
+        assert_eq!(checked_total(&[1.0, 2.5], false), Some(3.5));
+        assert_eq!(checked_total(&[1.0, -0.5, 2.0, 3.0, 4.0], true), None);
+        assert_eq!(checked_total(&[f64::NAN], false), None);
+        assert_eq!(checked_total(&[f64::INFINITY], false), None);
+        assert_eq!(checked_total(&[9.1e15, 9.1e15], true), None, "beyond 2^53 the sequential sum decides");
+    }
+}

@@ -1,0 +1,342 @@
+//! Tokenization of cell chunks: map file genes to the vocabulary, validate counts, normalize,
+//! and rank-value encode each cell (the pure encoding lives in `corrflow_algorithms::rank`).
+
+use std::path::Path;
+
+use corrflow_algorithms::{normalized_expression, rank_value_encode, RankScratch, SequenceLayout};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::formats::CellChunk;
+use crate::vocab::Vocabulary;
+
+mod cell;
+mod mapper;
+
+use cell::{CellBuffers, ChunkTokenizer};
+pub use mapper::{GeneMapper, MappingStats};
+
+/// What the stored values are and how to turn them into counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueTransform {
+    /// Values are counts (or scaled counts with `allow_normalized`).
+    #[default]
+    None,
+    /// Values are `log1p` of (normalized) counts; `expm1` restores a per-cell scaling of them.
+    Expm1,
+}
+
+/// Tokenization settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenizeOptions {
+    pub layout: SequenceLayout,
+    /// Accept non-integer values (normalized data); rank-value tokens are invariant to per-cell
+    /// scaling, so normalized counts give the same tokens as raw ones.
+    pub allow_normalized: bool,
+    pub transform: ValueTransform,
+}
+
+/// The tokens of the kept cells of a chunk.
+#[derive(Debug, Default)]
+pub struct TokenizedChunk {
+    /// Index within the chunk of each kept cell.
+    pub kept: Vec<usize>,
+    /// Offsets into `tokens`, one more than `kept`.
+    pub offsets: Vec<usize>,
+    pub tokens: Vec<u32>,
+    /// Cells with no vocabulary gene expressed.
+    pub dropped_no_vocab_genes: usize,
+}
+
+/// Tokenizes every cell of `chunk`, in parallel, validating each stored value.
+pub fn tokenize_chunk(
+    path: &Path,
+    chunk: &CellChunk,
+    gene_ids: &[String],
+    mapper: &GeneMapper,
+    vocab: &Vocabulary,
+    opts: &TokenizeOptions,
+) -> Result<TokenizedChunk> {
+    // Blocks of cells rather than single cells per task: each block fills one flat token
+    // buffer, so there is no allocation per cell and one copy per block when joining.
+    const BLOCK: usize = 64;
+    let n = chunk.n_cells();
+    let cells = ChunkTokenizer { path, chunk, gene_ids, mapper, vocab, opts };
+    let blocks: Vec<TokenizedChunk> = (0..n.div_ceil(BLOCK))
+        .into_par_iter()
+        .map_init(CellBuffers::default, |buf, b| {
+            let block = b * BLOCK..((b + 1) * BLOCK).min(n);
+            // A cell has at most its stored values (and the layout's specials) as tokens.
+            let bound = chunk.indptr[block.end] - chunk.indptr[block.start] + 2 * block.len();
+            let mut t = TokenizedChunk { offsets: vec![0], tokens: Vec::with_capacity(bound), ..Default::default() };
+            for i in block {
+                if cells.tokenize(i, buf)? {
+                    t.kept.push(i);
+                    t.tokens.extend_from_slice(&buf.tokens);
+                    t.offsets.push(t.tokens.len());
+                } else {
+                    t.dropped_no_vocab_genes += 1;
+                }
+            }
+            Ok(t)
+        })
+        .collect::<Result<_>>()?;
+    let total: usize = blocks.iter().map(|b| b.tokens.len()).sum();
+    let mut t =
+        TokenizedChunk { offsets: Vec::with_capacity(n + 1), tokens: Vec::with_capacity(total), ..Default::default() };
+    t.offsets.push(0);
+    for b in blocks {
+        let base = t.tokens.len();
+        t.tokens.extend_from_slice(&b.tokens);
+        t.offsets.extend(b.offsets[1..].iter().map(|o| o + base));
+        t.kept.extend(b.kept);
+        t.dropped_no_vocab_genes += b.dropped_no_vocab_genes;
+    }
+    Ok(t)
+}
+
+/// Validates and transforms the stored values of cell `i` of `chunk`, calls `f(column, count)`
+/// for each count > 0 and returns the cell's total count over all of the file's genes.
+///
+/// Values must be finite and ≥ 0 and, unless `allow_normalized`, integers; the error names
+/// the file, the cell and the gene.
+pub fn cell_counts(
+    path: &Path,
+    chunk: &CellChunk,
+    i: usize,
+    gene_ids: &[String],
+    opts: &TokenizeOptions,
+    mut f: impl FnMut(u32, f64),
+) -> Result<f64> {
+    let (cols, values) = chunk.cell(i);
+    let mut n_counts = 0.0f64;
+    for (k, &col) in cols.iter().enumerate() {
+        let raw = values.get(k);
+        let v = match opts.transform {
+            ValueTransform::None => raw,
+            ValueTransform::Expm1 => raw.exp_m1(),
+        };
+        if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && !is_integer(v)) {
+            let what = if !v.is_finite() {
+                "a non-finite value"
+            } else if v < 0.0 {
+                "a negative count"
+            } else {
+                "a non-integer count (normalized data? pass --allow-normalized, or read raw counts with --counts raw)"
+            };
+            let cell = chunk.first_cell + i;
+            let id = chunk.cell_ids.get(i).map_or("", String::as_str);
+            let gene = gene_ids.get(col as usize).map_or("?", String::as_str);
+            return Err(Error::invalid(path, format!("cell {cell} ('{id}'), gene '{gene}': {what}: {raw}")));
+        }
+        n_counts += v;
+        if v > 0.0 {
+            f(col, v);
+        }
+    }
+    Ok(n_counts)
+}
+
+/// Sorts `(key, count)` pairs by key and sums the counts of equal keys (duplicate gene ids).
+pub fn sum_duplicates<K: Ord + Copy>(pairs: &mut Vec<(K, f64)>) {
+    pairs.sort_unstable_by_key(|p| p.0);
+    pairs.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 += b.1;
+        }
+        same
+    });
+}
+
+/// A cell given by gene names and counts (the server's input) as rank-value tokens.
+#[derive(Debug, Default, PartialEq)]
+pub struct NamedCellTokens {
+    pub tokens: Vec<u32>,
+    /// Genes not in the vocabulary (counted into the cell's total, not tokenized).
+    pub unknown_genes: usize,
+}
+
+/// Tokenizes one cell given as parallel `genes` (Ensembl ids or symbols) and `counts` as ingest
+/// does (the total is over all genes, duplicates are summed, genes outside the vocabulary are
+/// counted but not tokenized), except that counts need not be integers. Errors describe the
+/// problem for the client.
+pub fn tokenize_named_cell(
+    vocab: &Vocabulary,
+    layout: &SequenceLayout,
+    genes: &[String],
+    counts: &[f64],
+) -> std::result::Result<NamedCellTokens, String> {
+    if genes.len() != counts.len() {
+        return Err(format!("{} genes but {} counts", genes.len(), counts.len()));
+    }
+    let mut pairs = Vec::with_capacity(genes.len());
+    let mut n_counts = 0.0;
+    let mut unknown = 0;
+    for (g, &c) in genes.iter().zip(counts) {
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(format!("gene '{g}': counts must be finite and ≥ 0, got {c}"));
+        }
+        n_counts += c;
+        match vocab.lookup(g) {
+            Some(m) if c > 0.0 => pairs.push((m.token(), c)),
+            Some(_) => {}
+            None => unknown += 1,
+        }
+    }
+    let mut out = NamedCellTokens { tokens: Vec::new(), unknown_genes: unknown };
+    encode_cell(vocab, layout, &mut pairs, n_counts, true, &mut RankScratch::default(), &mut out.tokens);
+    Ok(out)
+}
+
+/// The tokens of a cell from its vocabulary genes' raw counts (`pairs`: token, count) and its
+/// total count: duplicates summed (when `may_repeat`), each value normalised by the gene's
+/// median, then rank-value encoded into `out`. Returns whether the cell has any token.
+fn encode_cell(
+    vocab: &Vocabulary,
+    layout: &SequenceLayout,
+    pairs: &mut Vec<(u32, f64)>,
+    n_counts: f64,
+    may_repeat: bool,
+    scratch: &mut RankScratch,
+    out: &mut Vec<u32>,
+) -> bool {
+    if pairs.is_empty() || n_counts <= 0.0 {
+        out.clear();
+        return false;
+    }
+    if may_repeat {
+        sum_duplicates(pairs);
+    }
+    for p in pairs.iter_mut() {
+        let median = vocab.median(p.0).expect("vocabulary tokens of genes have medians"); // ok: invariant
+        p.1 = normalized_expression(p.1, n_counts, median);
+    }
+    rank_value_encode(pairs, layout, scratch, out);
+    true
+}
+
+/// Whether a finite value is an integer. `trunc` is one `roundsd` instruction with SSE4.1
+/// (x86-64-v2, `.cargo/config.toml`), and it vectorizes in the fast path's validation loop.
+#[inline]
+fn is_integer(v: f64) -> bool {
+    v.trunc() == v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::BUILTIN;
+
+    pub(super) fn chunk(rows: &[&[(u32, f64)]]) -> CellChunk {
+        let mut c = CellChunk { indptr: vec![0], ..Default::default() };
+        for (i, r) in rows.iter().enumerate() {
+            for &(g, v) in *r {
+                c.genes.push(g);
+                c.values.push(v);
+            }
+            c.indptr.push(c.genes.len());
+            c.cell_ids.push(format!("c{i}"));
+        }
+        c
+    }
+
+    pub(super) fn v1() -> TokenizeOptions {
+        TokenizeOptions { layout: SequenceLayout::v1(), allow_normalized: false, transform: ValueTransform::None }
+    }
+
+    #[test]
+    fn duplicate_genes_are_summed_and_unknown_genes_count_only_in_total() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        // Column 0 and 1 are the same gene; column 2 is unknown; column 3 another gene.
+        let genes: Vec<String> =
+            ["ENSG00000000003", "ENSG00000000003.7", "nope", "ENSG00000000005"].map(String::from).to_vec();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        assert_eq!(mapper.stats.duplicate_columns, 1);
+        assert_eq!(mapper.stats.not_in_vocabulary, 1);
+        let c = chunk(&[&[(0, 1.0), (1, 1.0), (2, 100.0), (3, 2.0)]]);
+        let t = tokenize_chunk(Path::new("x"), &c, &genes, &mapper, &vocab, &v1()).unwrap();
+        let n = 104.0;
+        let x3 = normalized_expression(2.0, n, vocab.median(2).unwrap());
+        let x5 = normalized_expression(2.0, n, vocab.median(3).unwrap());
+        let expected = if x3 >= x5 { vec![2, 3] } else { vec![3, 2] };
+        assert_eq!(t.tokens, expected);
+    }
+
+    #[test]
+    fn named_cells_tokenize_exactly_as_ingest_does() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> =
+            ["ENSG00000000003", "ENSG00000000003.7", "nope", "ENSG00000000005", "TSPAN6", "ENSG00000000419"]
+                .map(String::from)
+                .to_vec();
+        let counts = [1.0, 1.0, 100.0, 2.0, 0.0, 7.0];
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let row: Vec<(u32, f64)> = counts.iter().enumerate().map(|(i, &c)| (i as u32, c)).collect();
+        let c = chunk(&[&row]);
+        let t = tokenize_chunk(Path::new("x"), &c, &genes, &mapper, &vocab, &v1()).unwrap();
+        let named = tokenize_named_cell(&vocab, &SequenceLayout::v1(), &genes, &counts).unwrap();
+        assert_eq!(named.tokens, t.tokens);
+        assert_eq!(named.unknown_genes, 1);
+        let short = SequenceLayout { max_genes: 1, ..SequenceLayout::v1() };
+        assert_eq!(tokenize_named_cell(&vocab, &short, &genes, &counts).unwrap().tokens, t.tokens[..1]);
+    }
+
+    #[test]
+    fn named_cells_reject_mismatched_lengths_and_bad_counts_and_allow_empty_results() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let v1 = SequenceLayout::v1();
+        assert!(tokenize_named_cell(&vocab, &v1, &g(&["A", "B"]), &[1.0]).unwrap_err().contains("2 genes but 1"));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = tokenize_named_cell(&vocab, &v1, &g(&["TSPAN6"]), &[bad]).unwrap_err();
+            assert!(e.contains("TSPAN6") && e.contains("finite"), "{e}");
+        }
+        let none = tokenize_named_cell(&vocab, &v1, &g(&["nope", "TSPAN6"]), &[3.0, 0.0]).unwrap();
+        assert_eq!((none.tokens.len(), none.unknown_genes), (0, 1));
+    }
+
+    #[test]
+    fn cells_without_vocabulary_genes_are_dropped_and_counted() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = ["nope", "ENSG00000000003"].map(String::from).to_vec();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let c = chunk(&[&[(0, 5.0)], &[(1, 1.0)], &[]]);
+        let t = tokenize_chunk(Path::new("x"), &c, &genes, &mapper, &vocab, &v1()).unwrap();
+        assert_eq!(t.kept, vec![1]);
+        assert_eq!(t.dropped_no_vocab_genes, 2);
+    }
+
+    #[test]
+    fn bad_values_are_errors_naming_file_cell_and_gene() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = vec!["ENSG00000000003".into()];
+        let mapper = GeneMapper::new(&vocab, &genes);
+        for (v, needle) in [(-1.0, "negative"), (f64::NAN, "non-finite"), (1.5, "non-integer")] {
+            let c = chunk(&[&[(0, v)]]);
+            let e = tokenize_chunk(Path::new("f.h5ad"), &c, &genes, &mapper, &vocab, &v1()).unwrap_err().to_string();
+            assert!(
+                e.contains("f.h5ad") && e.contains("c0") && e.contains("ENSG00000000003") && e.contains(needle),
+                "{e}"
+            );
+        }
+        let lenient = TokenizeOptions { allow_normalized: true, ..v1() };
+        let c = chunk(&[&[(0, 1.5)]]);
+        assert!(tokenize_chunk(Path::new("f"), &c, &genes, &mapper, &vocab, &lenient).is_ok());
+    }
+
+    #[test]
+    fn expm1_of_log1p_values_gives_the_tokens_of_the_counts() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = (2..40).map(|t| vocab.token(t).unwrap().to_string()).collect();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let counts: Vec<(u32, f64)> = (0..38).map(|g| (g, f64::from(g % 7 + 1))).collect();
+        let logs: Vec<(u32, f64)> = counts.iter().map(|&(g, v)| (g, (v / 3.0).ln_1p())).collect();
+        let a = tokenize_chunk(Path::new("x"), &chunk(&[&counts]), &genes, &mapper, &vocab, &v1()).unwrap();
+        let opts = TokenizeOptions { allow_normalized: true, transform: ValueTransform::Expm1, ..v1() };
+        let b = tokenize_chunk(Path::new("x"), &chunk(&[&logs]), &genes, &mapper, &vocab, &opts).unwrap();
+        assert_eq!(a.tokens, b.tokens);
+    }
+}

@@ -1,0 +1,129 @@
+//! Checkpoints as embedding models: burn's forward on the CPU backend.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::record::{BinFileRecorder, FullPrecisionSettings};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+use corrflow_io::encode::{Encoder, PaddedBatch};
+use corrflow_io::error::{Error, Result};
+use corrflow_io::model_meta::{inference_layout, Pooling};
+use corrflow_io::vocab::Vocabulary;
+
+use crate::checkpoint::{self, CheckpointState, MODEL_FILE};
+use crate::encoder::CellEncoder;
+use crate::init::InitModel;
+use crate::CpuBackend;
+use corrflow_algorithms::SequenceLayout;
+
+/// A trained encoder with its checkpoint state and vocabulary.
+pub struct LoadedModel<B: Backend> {
+    pub model: CellEncoder<B>,
+    pub state: CheckpointState,
+    pub vocab: Vocabulary,
+}
+
+/// Loads a checkpoint (directory, or run directory = its latest) with the run's vocabulary.
+pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    let dir = checkpoint::resolve(path)?;
+    let state = checkpoint::load_state(&dir, checkpoint::Purpose::Inference)?;
+    let run = dir
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| Error::format(&dir, "checkpoint is not inside a run directory"))?;
+    let vocab = Vocabulary::load_dir(&run.join("vocab"))?;
+    let vocab = if state.layout.cls.is_some() { vocab.with_v2_specials() } else { vocab };
+    if vocab.hash() != state.vocab_hash || vocab.len() != state.vocab_size {
+        return Err(Error::conflict(&dir, "the run's vocabulary does not match the checkpoint's"));
+    }
+    let model: CellEncoder<B> = state.model.init(vocab.len(), device);
+    let model = model
+        .load_file(dir.join(MODEL_FILE), &BinFileRecorder::<FullPrecisionSettings>::new(), device)
+        .map_err(|e| Error::format(dir.join(MODEL_FILE), format!("cannot load the model: {e}")))?;
+    Ok(LoadedModel { model, state, vocab })
+}
+
+impl<B: Backend> LoadedModel<B> {
+    /// burn's forward on a padded batch: the states after `layer` encoder layers
+    /// (`[rows, len, hidden]`) and the cell vectors pooled from them (`[rows, hidden]`).
+    pub fn forward(&self, batch: &PaddedBatch, layer: usize, pooling: Pooling) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let device = self.model.devices().into_iter().next().unwrap_or_default();
+        let shape = [batch.rows, batch.len];
+        let pad: Vec<bool> = batch.attention_mask.iter().map(|&k| k == 0).collect();
+        let weights: Vec<f32> = batch
+            .input_ids
+            .iter()
+            .zip(&batch.attention_mask)
+            .enumerate()
+            .map(|(i, (&t, &k))| {
+                let t = t as u32;
+                let use_it = k == 1
+                    && match pooling {
+                        Pooling::Mean => self.vocab.is_gene(t),
+                        Pooling::Cls => Some(t) == self.vocab.cls && i % batch.len == 0,
+                    };
+                f32::from(u8::from(use_it))
+            })
+            .collect();
+        let input = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
+        let pad = Tensor::<B, 2, Bool>::from_data(TensorData::new(pad, shape), &device);
+        let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, shape), &device);
+        let states = self.model.states_after(input, pad, layer);
+        let pooled = CellEncoder::mean_pool(states.clone(), weights);
+        (states, pooled)
+    }
+}
+
+pub struct BurnEncoder {
+    loaded: LoadedModel<CpuBackend>,
+    pooling: Pooling,
+    layer: usize,
+}
+
+impl BurnEncoder {
+    pub fn open(path: &Path, pooling: Option<Pooling>, layer: i64) -> Result<Self> {
+        let loaded = load_checkpoint::<CpuBackend>(path, &Default::default())?;
+        let n_layers = loaded.state.model.layers as i64;
+        let resolved = if layer < 0 { n_layers + 1 + layer } else { layer };
+        if !(0..=n_layers).contains(&resolved) {
+            return Err(Error::Usage(format!(
+                "--layer {layer} is outside the model's 0..={n_layers} (or −1..=−{})",
+                n_layers + 1
+            )));
+        }
+        let pooling = pooling.unwrap_or_default();
+        if pooling == Pooling::Cls && loaded.state.layout.cls.is_none() {
+            return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
+        }
+        Ok(Self { loaded, pooling, layer: resolved as usize })
+    }
+}
+
+impl Encoder for BurnEncoder {
+    fn name(&self) -> &'static str {
+        "burn"
+    }
+
+    fn vocab(&self) -> &Vocabulary {
+        &self.loaded.vocab
+    }
+
+    fn layout(&self) -> SequenceLayout {
+        inference_layout(self.loaded.state.layout, self.loaded.state.max_len())
+    }
+
+    fn dim(&self) -> usize {
+        self.loaded.state.model.hidden
+    }
+
+    fn layer(&self) -> usize {
+        self.layer
+    }
+
+    fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        let (_, pooled) = self.loaded.forward(batch, self.layer, self.pooling);
+        pooled.into_data().to_vec().map_err(|e| Error::Model(format!("burn forward: {e:?}")))
+    }
+}

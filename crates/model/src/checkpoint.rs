@@ -1,0 +1,145 @@
+//! Checkpoints: model and optimiser records plus the run position, published atomically.
+//!
+//! ```text
+//! OUT/checkpoints/step-00000100/model.bin   burn record (full precision)
+//!                               optim.bin   AdamW moments (per parameter)
+//!                               state.json  step, next batch, epoch, config, vocabulary hash,
+//!                                           sha256 of the two records (written last)
+//! OUT/checkpoints/.step-00000100.partial/   a checkpoint being written
+//! ```
+//! The learning-rate schedule and every random stream are functions of the step and the seed,
+//! so `state.json` holds all a resumed run needs to continue exactly.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::train_config::TrainConfig;
+use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::model_meta::ModelConfig;
+use corrflow_io::util::atomic::{publish_dir, write_json_atomic};
+
+pub const MODEL_FILE: &str = "model.bin";
+pub const OPTIM_FILE: &str = "optim.bin";
+pub const STATE_FILE: &str = "state.json";
+
+/// `state.json` of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    pub format_version: u32,
+    /// Optimiser steps done (= batches consumed).
+    pub step: u64,
+    pub epoch: u64,
+    pub total_steps: u64,
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+    pub mask: corrflow_algorithms::mask::MaskParams,
+    pub vocab_hash: String,
+    pub vocab_size: usize,
+    pub layout: corrflow_algorithms::SequenceLayout,
+    pub model_sha256: String,
+    pub optim_sha256: String,
+}
+
+impl CheckpointState {
+    /// Longest sequence the model was trained on (specials included).
+    pub fn max_len(&self) -> usize {
+        let trained = self.train.max_len;
+        if trained == 0 {
+            self.model.max_positions
+        } else {
+            trained.min(self.model.max_positions)
+        }
+    }
+}
+
+pub use corrflow_io::model_meta::inference_layout;
+
+pub fn checkpoints_dir(out: &Path) -> PathBuf {
+    out.join("checkpoints")
+}
+
+pub fn checkpoint_dir(out: &Path, step: u64) -> PathBuf {
+    checkpoints_dir(out).join(format!("step-{step:08}"))
+}
+
+/// What a checkpoint is loaded for: inference needs (and checks) only the model weights;
+/// resuming training also the optimizer state (about twice their size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Inference,
+    Resume,
+}
+
+/// A finished checkpoint directory: its state, verified against the checksums of the records
+/// `purpose` needs.
+pub fn load_state(dir: &Path, purpose: Purpose) -> Result<CheckpointState> {
+    let p = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&p).at(&p)?;
+    let state: CheckpointState =
+        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid checkpoint state: {e}")))?;
+    let mut files = vec![(MODEL_FILE, &state.model_sha256)];
+    if purpose == Purpose::Resume {
+        files.push((OPTIM_FILE, &state.optim_sha256));
+    }
+    for (file, sum) in files {
+        let f = dir.join(file);
+        if &corrflow_io::util::sha256_file(&f)? != sum {
+            return Err(Error::format(&f, "checkpoint file does not match its checksum (truncated or modified)"));
+        }
+    }
+    Ok(state)
+}
+
+/// The latest finished checkpoint of a run directory.
+pub fn latest(out: &Path) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")) && p.join(STATE_FILE).is_file()
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+/// Resolves `--checkpoint`: a checkpoint directory, or a run directory (its latest checkpoint).
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if path.join(STATE_FILE).is_file() {
+        return Ok(path.to_path_buf());
+    }
+    latest(path)
+        .ok_or_else(|| Error::format(path, "not a checkpoint (no state.json) nor a run directory with checkpoints"))
+}
+
+/// Writes a checkpoint: `write_records` fills a staging directory with the two record files,
+/// then `state.json` (with their checksums) is written and the directory renamed into place.
+/// Older checkpoints beyond `keep` are removed.
+pub fn save(
+    out: &Path,
+    mut state: CheckpointState,
+    keep: usize,
+    write_records: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let dir = checkpoint_dir(out, state.step);
+    publish_dir(&dir, |stage| {
+        write_records(stage)?;
+        state.model_sha256 = corrflow_io::util::sha256_file(&stage.join(MODEL_FILE))?;
+        state.optim_sha256 = corrflow_io::util::sha256_file(&stage.join(OPTIM_FILE))?;
+        write_json_atomic(&stage.join(STATE_FILE), &state)
+    })?;
+    let mut all: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))
+        .at(checkpoints_dir(out))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+        .collect();
+    all.sort();
+    while all.len() > keep {
+        let old = all.remove(0);
+        std::fs::remove_dir_all(&old).at(&old)?;
+    }
+    Ok(dir)
+}

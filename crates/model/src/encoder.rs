@@ -1,0 +1,81 @@
+//! The Geneformer V1 BERT (DESIGN.md §5) in burn: learned token and position embeddings,
+//! post-LayerNorm transformer encoder with ReLU feed-forward, an MLM head tied to the input
+//! embeddings, and the optional pooled heads an objective asks for (`crate::objective`).
+
+use burn::module::Module;
+use burn::nn::transformer::{TransformerEncoder, TransformerEncoderInput};
+use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
+use burn::tensor::activation::{gelu, relu};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+
+/// Two-layer MLP from the pooled embedding to per-gene outputs.
+#[derive(Module, Debug)]
+pub struct WholeCellHead<B: Backend> {
+    pub dense: Linear<B>,
+    pub out: Linear<B>,
+}
+
+impl<B: Backend> WholeCellHead<B> {
+    pub fn forward(&self, pooled: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.out.forward(relu(self.dense.forward(pooled)))
+    }
+}
+
+/// The encoder and its heads.
+#[derive(Module, Debug)]
+pub struct CellEncoder<B: Backend> {
+    pub tokens: Embedding<B>,
+    pub positions: Embedding<B>,
+    pub embed_norm: LayerNorm<B>,
+    pub dropout: Dropout,
+    pub encoder: TransformerEncoder<B>,
+    /// BERT's MLM transform (dense + GELU + LayerNorm); the decoder is `tokens`' weight.
+    pub mlm_dense: Linear<B>,
+    pub mlm_norm: LayerNorm<B>,
+    pub mlm_bias: burn::module::Param<Tensor<B, 1>>,
+    /// The pooled head of whole-cell objectives (WCED, Poisson), when the objective has one.
+    pub cell_head: Option<WholeCellHead<B>>,
+    /// The pooled head of objectives predicting per-cell labels, when the objective has one.
+    pub label_head: Option<WholeCellHead<B>>,
+}
+
+impl<B: Backend> CellEncoder<B> {
+    /// Final-layer token states `[batch, len, hidden]`; `pad` is true on padding.
+    pub fn hidden(&self, input_ids: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>) -> Tensor<B, 3> {
+        let [batch, len] = input_ids.dims();
+        let device = input_ids.device();
+        let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
+        let x = self.tokens.forward(input_ids) + self.positions.forward(pos);
+        let x = self.dropout.forward(self.embed_norm.forward(x));
+        self.encoder.forward(TransformerEncoderInput::new(x).mask_pad(pad))
+    }
+
+    /// Token states after the first `layers` encoder layers (0 = the embeddings; the number of
+    /// layers = the final states), without dropout when the backend is not training.
+    pub fn states_after(&self, input_ids: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>, layers: usize) -> Tensor<B, 3> {
+        let [batch, len] = input_ids.dims();
+        let device = input_ids.device();
+        let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
+        let mut x =
+            self.dropout.forward(self.embed_norm.forward(self.tokens.forward(input_ids) + self.positions.forward(pos)));
+        for layer in self.encoder.layers.iter().take(layers) {
+            x = layer.forward(x, Some(pad.clone()), None);
+        }
+        x
+    }
+
+    /// Vocabulary logits of some token states `[n, hidden]` → `[n, vocab]` (tied decoder).
+    pub fn mlm_logits(&self, states: Tensor<B, 2>) -> Tensor<B, 2> {
+        let h = self.mlm_norm.forward(gelu(self.mlm_dense.forward(states)));
+        h.matmul(self.tokens.weight.val().transpose()) + self.mlm_bias.val().unsqueeze_dim(0)
+    }
+
+    /// Mean of the token states over `weights` (1 on gene positions, 0 on specials and padding):
+    /// Geneformer's `cell` embedding.
+    pub fn mean_pool(states: Tensor<B, 3>, weights: Tensor<B, 2>) -> Tensor<B, 2> {
+        let w = weights.unsqueeze_dim::<3>(2);
+        let total = w.clone().sum_dim(1).clamp_min(1.0);
+        (states * w).sum_dim(1).div(total).squeeze_dim::<2>(1)
+    }
+}

@@ -1,0 +1,143 @@
+//! The encoder as an ONNX graph, written from the burn module's weights op by op in the order
+//! burn computes them (burn's own exporter cannot express Embedding and the attention reshapes):
+//!
+//! ```text
+//! x = LayerNorm(tokens[input_ids] + positions[0..seq])
+//! per layer (post-LN):  x = LN1(x + MHA(x, pad));  x = LN2(x + W2·relu(W1·x))
+//! MHA: softmax(QKᵀ/√d_k + pad·min_float)·V, heads split/merged by Reshape+Transpose
+//! last_hidden_state = x;  cell_embedding = Σ w·x / max(Σ w, 1),  w = pooling_flag[input_ids]·mask
+//! ```
+
+use burn::module::Param;
+use burn::nn::{LayerNorm, Linear};
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+use super::graph::{attr_float, attr_int, attr_ints, value_info, GraphBuilder};
+use super::proto::{dtype, GraphProto};
+use crate::encoder::CellEncoder;
+use corrflow_io::model_meta::{ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE};
+
+fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().iter::<f32>().collect()
+}
+
+fn param<B: Backend, const D: usize>(p: &Param<Tensor<B, D>>) -> (Vec<usize>, Vec<f32>) {
+    let t = p.val();
+    (t.dims().to_vec(), values(t))
+}
+
+fn add_linear<B: Backend>(g: &mut GraphBuilder, x: &str, l: &Linear<B>, name: &str) -> String {
+    let (dims, w) = param(&l.weight);
+    let w = g.weight(&format!("{name}.weight"), &dims, &w);
+    let b = l.bias.as_ref().map(|b| {
+        let (dims, v) = param(b);
+        g.weight(&format!("{name}.bias"), &dims, &v)
+    });
+    g.linear(x, &w, b.as_deref())
+}
+
+fn add_layer_norm<B: Backend>(g: &mut GraphBuilder, x: &str, n: &LayerNorm<B>, eps: f64, name: &str) -> String {
+    let (dims, gamma) = param(&n.gamma);
+    let gamma = g.weight(&format!("{name}.gamma"), &dims, &gamma);
+    let beta = match &n.beta {
+        Some(b) => param(b).1,
+        None => vec![0.0; dims[0]],
+    };
+    let beta = g.weight(&format!("{name}.beta"), &dims, &beta);
+    g.op("LayerNormalization", &[x, &gamma, &beta], vec![attr_int("axis", -1), attr_float("epsilon", eps as f32)])
+}
+
+/// The encoder graph. `pool_flags[token]` is 1 for tokens the cell embedding averages over
+/// (gene tokens for mean pooling, `<cls>` for CLS pooling) and 0 otherwise.
+pub fn encoder_graph<B: Backend>(model: &CellEncoder<B>, layer_norm_eps: f64, pool_flags: &[f32]) -> GraphProto {
+    let mut g = GraphBuilder::default();
+    let (tok_dims, tok) = param(&model.tokens.weight);
+    let (pos_dims, pos) = param(&model.positions.weight);
+    let hidden = tok_dims[1];
+    let tok = g.weight("embeddings.tokens", &tok_dims, &tok);
+    let pos = g.weight("embeddings.positions", &pos_dims, &pos);
+
+    // Positions 0..seq from the input's shape, so the sequence axis stays dynamic.
+    let shape = g.op("Shape", &[INPUT_IDS], vec![]);
+    let one = g.ints("const.one", &[], &[1]);
+    let zero = g.ints("const.zero", &[], &[0]);
+    let seq = g.op("Gather", &[&shape, &one], vec![attr_int("axis", 0)]);
+    let range = g.op("Range", &[&zero, &seq, &one], vec![]);
+    let tok_emb = g.op("Gather", &[&tok, INPUT_IDS], vec![attr_int("axis", 0)]);
+    let pos_emb = g.op("Gather", &[&pos, &range], vec![attr_int("axis", 0)]);
+    let sum = g.op("Add", &[&tok_emb, &pos_emb], vec![]);
+    let mut x = add_layer_norm(&mut g, &sum, &model.embed_norm, layer_norm_eps, "embeddings.norm");
+
+    // burn's mask_pad *replaces* the scores at padded keys by min_float (-1e4). Adding it instead
+    // gives the same softmax whenever a row has a real key (exp(-1e4 + s) is 0 in f32 either way)
+    // and costs about a quarter as much in ONNX Runtime, whose broadcasting `Where` over
+    // [batch, heads, seq, seq] took 9% of the paper model's forward. Only an all-padding row,
+    // which carries no cell, differs.
+    let pad = g.op("Equal", &[ATTENTION_MASK, &zero], vec![]);
+    let pad = g.op("Cast", &[&pad], vec![attr_int("to", i64::from(dtype::FLOAT))]);
+    let axes12 = g.ints("const.axes12", &[2], &[1, 2]);
+    let pad4 = g.op("Unsqueeze", &[&pad, &axes12], vec![]);
+    for (i, layer) in model.encoder.layers.iter().enumerate() {
+        let name = format!("layer{i}");
+        let mha = &layer.mha;
+        let (heads, d_k) = (mha.n_heads as i64, mha.d_k as i64);
+        let split = g.ints(&format!("{name}.split_shape"), &[4], &[0, 0, heads, d_k]);
+        let merge = g.ints(&format!("{name}.merge_shape"), &[3], &[0, 0, hidden as i64]);
+        let min_float = g.scalar(&format!("{name}.min_float"), mha.min_float as f32);
+        let pad_bias = g.op("Mul", &[&pad4, &min_float], vec![]);
+        let scale = g.scalar(&format!("{name}.sqrt_dk"), (mha.d_k as f32).sqrt());
+        let heads_of = |g: &mut GraphBuilder, l: &Linear<B>, part: &str, perm: &[i64]| {
+            let y = add_linear(g, &x, l, &format!("{name}.attention.{part}"));
+            let y = g.op("Reshape", &[&y, &split], vec![]);
+            g.op("Transpose", &[&y], vec![attr_ints("perm", perm)])
+        };
+        let q = heads_of(&mut g, &mha.query, "query", &[0, 2, 1, 3]);
+        let k = heads_of(&mut g, &mha.key, "key", &[0, 2, 3, 1]);
+        let v = heads_of(&mut g, &mha.value, "value", &[0, 2, 1, 3]);
+        let scores = g.op("MatMul", &[&q, &k], vec![]);
+        let scores = g.op("Div", &[&scores, &scale], vec![]);
+        let scores = g.op("Add", &[&scores, &pad_bias], vec![]);
+        let weights = g.op("Softmax", &[&scores], vec![attr_int("axis", -1)]);
+        let context = g.op("MatMul", &[&weights, &v], vec![]);
+        let context = g.op("Transpose", &[&context], vec![attr_ints("perm", &[0, 2, 1, 3])]);
+        let context = g.op("Reshape", &[&context, &merge], vec![]);
+        let attended = add_linear(&mut g, &context, &mha.output, &format!("{name}.attention.output"));
+        let residual = g.op("Add", &[&x, &attended], vec![]);
+        x = add_layer_norm(&mut g, &residual, &layer.norm_1, layer_norm_eps, &format!("{name}.norm_1"));
+        let inner = add_linear(&mut g, &x, &layer.pwff.linear_inner, &format!("{name}.ffn.inner"));
+        let inner = g.op("Relu", &[&inner], vec![]);
+        let outer = add_linear(&mut g, &inner, &layer.pwff.linear_outer, &format!("{name}.ffn.outer"));
+        let residual = g.op("Add", &[&x, &outer], vec![]);
+        x = add_layer_norm(&mut g, &residual, &layer.norm_2, layer_norm_eps, &format!("{name}.norm_2"));
+    }
+    let last = g.op_named("Identity", &[&x], vec![], LAST_HIDDEN_STATE);
+
+    // Pooling weights: the token's flag, zero on padding.
+    let flags = g.weight("pooling.token_flags", &[pool_flags.len()], pool_flags);
+    let w = g.op("Gather", &[&flags, INPUT_IDS], vec![attr_int("axis", 0)]);
+    let mask = g.op("Cast", &[ATTENTION_MASK], vec![attr_int("to", i64::from(dtype::FLOAT))]);
+    let w = g.op("Mul", &[&w, &mask], vec![]);
+    let axis1 = g.ints("const.axis1", &[1], &[1]);
+    let axis2 = g.ints("const.axis2", &[1], &[2]);
+    let w3 = g.op("Unsqueeze", &[&w, &axis2], vec![]);
+    let weighted = g.op("Mul", &[&last, &w3], vec![]);
+    let total = g.op("ReduceSum", &[&weighted, &axis1], vec![attr_int("keepdims", 0)]);
+    let count = g.op("ReduceSum", &[&w, &axis1], vec![attr_int("keepdims", 1)]);
+    let one_f = g.scalar("const.one_f", 1.0);
+    let count = g.op("Max", &[&count, &one_f], vec![]);
+    g.op_named("Div", &[&total, &count], vec![], CELL_EMBEDDING);
+
+    let h = hidden as i64;
+    g.finish(
+        "corrflow_cell_encoder",
+        vec![
+            value_info(INPUT_IDS, dtype::INT64, &[Err("batch"), Err("sequence")]),
+            value_info(ATTENTION_MASK, dtype::INT64, &[Err("batch"), Err("sequence")]),
+        ],
+        vec![
+            value_info(LAST_HIDDEN_STATE, dtype::FLOAT, &[Err("batch"), Err("sequence"), Ok(h)]),
+            value_info(CELL_EMBEDDING, dtype::FLOAT, &[Err("batch"), Ok(h)]),
+        ],
+    )
+}

@@ -1,0 +1,133 @@
+//! `corrflow export onnx`: a checkpoint's encoder as a self-contained ONNX model.
+//!
+//! ```text
+//! model.onnx        opset 17; inputs input_ids, attention_mask (int64 [batch, sequence]);
+//!                   outputs last_hidden_state [batch, sequence, hidden], cell_embedding [batch, hidden];
+//!                   metadata_props: corrflow.config (model config JSON), corrflow.vocab_hash,
+//!                   corrflow.meta (everything a runtime needs to tokenize: layout, max length, pooling)
+//! model.vocab/      the vocabulary's tables (token, median, symbol TSVs), hash-checked on load
+//! ```
+//! The sidecar is published first and the model last, so a model file that exists is complete
+//! and finds its vocabulary; a stale sidecar is caught by the hash.
+
+pub mod encoder;
+pub mod graph;
+pub use corrflow_io::model_meta::proto;
+
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use corrflow_io::error::{Error, Result};
+use corrflow_io::model_meta::{
+    vocab_sidecar, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
+};
+use corrflow_io::util::atomic::{publish_dir, write_atomic};
+use corrflow_io::vocab::Vocabulary;
+use proto::{ModelProto, OperatorSetIdProto, StringStringEntryProto};
+
+use crate::burn_encoder::load_checkpoint;
+
+#[derive(Clone, Debug)]
+pub struct ExportRequest {
+    pub checkpoint: PathBuf,
+    pub out: PathBuf,
+    pub pooling: Pooling,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExportSummary {
+    pub command: String,
+    pub out: String,
+    pub vocab_dir: String,
+    pub bytes: u64,
+    pub nodes: usize,
+    pub parameters: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub vocab_size: usize,
+    pub vocab_hash: String,
+    pub step: u64,
+}
+
+pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
+    let device = Default::default();
+    let loaded = load_checkpoint::<crate::CpuBackend>(&req.checkpoint, &device)?;
+    let (state, vocab) = (&loaded.state, &loaded.vocab);
+    if req.pooling == Pooling::Cls && vocab.cls.is_none() {
+        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
+    }
+    let flags: Vec<f32> = (0..vocab.len() as u32)
+        .map(|t| match req.pooling {
+            Pooling::Mean => f32::from(u8::from(vocab.is_gene(t))),
+            Pooling::Cls => f32::from(u8::from(Some(t) == vocab.cls)),
+        })
+        .collect();
+    let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags);
+    let max_len = state.max_len();
+    let meta = ModelMeta {
+        format_version: 1,
+        model: state.model.clone(),
+        layout: state.layout,
+        max_len,
+        pooling: req.pooling,
+        vocab_name: vocab.name().to_string(),
+        vocab_hash: vocab.hash().to_string(),
+        vocab_size: vocab.len(),
+        pad: vocab.pad,
+        step: state.step,
+    };
+    let nodes = graph.node.len();
+    let parameters = graph
+        .initializer
+        .iter()
+        .filter(|t| t.data_type == proto::dtype::FLOAT && !t.dims.is_empty())
+        .map(|t| t.dims.iter().product::<i64>() as usize)
+        .sum();
+    let model = ModelProto {
+        ir_version: IR_VERSION,
+        producer_name: "corrflow".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        domain: String::new(),
+        model_version: state.step as i64,
+        doc_string: "corrflow cell encoder (Geneformer-style BERT); see corrflow.meta".into(),
+        graph: Some(graph),
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: OPSET }],
+        metadata_props: vec![
+            StringStringEntryProto { key: META_KEY.into(), value: json(&meta) },
+            StringStringEntryProto { key: CONFIG_KEY.into(), value: json(&state.model) },
+            StringStringEntryProto { key: VOCAB_HASH_KEY.into(), value: vocab.hash().into() },
+        ],
+    };
+    let sidecar = vocab_sidecar(&req.out);
+    publish_vocab(vocab, &sidecar)?;
+    let bytes = model.encode_to_vec();
+    write_atomic(&req.out, &bytes)?;
+    Ok(ExportSummary {
+        command: "export onnx".into(),
+        out: req.out.display().to_string(),
+        vocab_dir: sidecar.display().to_string(),
+        bytes: bytes.len() as u64,
+        nodes,
+        parameters,
+        hidden: state.model.hidden,
+        layers: state.model.layers,
+        vocab_size: vocab.len(),
+        vocab_hash: vocab.hash().to_string(),
+        step: state.step,
+    })
+}
+
+/// Writes the vocabulary directory next to the model: staged, then renamed into place.
+fn publish_vocab(vocab: &Vocabulary, dir: &Path) -> Result<()> {
+    if dir.is_dir() && Vocabulary::load_dir(dir).is_ok_and(|v| v.hash() == vocab.hash()) {
+        return Ok(());
+    }
+    publish_dir(dir, |stage| vocab.write_dir(stage).map(drop))
+}
+
+/// JSON text of a plain struct (its serialization cannot fail).
+fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("plain struct serializes")
+}

@@ -1,0 +1,48 @@
+//! Building a [`CellEncoder`] from its configuration: the encoder, the MLM head, and the heads
+//! the configured objective asks for, with BERT's initialisation.
+
+use burn::nn::transformer::TransformerEncoderConfig;
+use burn::nn::{
+    activation::ActivationConfig, DropoutConfig, EmbeddingConfig, Initializer, LayerNormConfig, LinearConfig,
+};
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+use corrflow_io::model_meta::ModelConfig;
+
+use crate::encoder::{CellEncoder, WholeCellHead};
+
+/// `ModelConfig::init`: the module described by a configuration (the configuration itself is
+/// plain data in `corrflow_io::model_meta`, so runtimes read it without burn).
+pub trait InitModel {
+    /// The module, randomly initialised (BERT's N(0, 0.02)) on `device`.
+    fn init<B: Backend>(&self, vocab_size: usize, device: &B::Device) -> CellEncoder<B>;
+}
+
+impl InitModel for ModelConfig {
+    fn init<B: Backend>(&self, vocab_size: usize, device: &B::Device) -> CellEncoder<B> {
+        let normal = Initializer::Normal { mean: 0.0, std: 0.02 };
+        let linear = |i, o| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
+        let h = self.hidden;
+        // An unknown objective has no heads; validation names it before a model is built.
+        let heads = crate::objective::objective::<B>(&self.objective).map(|o| o.heads(vocab_size)).unwrap_or_default();
+        let whole_cell = |outputs| WholeCellHead { dense: linear(h, h), out: linear(h, outputs) };
+        CellEncoder {
+            tokens: EmbeddingConfig::new(vocab_size, h).with_initializer(normal.clone()).init(device),
+            positions: EmbeddingConfig::new(self.max_positions, h).with_initializer(normal.clone()).init(device),
+            embed_norm: LayerNormConfig::new(h).with_epsilon(self.layer_norm_eps).init(device),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            encoder: TransformerEncoderConfig::new(h, self.ffn, self.heads, self.layers)
+                .with_dropout(self.dropout)
+                .with_norm_first(false)
+                .with_activation(ActivationConfig::Relu)
+                .with_layer_norm_eps(self.layer_norm_eps)
+                .with_initializer(normal.clone())
+                .init(device),
+            mlm_dense: linear(h, h),
+            mlm_norm: LayerNormConfig::new(h).with_epsilon(self.layer_norm_eps).init(device),
+            mlm_bias: burn::module::Param::from_tensor(Tensor::zeros([vocab_size], device)),
+            cell_head: heads.cell.map(&whole_cell),
+            label_head: heads.label.map(&whole_cell),
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! The cell encoder in burn: the Geneformer-style BERT ([`CellEncoder`]) built from a
+//! [`ModelConfig`], checkpoints (load and atomic save), pooling into cell vectors (the burn
+//! [`Encoder`](corrflow_io::encode::Encoder) backend) and export to ONNX.
+//!
+//! Below the trainer, `embed`, export and the synthetic experiments; above `corrflow-io`.
+
+pub mod burn_encoder;
+pub mod checkpoint;
+pub mod encoder;
+pub mod export;
+mod init;
+pub mod objective;
+pub mod train_config;
+
+pub use burn_encoder::{load_checkpoint, BurnEncoder, LoadedModel};
+pub use corrflow_io::model_meta::{ModelConfig, Pooling};
+pub use encoder::{CellEncoder, WholeCellHead};
+pub use init::InitModel;
+pub use objective::{BatchTensors, LossOutput, Objective};
+pub use train_config::{learning_rate, Device, TrainConfig};
+
+/// The CPU backend: burn's ndarray backend (the fastest CPU backend that builds offline here).
+pub type CpuBackend = burn::backend::NdArray<f32>;
+pub type CpuTraining = burn::backend::Autodiff<CpuBackend>;

@@ -1,0 +1,178 @@
+//! Pre-training objectives (DESIGN.md §5) as one open extension point: an [`Objective`] owns
+//! its head (which of the model's head slots it uses, and their width), the targets it needs
+//! from a batch, and its loss and metrics. The trainer, the synthetic experiments and
+//! checkpoint loading know objectives only through this trait.
+//!
+//! The corpus stores rank-value encoded cells, so the whole-cell targets are derived from ranks:
+//! a gene is *detected* when it is among the cell's tokens, and its *expression* is its rank
+//! score `s = L_max − position` (the quantity Geneformer's encoding preserves).
+//!
+//! Adding one: a file with the type and its `impl<B: Backend> Objective<B>`, plus its line in
+//! [`builtin`].
+
+mod mlm;
+mod poisson;
+mod wced;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use corrflow_algorithms::batches::TrainingBatch;
+use corrflow_algorithms::mask::IGNORE_INDEX;
+use corrflow_io::corpus::CellLabels;
+
+use crate::encoder::CellEncoder;
+pub use mlm::Mlm;
+pub use poisson::Poisson;
+pub use wced::Wced;
+
+/// The model's optional heads an objective asks for: widths given the vocabulary size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Heads {
+    /// A two-layer MLP from the pooled cell embedding (whole-cell decoding): its output width.
+    pub cell: Option<usize>,
+    /// A two-layer MLP from the pooled embedding to per-cell label logits: the label count.
+    pub label: Option<usize>,
+}
+
+/// A pre-training loss over masked batches.
+pub trait Objective<B: Backend>: Send + Sync {
+    /// The name in `model.objective` (configs, checkpoints, the CLI).
+    fn name(&self) -> &'static str;
+
+    /// The heads the model needs for this objective (the MLM head is always there).
+    fn heads(&self, _vocab_size: usize) -> Heads {
+        Heads::default()
+    }
+
+    /// Whether batches carry the whole-cell targets (`detected`, `score` over the vocabulary).
+    fn whole_cell_targets(&self) -> bool {
+        false
+    }
+
+    /// The obs column whose values are this objective's per-cell labels (read once by the
+    /// trainer into a [`CellLabels`] table and handed to each batch as `BatchTensors::labels`).
+    fn label_column(&self) -> Option<&str> {
+        None
+    }
+
+    /// Whether the loss is over masked tokens, so that a batch without any teaches nothing
+    /// (it is skipped) and evaluation weighs batches by masked tokens rather than cells.
+    fn per_masked_token(&self) -> bool {
+        false
+    }
+
+    /// The loss of a batch (and, where the objective has one, the number of correct
+    /// predictions, an accuracy's numerator).
+    fn loss(&self, model: &CellEncoder<B>, t: &BatchTensors<B>, max_positions: usize) -> LossOutput<B>;
+}
+
+/// The built-in objectives. A new built-in objective is one line here.
+pub fn builtin<B: Backend>() -> Vec<Box<dyn Objective<B>>> {
+    vec![Box::new(Mlm), Box::new(Wced), Box::new(Poisson)]
+}
+
+/// The objective named `name`.
+pub fn objective<B: Backend>(name: &str) -> Option<Box<dyn Objective<B>>> {
+    builtin::<B>().into_iter().find(|o| o.name() == name)
+}
+
+/// The known objective names, comma-separated (for error messages).
+pub fn names() -> String {
+    builtin::<crate::CpuBackend>().iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// The objective named `name`, or an error listing the known ones.
+pub fn require<B: Backend>(name: &str) -> Result<Box<dyn Objective<B>>, String> {
+    objective::<B>(name).ok_or_else(|| format!("model.objective '{name}' is unknown (known: {})", names()))
+}
+
+/// The loss of a batch and, for MLM, the number of masked tokens predicted correctly.
+pub struct LossOutput<B: Backend> {
+    pub loss: Tensor<B, 1>,
+    pub correct: Option<Tensor<B, 1, Int>>,
+}
+
+/// A training batch as tensors.
+#[derive(Clone, Debug)]
+pub struct BatchTensors<B: Backend> {
+    pub input_ids: Tensor<B, 2, Int>,
+    pub pad: Tensor<B, 2, Bool>,
+    /// 1 on gene positions (not specials, not padding).
+    pub gene_weights: Tensor<B, 2>,
+    /// Flattened `row * len + col` of the masked positions, and their original tokens.
+    pub masked_index: Tensor<B, 1, Int>,
+    pub targets: Tensor<B, 1, Int>,
+    pub masked: usize,
+    /// Whole-cell targets `[rows, vocab]` (WCED / Poisson only): detected, and rank score in (0, 1].
+    pub detected: Option<Tensor<B, 2>>,
+    pub score: Option<Tensor<B, 2>>,
+    /// Each row's label code (`NO_LABEL` where the cell has none), when the objective has a
+    /// label column.
+    pub labels: Option<Tensor<B, 1, Int>>,
+}
+
+/// What a batch's tensors hold beyond the tokens, as its objective asks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Targets<'a> {
+    /// The whole-cell targets (see [`Objective::whole_cell_targets`]).
+    pub whole_cell: bool,
+    /// Per-cell labels, looked up by the batch's cell keys.
+    pub labels: Option<&'a CellLabels>,
+}
+
+/// Builds the tensors of a batch. `is_special[t]` marks special tokens.
+pub fn batch_tensors<B: Backend>(
+    b: &TrainingBatch,
+    is_special: &[bool],
+    vocab: usize,
+    wanted: Targets<'_>,
+    max_positions: usize,
+    device: &B::Device,
+) -> BatchTensors<B> {
+    let (rows, len) = (b.rows, b.len);
+    let ids: Vec<i64> = b.input_ids.iter().map(|&t| i64::from(t)).collect();
+    let pad: Vec<bool> = b.attention_mask.iter().map(|&m| m == 0).collect();
+    let mut weights = vec![0f32; rows * len];
+    let (mut index, mut targets) = (Vec::new(), Vec::new());
+    let whole = wanted.whole_cell;
+    let (mut detected, mut score) =
+        if whole { (vec![0f32; rows * vocab], vec![0f32; rows * vocab]) } else { (vec![], vec![]) };
+    for r in 0..rows {
+        let mut gene_pos = 0usize;
+        for c in 0..len {
+            let i = r * len + c;
+            if b.attention_mask[i] == 0 {
+                continue;
+            }
+            let label = b.labels[i];
+            let original = if label == IGNORE_INDEX { b.input_ids[i] } else { label as u32 };
+            if label != IGNORE_INDEX {
+                index.push(i as i64);
+                targets.push(label);
+            }
+            if is_special.get(original as usize).copied().unwrap_or(false) {
+                continue;
+            }
+            weights[i] = 1.0;
+            if whole {
+                let s = max_positions.saturating_sub(gene_pos) as f32 / max_positions as f32;
+                detected[r * vocab + original as usize] = 1.0;
+                score[r * vocab + original as usize] = s;
+            }
+            gene_pos += 1;
+        }
+    }
+    let masked = index.len();
+    let int1 = |v: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), device);
+    BatchTensors {
+        input_ids: Tensor::from_data(TensorData::new(ids, [rows, len]), device),
+        pad: Tensor::from_data(TensorData::new(pad, [rows, len]), device),
+        gene_weights: Tensor::from_data(TensorData::new(weights, [rows, len]), device),
+        masked_index: int1(index),
+        targets: int1(targets),
+        masked,
+        detected: whole.then(|| Tensor::from_data(TensorData::new(detected, [rows, vocab]), device)),
+        score: whole.then(|| Tensor::from_data(TensorData::new(score, [rows, vocab]), device)),
+        labels: wanted.labels.map(|l| int1(b.cell_keys.iter().map(|&k| l.code(k)).collect())),
+    }
+}

@@ -1,0 +1,192 @@
+//! The HTTP API's bodies and their validation (DESIGN.md §6), as plain functions: a request
+//! body becomes token sequences or a client error with a status and a message.
+
+use serde::{Deserialize, Serialize};
+
+use corrflow_algorithms::SequenceLayout;
+use corrflow_io::tokenize::tokenize_named_cell;
+use corrflow_io::vocab::Vocabulary;
+
+/// `POST /v1/embed`: raw counts per cell, or token ids.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedBody {
+    #[serde(default)]
+    pub cells: Option<Vec<CellInput>>,
+    #[serde(default)]
+    pub input_ids: Option<Vec<Vec<i64>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellInput {
+    pub genes: Vec<String>,
+    pub counts: Vec<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EmbedResponse {
+    pub model: String,
+    pub dim: usize,
+    /// One row of `dim` values per cell (serialized as nested arrays from the flat buffer).
+    pub embeddings: Rows,
+    /// Tokens each cell was encoded with.
+    pub tokens: Vec<usize>,
+    /// Genes per cell not in the model's vocabulary (ignored).
+    pub unknown_genes: Vec<usize>,
+}
+
+/// Row-major `f32` rows, serialized as an array of arrays without copying them into one vector
+/// per row.
+#[derive(Debug)]
+pub struct Rows {
+    pub flat: Vec<f32>,
+    pub width: usize,
+}
+
+impl Serialize for Rows {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.flat.chunks(self.width.max(1)))
+    }
+}
+
+/// A client error: HTTP status and message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Self { status, message: message.into() }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        Self::new(422, message)
+    }
+}
+
+/// What the model accepts.
+#[derive(Clone, Debug)]
+pub struct InputRules {
+    pub layout: SequenceLayout,
+    pub vocab_size: usize,
+    /// Longest `input_ids` row (the model's positions).
+    pub max_positions: usize,
+    /// Most cells per request.
+    pub max_cells: usize,
+}
+
+/// A validated request: one token sequence per cell.
+#[derive(Debug, Default, PartialEq)]
+pub struct ParsedRequest {
+    pub cells: Vec<Vec<u32>>,
+    pub unknown_genes: Vec<usize>,
+}
+
+pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) -> Result<ParsedRequest, ApiError> {
+    let body: EmbedBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))?;
+    let n = match (&body.cells, &body.input_ids) {
+        (Some(c), None) => c.len(),
+        (None, Some(i)) => i.len(),
+        _ => return Err(ApiError::invalid("give exactly one of \"cells\" and \"input_ids\"")),
+    };
+    if n == 0 {
+        return Err(ApiError::invalid("no cells in the request"));
+    }
+    if n > rules.max_cells {
+        return Err(ApiError::new(413, format!("{n} cells in one request; the limit is {}", rules.max_cells)));
+    }
+    let mut parsed = ParsedRequest::default();
+    if let Some(cells) = body.cells {
+        for (i, c) in cells.iter().enumerate() {
+            let t = tokenize_named_cell(vocab, &rules.layout, &c.genes, &c.counts)
+                .map_err(|e| ApiError::invalid(format!("cell {i}: {e}")))?;
+            if t.tokens.is_empty() {
+                return Err(ApiError::invalid(format!(
+                    "cell {i}: no expressed gene is in the model's vocabulary ({} unknown genes)",
+                    t.unknown_genes
+                )));
+            }
+            parsed.cells.push(t.tokens);
+            parsed.unknown_genes.push(t.unknown_genes);
+        }
+    } else {
+        for (i, row) in body.input_ids.unwrap_or_default().into_iter().enumerate() {
+            if row.is_empty() || row.len() > rules.max_positions {
+                return Err(ApiError::invalid(format!(
+                    "input_ids[{i}] has {} tokens; 1..={} allowed",
+                    row.len(),
+                    rules.max_positions
+                )));
+            }
+            let mut tokens = Vec::with_capacity(row.len());
+            for t in row {
+                if !(0..rules.vocab_size as i64).contains(&t) {
+                    return Err(ApiError::invalid(format!(
+                        "input_ids[{i}]: token {t} is outside the vocabulary (0..{})",
+                        rules.vocab_size
+                    )));
+                }
+                tokens.push(t as u32);
+            }
+            parsed.cells.push(tokens);
+            parsed.unknown_genes.push(0);
+        }
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corrflow_io::vocab::BUILTIN;
+
+    fn rules() -> InputRules {
+        InputRules { layout: SequenceLayout::v1(), vocab_size: 100, max_positions: 8, max_cells: 3 }
+    }
+
+    fn parse(body: &str) -> Result<ParsedRequest, ApiError> {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        parse_embed_request(body.as_bytes(), &vocab, &rules())
+    }
+
+    #[test]
+    fn counts_are_tokenized_and_unknown_genes_only_counted() {
+        let p = parse(r#"{"cells":[{"genes":["TSPAN6","nope","ENSG00000000419"],"counts":[3,5,1]}]}"#).unwrap();
+        assert_eq!(p.cells.len(), 1);
+        assert_eq!(p.cells[0].len(), 2);
+        assert_eq!(p.unknown_genes, vec![1]);
+    }
+
+    #[test]
+    fn input_ids_pass_through_when_in_range() {
+        let p = parse(r#"{"input_ids":[[5,6,7],[9]]}"#).unwrap();
+        assert_eq!(p.cells, vec![vec![5, 6, 7], vec![9]]);
+    }
+
+    #[test]
+    fn invalid_requests_are_422_or_413_with_a_message() {
+        for (body, status, needle) in [
+            ("not json", 422, "invalid request body"),
+            (r#"{"cells":[],"input_ids":[[1]]}"#, 422, "exactly one"),
+            (r#"{}"#, 422, "exactly one"),
+            (r#"{"input_ids":[]}"#, 422, "no cells"),
+            (r#"{"input_ids":[[1],[2],[3],[4]]}"#, 413, "limit is 3"),
+            (r#"{"input_ids":[[1,2,3,4,5,6,7,8,9]]}"#, 422, "1..=8"),
+            (r#"{"input_ids":[[100]]}"#, 422, "outside the vocabulary"),
+            (r#"{"input_ids":[[-1]]}"#, 422, "outside the vocabulary"),
+            (r#"{"input_ids":[[]]}"#, 422, "0 tokens"),
+            (r#"{"cells":[{"genes":["TSPAN6"],"counts":[1,2]}]}"#, 422, "cell 0: 1 genes but 2 counts"),
+            (r#"{"cells":[{"genes":["TSPAN6"],"counts":[-2]}]}"#, 422, "finite"),
+            (r#"{"cells":[{"genes":["nope"],"counts":[2]}]}"#, 422, "no expressed gene"),
+            (r#"{"cells":[{"genes":["TSPAN6"],"counts":[2],"extra":1}]}"#, 422, "unknown field"),
+        ] {
+            let e = parse(body).unwrap_err();
+            assert_eq!(e.status, status, "{body}: {e:?}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Dynamic batching: requests wait in a bounded queue; the batcher takes the first, gathers
+//! whatever else arrives within `max_wait` until the token budget is filled, plans length-grouped
+//! batches under the budget and runs them, one at a time, on a blocking thread.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::metrics::Metrics;
+use corrflow_io::encode::{encode_in_batches, Encoder};
+
+/// One request's cells and where its embeddings go (row-major `[cells, dim]`).
+pub struct Job {
+    pub cells: Vec<Vec<u32>>,
+    pub reply: oneshot::Sender<Result<Vec<f32>, String>>,
+    pub enqueued: Instant,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct BatchConfig {
+    /// Most padded tokens per model batch.
+    pub token_budget: usize,
+    /// Most cells per model batch.
+    pub max_rows: usize,
+    /// How long a partly filled batch waits for more requests.
+    pub max_wait: Duration,
+}
+
+/// Runs until every sender of the queue is gone (shutdown), then returns.
+pub async fn run_batcher<E: Encoder + 'static>(
+    encoder: E,
+    mut queue: mpsc::Receiver<Job>,
+    config: BatchConfig,
+    metrics: Arc<Metrics>,
+) {
+    let pad = encoder.vocab().pad;
+    let dim = encoder.dim();
+    let encoder = Arc::new(Mutex::new(encoder));
+    while let Some(first) = queue.recv().await {
+        let mut tokens: usize = first.cells.iter().map(Vec::len).sum();
+        let mut jobs = vec![first];
+        let deadline = tokio::time::Instant::now() + config.max_wait;
+        while tokens < config.token_budget {
+            match queue.try_recv() {
+                Ok(job) => {
+                    tokens += job.cells.iter().map(Vec::len).sum::<usize>();
+                    jobs.push(job);
+                }
+                Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(deadline, queue.recv()).await {
+                    Ok(Some(job)) => {
+                        tokens += job.cells.iter().map(Vec::len).sum::<usize>();
+                        jobs.push(job);
+                    }
+                    Ok(None) | Err(_) => break,
+                },
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+            }
+        }
+        let now = Instant::now();
+        for j in &jobs {
+            metrics.queue_wait_seconds.observe(now.duration_since(j.enqueued).as_secs_f64());
+        }
+        // Every cell of the gathered requests, flattened; results go back per request.
+        let counts: Vec<usize> = jobs.iter().map(|j| j.cells.len()).collect();
+        let cells: Vec<Vec<u32>> = jobs.iter_mut().flat_map(|j| std::mem::take(&mut j.cells)).collect();
+        let enc = encoder.clone();
+        let m = metrics.clone();
+        let result = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, String> {
+            let mut enc = enc.lock().map_err(|_| "the model runner panicked earlier".to_string())?;
+            encode_in_batches(&cells, pad, dim, config.token_budget, config.max_rows, |batch| {
+                m.batch_cells.observe(batch.rows as f64);
+                m.batch_tokens.observe(batch.tokens() as f64);
+                let t = Instant::now();
+                let values = enc.encode(batch).map_err(|e| e.to_string())?;
+                m.inference_seconds.observe(t.elapsed().as_secs_f64());
+                Ok(values)
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the model runner failed: {e}")));
+        let mut offset = 0;
+        for (job, n) in jobs.into_iter().zip(counts) {
+            let reply = match &result {
+                Ok(all) => Ok(all[offset * dim..(offset + n) * dim].to_vec()),
+                Err(e) => Err(e.clone()),
+            };
+            offset += n;
+            // The client may have gone away; nothing to do then.
+            let _ = job.reply.send(reply);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! `corrflow serve`: an embedding server for exported models (tokio + axum + ONNX Runtime).
+//!
+//! The socket is bound first and answers 503 until the model is loaded; requests are parsed and
+//! validated on the async threads, queued (bounded: 429 when full) and batched dynamically by
+//! token budget ([`batcher`]); shutdown (Ctrl-C / SIGTERM) stops accepting and finishes what
+//! is in flight.
+
+pub mod api;
+pub mod batcher;
+pub mod metrics;
+pub mod routes;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::runtime::{OrtEncoder, RuntimeOptions};
+use api::InputRules;
+use batcher::{BatchConfig, Job};
+use corrflow_io::error::{Error, Result};
+use corrflow_io::vocab::Vocabulary;
+use metrics::Metrics;
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub model: PathBuf,
+    pub addr: SocketAddr,
+    pub runtime: RuntimeOptions,
+    pub batch: BatchConfig,
+    /// Requests that may wait for the batcher before new ones get 429.
+    pub max_queue: usize,
+    pub max_body_bytes: usize,
+    pub max_cells_per_request: usize,
+    pub bearer_token: Option<String>,
+}
+
+/// What the handlers share.
+pub struct AppState {
+    pub options: ServeOptions,
+    pub metrics: Arc<Metrics>,
+    /// Set once the model is loaded.
+    pub ready: OnceLock<Ready>,
+    load_error: Mutex<Option<Error>>,
+}
+
+pub struct Ready {
+    pub queue: mpsc::Sender<Job>,
+    pub encoder_vocab: Arc<Vocabulary>,
+    pub rules: InputRules,
+    pub dim: usize,
+    pub name: String,
+    pub info: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServeSummary {
+    pub command: String,
+    pub addr: String,
+    pub requests: u64,
+    pub cells: u64,
+}
+
+/// Serves until `shutdown` resolves; `on_listening` gets the bound address (port 0 picks one).
+pub async fn serve(
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<ServeSummary> {
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| Error::Usage(format!("cannot bind {}: {e}", options.addr)))?;
+    let addr = listener.local_addr().map_err(|e| Error::Usage(format!("{}: {e}", options.addr)))?;
+    let state = Arc::new(AppState {
+        options: options.clone(),
+        metrics: Arc::new(Metrics::new()),
+        ready: OnceLock::new(),
+        load_error: Mutex::new(None),
+    });
+    on_listening(addr);
+
+    // Load the model off the async threads; a failure stops the server with that error.
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
+    let loader_state = state.clone();
+    tokio::spawn(async move {
+        let opts = loader_state.options.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            // Tests hold the server in its loading state (`FAILPOINTS=serve-load=sleep(1500)`,
+            // built with the `failpoints` feature only) to see the 503s.
+            fail::fail_point!("serve-load");
+            OrtEncoder::open(&opts.model, &opts.runtime)
+        })
+        .await;
+        match loaded {
+            Ok(Ok(encoder)) => {
+                let (tx, rx) = mpsc::channel(loader_state.options.max_queue.max(1));
+                let ready = ready_state(&loader_state.options, &encoder, tx);
+                tokio::spawn(batcher::run_batcher(
+                    encoder,
+                    rx,
+                    loader_state.options.batch,
+                    loader_state.metrics.clone(),
+                ));
+                let _ = loader_state.ready.set(ready);
+                loader_state.metrics.ready.set(1);
+                tracing::info!("model loaded; ready");
+            }
+            Ok(Err(e)) => {
+                *loader_state.load_error.lock().expect("not poisoned") = Some(e);
+                let _ = failed_tx.send(());
+            }
+            Err(e) => {
+                *loader_state.load_error.lock().expect("not poisoned") =
+                    Some(Error::internal("server", format!("model loader: {e}")));
+                let _ = failed_tx.send(());
+            }
+        }
+    });
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            // Only a sent failure stops the server; the loader finishing drops the sender.
+            Ok(()) = failed_rx => {}
+        }
+    };
+    axum::serve(listener, routes::router(state.clone()))
+        .with_graceful_shutdown(stop)
+        .await
+        .map_err(|e| Error::Runtime(format!("server on {addr}: {e}")))?;
+    if let Some(e) = state.load_error.lock().expect("not poisoned").take() {
+        return Err(e);
+    }
+    let requests = state.metrics.requests.with_label_values(&["/v1/embed", "200"]).get();
+    Ok(ServeSummary { command: "serve".into(), addr: addr.to_string(), requests, cells: state.metrics.cells.get() })
+}
+
+fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender<Job>) -> Ready {
+    let meta = &encoder.meta;
+    let name = options.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    let info = serde_json::json!({
+        "model": name,
+        "path": options.model.display().to_string(),
+        "dim": meta.model.hidden,
+        "config": meta.model,
+        "layout": meta.layout,
+        "max_len": meta.max_len,
+        "pooling": meta.pooling,
+        "vocab": {"name": meta.vocab_name, "hash": meta.vocab_hash, "size": meta.vocab_size},
+        "step": meta.step,
+        "runtime": {
+            "library": encoder.library.display().to_string(),
+            "threads": options.runtime.threads,
+            "device": options.runtime.device,
+        },
+        "batching": {
+            "token_budget": options.batch.token_budget,
+            "max_rows": options.batch.max_rows,
+            "max_wait_ms": options.batch.max_wait.as_secs_f64() * 1e3,
+            "max_queue": options.max_queue,
+            "max_body_bytes": options.max_body_bytes,
+            "max_cells_per_request": options.max_cells_per_request,
+        },
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    Ready {
+        queue,
+        encoder_vocab: Arc::new(encoder.vocab.clone()),
+        rules: InputRules {
+            layout: meta.tokenize_layout(),
+            vocab_size: meta.vocab_size,
+            max_positions: meta.model.max_positions,
+            max_cells: options.max_cells_per_request,
+        },
+        dim: meta.model.hidden,
+        name,
+        info,
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

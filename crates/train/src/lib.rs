@@ -1,0 +1,25 @@
+//! The trainer (DESIGN.md §5): the Geneformer V1 BERT in burn, pre-trained on batches from the
+//! masking dataflow, on the CPU (ndarray backend) or with `--features cuda` on an NVIDIA GPU.
+
+pub mod data;
+pub mod eval;
+mod held_out;
+mod run;
+mod step;
+
+pub use corrflow_model::{CpuBackend, CpuTraining, Device, TrainConfig};
+pub use held_out::{evaluate, EvalResult, EvalSet};
+pub use run::{train, TrainRequest, TrainSummary};
+
+/// Runs `train` on the configured device.
+pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> {
+    match req.train.device {
+        Device::Cpu => train::<CpuTraining>(req, Default::default()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda => train::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(req, Default::default()),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda => {
+            Err(corrflow_io::Error::Usage("this binary was built without CUDA: rebuild with --features cuda".into()))
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! `corrflow train`: the loop. Batches come from the masking dataflow; AdamW with weight decay,
+//! linear warmup and decay, gradient clipping; periodic held-out evaluation; metrics as JSON
+//! lines; atomic checkpoints from which a stopped run resumes to the same weights.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ElementConversion;
+use corrflow_algorithms::batches::TrainingBatch;
+use corrflow_algorithms::mask::MaskParams;
+use corrflow_algorithms::SequenceLayout;
+use corrflow_io::corpus::{CellLabels, Corpus};
+use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::graph_files::Graph;
+use corrflow_io::vocab::Vocabulary;
+use corrflow_mask::dataflow::{MaskedBatches, MaskingOptions};
+use corrflow_mask::MaskContext;
+use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
+use corrflow_model::objective::{self, batch_tensors, Objective, Targets};
+use corrflow_model::{learning_rate, CellEncoder, InitModel, ModelConfig, TrainConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{DataPlan, GraphWatch};
+use crate::held_out::{evaluate, EvalSet};
+use crate::step::{clip_global_norm, StepPhases};
+
+/// Everything `train` needs.
+#[derive(Clone, Debug)]
+pub struct TrainRequest {
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+    pub mask: MaskParams,
+    pub out: PathBuf,
+    /// Discard checkpoints in `out` instead of resuming from the latest.
+    pub restart: bool,
+    pub progress: bool,
+    /// Stop after this step (a checkpoint is written there), as a preempted job would; running
+    /// the same request again resumes from it.
+    pub stop_after: Option<u64>,
+    /// Wait for the device after each phase of a step and log each phase's milliseconds as
+    /// `phase_ms` in metrics.jsonl (see [`StepPhases`]).
+    pub profile_steps: bool,
+}
+
+/// What `train --json` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainSummary {
+    pub command: String,
+    pub out: String,
+    pub device: String,
+    pub steps: u64,
+    pub total_steps: u64,
+    pub resumed_from: Option<u64>,
+    pub parameters: usize,
+    pub first_loss: Option<f64>,
+    pub last_loss: Option<f64>,
+    pub eval_loss: Option<f64>,
+    pub eval_accuracy: Option<f64>,
+    pub unigram_accuracy: Option<f64>,
+    pub tokens_per_s: f64,
+    pub seconds: f64,
+    pub checkpoint: Option<String>,
+}
+
+type Rec = BinFileRecorder<FullPrecisionSettings>;
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// What a run trains on, validated and opened once.
+struct RunSetup {
+    vocab: Vocabulary,
+    layout: SequenceLayout,
+    graph: Option<Graph>,
+    graph_dir: PathBuf,
+    ctx: Arc<MaskContext>,
+    plan: DataPlan,
+    /// `is_special[t]`: token `t` is not a gene.
+    is_special: Vec<bool>,
+    /// The objective's per-cell labels, when it has a label column.
+    labels: Option<CellLabels>,
+    /// Optimiser steps of the whole run (the learning-rate schedule's length).
+    total: u64,
+}
+
+/// Checks the configuration and opens the corpus, the graph and the masking context.
+fn prepare<B: AutodiffBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn Objective<B>>)> {
+    let (t, m) = (&req.train, &req.model);
+    t.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
+    m.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
+    let objective = objective::require::<B>(&m.objective).map_err(|msg| Error::invalid(&req.out, msg))?;
+    req.mask.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
+    let corpus = t.corpus.clone().ok_or_else(|| Error::Usage("train needs train.corpus (or --corpus)".into()))?;
+    let opened = Corpus::open(&corpus)?;
+    let index = opened.index(&t.atlases)?;
+    let (info, vocab) = (opened.info, opened.vocab);
+    let strategy = req.mask.strategy;
+    let graph = match &t.graph {
+        Some(g) => Some(corrflow_io::graph_files::read_graph(g)?),
+        None if strategy.needs_graph() && strategy.get().structural_share(&req.mask) > 0.0 => {
+            return Err(Error::Usage(format!(
+                "masking strategy '{strategy}' needs a dependency graph: set train.graph (or --graph)"
+            )))
+        }
+        None => None,
+    };
+    let graph_dir = t.graph.clone().unwrap_or_default();
+    let ctx = Arc::new(MaskContext::load(&info, &vocab, &index, graph.as_ref(), &graph_dir, req.mask.clone(), false)?);
+    let plan = DataPlan {
+        index,
+        vocab_size: vocab.len(),
+        layout: info.layout,
+        batch_size: t.batch_size,
+        group_batches: t.group_batches,
+        shuffle_buffer: t.shuffle_buffer,
+        epochs: t.epochs,
+        max_len: if t.max_len == 0 { m.max_positions } else { t.max_len.min(m.max_positions) },
+        eval_fraction: t.eval_fraction,
+        seed: t.seed,
+    };
+    let mut total = plan.batches_per_epoch() * t.epochs as u64;
+    if t.max_steps > 0 {
+        total = total.min(t.max_steps);
+    }
+    if total == 0 {
+        return Err(Error::format(&corpus, "no training cells (corpus empty or all held out)"));
+    }
+    let is_special = (0..vocab.len() as u32).map(|t| !vocab.is_gene(t)).collect();
+    let labels = objective.label_column().map(|c| CellLabels::read(&plan.index, c)).transpose()?;
+    let setup = RunSetup { vocab, layout: info.layout, graph, graph_dir, ctx, plan, is_special, labels, total };
+    Ok((setup, objective))
+}
+
+type Optim<B> = OptimizerAdaptor<AdamW, CellEncoder<B>, B>;
+
+/// The model and optimiser at the step the run continues from: the latest checkpoint of `out`
+/// (which must belong to the same run), or freshly initialised at step 0.
+struct Trainee<B: AutodiffBackend> {
+    model: CellEncoder<B>,
+    optim: Optim<B>,
+    step: u64,
+    resumed_from: Option<u64>,
+}
+
+fn init_or_resume<B: AutodiffBackend>(
+    req: &TrainRequest,
+    vocab: &Vocabulary,
+    device: &B::Device,
+) -> Result<Trainee<B>> {
+    let (t, m) = (&req.train, &req.model);
+    std::fs::create_dir_all(&req.out).at(&req.out)?;
+    if req.restart && checkpoint::checkpoints_dir(&req.out).exists() {
+        std::fs::remove_dir_all(checkpoint::checkpoints_dir(&req.out)).at(&req.out)?;
+        let _ = std::fs::remove_file(req.out.join("metrics.jsonl"));
+    }
+    B::seed(device, t.seed);
+    let model: CellEncoder<B> = m.init(vocab.len(), device);
+    // Clipping is done here, by the global norm (as PyTorch's clip_grad_norm_), not by burn's
+    // per-tensor clipping.
+    let optim = AdamWConfig::new().with_weight_decay(t.weight_decay as f32).init::<B, CellEncoder<B>>();
+    let Some(dir) = checkpoint::latest(&req.out) else {
+        return Ok(Trainee { model, optim, step: 0, resumed_from: None });
+    };
+    let state = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
+    let same =
+        state.model == *m && state.mask == req.mask && state.vocab_hash == vocab.hash() && same_run(&state.train, t);
+    if !same {
+        return Err(Error::conflict(
+            &dir,
+            "the run directory holds checkpoints of a different configuration, corpus or vocabulary; use --restart to discard them or another --out",
+        ));
+    }
+    let model = model
+        .load_file(dir.join(MODEL_FILE), &Rec::new(), device)
+        .map_err(|e| Error::format(dir.join(MODEL_FILE), e.to_string()))?;
+    let record = Rec::new()
+        .load(dir.join(OPTIM_FILE), device)
+        .map_err(|e| Error::format(dir.join(OPTIM_FILE), e.to_string()))?;
+    let optim = optim.load_record(record);
+    truncate_metrics(&req.out.join("metrics.jsonl"), state.step)?;
+    tracing::info!(step = state.step, "resumed from {}", dir.display());
+    Ok(Trainee { model, optim, step: state.step, resumed_from: Some(state.step) })
+}
+
+/// Starts the masking dataflow at `step`, watching the graph directory for updates.
+fn start_masking(setup: &RunSetup, t: &TrainConfig, step: u64) -> MaskedBatches {
+    let initial: Vec<(u32, u32)> =
+        setup.graph.as_ref().map(|g| g.edges.iter().map(|e| (e.u, e.v)).collect()).unwrap_or_default();
+    let watch = setup.graph.as_ref().map(|g| GraphWatch {
+        dir: setup.graph_dir.clone(),
+        every: 50,
+        hash: g.info.content_hash.clone(),
+        edges: initial.iter().copied().collect(),
+    });
+    MaskedBatches::spawn(
+        setup.ctx.clone(),
+        initial,
+        setup.plan.clone().feed(step, watch),
+        MaskingOptions { workers: t.mask_workers, capacity: 4, first_seq: step },
+    )
+}
+
+/// Writes a checkpoint of `model` and `optim` at `step`.
+fn save_checkpoint<B: AutodiffBackend>(
+    req: &TrainRequest,
+    setup: &RunSetup,
+    trainee: &Trainee<B>,
+    epoch: u64,
+) -> Result<PathBuf> {
+    let state = CheckpointState {
+        format_version: 1,
+        step: trainee.step,
+        epoch,
+        total_steps: setup.total,
+        model: req.model.clone(),
+        train: req.train.clone(),
+        mask: req.mask.clone(),
+        vocab_hash: setup.vocab.hash().to_string(),
+        vocab_size: setup.vocab.len(),
+        layout: setup.layout,
+        model_sha256: String::new(),
+        optim_sha256: String::new(),
+    };
+    checkpoint::save(&req.out, state, req.train.keep_checkpoints, |dir| {
+        let rec = Rec::new();
+        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| Error::format(dir, e.to_string()))?;
+        rec.record(Optimizer::<CellEncoder<B>, B>::to_record(&trainee.optim), dir.join(OPTIM_FILE))
+            .map_err(|e| Error::format(dir, e.to_string()))
+    })
+}
+
+/// One optimisation step's outcome.
+struct StepOutcome {
+    loss: f64,
+    lr: f64,
+    masked: usize,
+    phases: StepPhases,
+}
+
+/// Forward, backward, gradient clipping and the AdamW update of one batch. `None` when the
+/// batch teaches the objective nothing (no masked token for a per-token loss).
+fn optimise<B: AutodiffBackend>(
+    req: &TrainRequest,
+    setup: &RunSetup,
+    objective: &dyn Objective<B>,
+    trainee: &mut Trainee<B>,
+    batch: &TrainingBatch,
+    device: &B::Device,
+) -> Result<Option<StepOutcome>> {
+    let (t, m, step) = (&req.train, &req.model, trainee.step);
+    let mut phases = StepPhases::start(req.profile_steps, Instant::now());
+    // Dropout draws depend on (seed, step) only: a resumed run repeats them.
+    B::seed(device, mix(t.seed, step));
+    let targets = Targets { whole_cell: objective.whole_cell_targets(), labels: setup.labels.as_ref() };
+    let tensors = batch_tensors::<B>(batch, &setup.is_special, setup.vocab.len(), targets, m.max_positions, device);
+    if objective.per_masked_token() && tensors.masked == 0 {
+        return Ok(None);
+    }
+    phases.mark::<B>("prepare", device);
+    let out = objective.loss(&trainee.model, &tensors, m.max_positions);
+    let loss = out.loss.clone().into_scalar().elem::<f64>();
+    if !loss.is_finite() {
+        return Err(Error::Usage(format!("training diverged at step {step}: loss is {loss}")));
+    }
+    phases.mark::<B>("forward", device);
+    let mut grads = GradientsParams::from_grads(out.loss.backward(), &trainee.model);
+    phases.mark::<B>("backward", device);
+    if t.grad_clip > 0.0 {
+        clip_global_norm::<B>(&trainee.model, &mut grads, t.grad_clip);
+    }
+    phases.mark::<B>("clip", device);
+    let lr = learning_rate(t.lr, step, t.warmup_steps, setup.total);
+    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads);
+    phases.mark::<B>("optimizer", device);
+    Ok(Some(StepOutcome { loss, lr, masked: tensors.masked, phases }))
+}
+
+/// Runs (or resumes) training on backend `B`.
+pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
+    let start = Instant::now();
+    let t = &req.train;
+    let (setup, objective) = prepare::<B>(req)?;
+    let mut trainee = init_or_resume::<B>(req, &setup.vocab, &device)?;
+    setup.vocab.write_dir(&req.out.join("vocab"))?;
+    let eval_set = EvalSet::new(&setup.ctx, &setup.plan.eval_set(t.eval_cells)?, t.batch_size);
+    let batches = start_masking(&setup, t, trainee.step);
+    let bar = progress_bar(req.progress, setup.total, trainee.step);
+    let metrics_path = req.out.join("metrics.jsonl");
+    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
+    let mut summary = TrainSummary {
+        command: "train".into(),
+        out: req.out.display().to_string(),
+        device: format!("{device:?}"),
+        steps: trainee.step,
+        total_steps: setup.total,
+        resumed_from: trainee.resumed_from,
+        parameters: trainee.model.num_params(),
+        first_loss: None,
+        last_loss: None,
+        eval_loss: None,
+        eval_accuracy: None,
+        unigram_accuracy: None,
+        tokens_per_s: 0.0,
+        seconds: 0.0,
+        checkpoint: None,
+    };
+    let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
+    for batch in batches {
+        let batch = batch?;
+        if trainee.step >= setup.total {
+            break;
+        }
+        debug_assert_eq!(batch.seq, trainee.step);
+        let t0 = Instant::now();
+        let Some(outcome) = optimise::<B>(req, &setup, objective.as_ref(), &mut trainee, &batch, &device)? else {
+            trainee.step += 1;
+            continue;
+        };
+        trainee.step += 1;
+        let step = trainee.step;
+        let secs = t0.elapsed().as_secs_f64();
+        let tokens = batch.tokens() as u64;
+        tokens_done += tokens;
+        train_secs += secs;
+        summary.first_loss.get_or_insert(outcome.loss);
+        summary.last_loss = Some(outcome.loss);
+        let tps = tokens as f64 / secs.max(1e-9);
+        bar.set_position(step);
+        bar.set_message(format!("loss {:.4} lr {:.2e} {tps:.0} tok/s", outcome.loss, outcome.lr));
+        let mut line = serde_json::json!({
+            "step": step, "epoch": batch.epoch, "loss": outcome.loss, "lr": outcome.lr, "tokens_per_s": tps,
+            "tokens": tokens, "masked": outcome.masked, "graph_time": batch.graph_time,
+        });
+        if req.profile_steps {
+            line["phase_ms"] = outcome.phases.to_json();
+        }
+        let last = step == setup.total || req.stop_after == Some(step);
+        if step.is_multiple_of(t.eval_every) || step == setup.total {
+            evaluate_into(&trainee.model.valid(), &eval_set, &setup, req, &device, &mut line, &mut summary);
+        }
+        if step.is_multiple_of(t.log_every) || line.get("eval_loss").is_some() || last {
+            writeln!(metrics, "{line}").at(&req.out)?;
+        }
+        if step.is_multiple_of(t.checkpoint_every) || last {
+            summary.checkpoint = Some(save_checkpoint(req, &setup, &trainee, batch.epoch)?.display().to_string());
+        }
+        if req.stop_after == Some(step) {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    metrics.flush().at(&req.out)?;
+    summary.steps = trainee.step;
+    summary.tokens_per_s = tokens_done as f64 / train_secs.max(1e-9);
+    summary.seconds = start.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Evaluates on the held-out set and records the result in the metrics line and the summary.
+fn evaluate_into<B: Backend>(
+    model: &CellEncoder<B>,
+    set: &EvalSet,
+    setup: &RunSetup,
+    req: &TrainRequest,
+    device: &B::Device,
+    line: &mut serde_json::Value,
+    summary: &mut TrainSummary,
+) {
+    if let Some(e) =
+        evaluate(model, set, &setup.is_special, setup.vocab.len(), setup.labels.as_ref(), &req.model, device)
+    {
+        line["eval_loss"] = e.loss.into();
+        line["eval_accuracy"] = e.accuracy.into();
+        line["unigram_accuracy"] = e.unigram_accuracy.into();
+        summary.eval_loss = Some(e.loss);
+        summary.eval_accuracy = Some(e.accuracy);
+        summary.unigram_accuracy = Some(e.unigram_accuracy);
+    }
+}
+
+/// Checkpoints of another run must not be continued: everything but the bookkeeping knobs
+/// (how often to log, evaluate, checkpoint) has to match.
+fn same_run(a: &TrainConfig, b: &TrainConfig) -> bool {
+    let norm = |c: &TrainConfig| TrainConfig {
+        eval_every: 0,
+        checkpoint_every: 0,
+        log_every: 0,
+        keep_checkpoints: 0,
+        mask_workers: 0,
+        ..c.clone()
+    };
+    // max_steps stays: the learning-rate schedule depends on it.
+    norm(a) == norm(b)
+}
+
+/// Drops metric lines past `step` (a resumed run rewrites them).
+fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
+    let kept: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s <= step)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    corrflow_io::util::atomic::write_atomic(path, kept.as_bytes())
+}
+
+fn progress_bar(show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total).with_style(
+        indicatif::ProgressStyle::with_template("train {bar:30} {pos}/{len} steps {msg} (eta {eta})")
+            .expect("static template"),
+    );
+    bar.set_position(pos);
+    bar
+}

@@ -1,0 +1,492 @@
+//! The command-line interface: subcommands and their arguments (clap derive).
+
+pub(crate) mod synth;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use corrflow::config::{Config, ModelVersion};
+use corrflow::formats::{CountsSource, ReadOptions};
+use corrflow::model::{Device, Pooling};
+use corrflow::runtime::RuntimeDevice;
+use corrflow::tokenize::ValueTransform;
+use corrflow_algorithms::mask::MaskStrategy;
+
+#[derive(Parser)]
+#[command(name = "corrflow", version, about = "Single-cell atlases to CorrMask-pretrained, servable foundation models")]
+pub(crate) struct Cli {
+    /// TOML config (presets in configs/); command-line flags override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Print a machine-readable JSON summary as the last line.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Run the pipeline on the bundled dataset (1,000 real PBMCs), offline.
+    Demo {
+        /// Output directory (recreated on each run).
+        #[arg(long, default_value = "corrflow-demo")]
+        out: PathBuf,
+    },
+    /// Tokenize single-cell files into a token-shard corpus.
+    Ingest(IngestArgs),
+    /// Gene vocabularies.
+    #[command(subcommand)]
+    Vocab(VocabCommand),
+    /// Export a corpus to other formats.
+    #[command(subcommand)]
+    Export(ExportCommand),
+    /// The gene dependency graph (CorrMask Algorithm 1).
+    #[command(subcommand)]
+    Graph(GraphCommand),
+    /// Masking (CorrMask Algorithm 2 and its baselines).
+    #[command(subcommand)]
+    Mask(MaskCommand),
+    /// Cell embeddings of an h5ad from a checkpoint (burn) or an exported model (ONNX Runtime):
+    /// Parquet, optionally obsm["X_corrflow"] in an h5ad copy.
+    Embed(EmbedArgs),
+    /// HTTP embedding server for an exported model: POST /v1/embed, GET /health, /info,
+    /// /metrics, /openapi.json.
+    Serve(ServeArgs),
+    /// Evaluations of embeddings.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+    /// Synthetic experiments of the CorrMask paper (Appendix B; section [synth] of the config).
+    #[command(subcommand)]
+    Synth(synth::SynthCommand),
+    /// Pre-train the encoder (sections [model], [train] and [mask] of the config); resumes from
+    /// the latest checkpoint in --out.
+    Train(TrainArgs),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
+pub(crate) struct EmbedArgs {
+    /// Checkpoint directory, or a run directory (its latest checkpoint).
+    #[arg(long, value_name = "CKPT")]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// A model written by `export onnx` (its FILE.vocab/ beside it).
+    #[arg(long, value_name = "FILE.onnx")]
+    pub(crate) model: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    pub(crate) input: PathBuf,
+    /// Parquet: cell_id, embedding, the --obs-columns.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    /// Also write a copy of the input with obsm["X_corrflow"].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) h5ad_out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) read: ReadArgs,
+    /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
+    pub(crate) obs_columns: Vec<String>,
+    /// mean (over genes, Geneformer's cell mode; default) or cls. ONNX models pool as exported.
+    #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls")]
+    pub(crate) pooling: Option<Pooling>,
+    /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub(crate) layer: i64,
+    #[command(flatten)]
+    pub(crate) batching: BatchArgs,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    #[arg(long, value_name = "FILE.onnx")]
+    pub(crate) model: PathBuf,
+    /// Address to bind (loopback by default; port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) addr: std::net::SocketAddr,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+    #[command(flatten)]
+    pub(crate) batching: BatchArgs,
+    /// How long a partly filled batch waits for more requests (ms).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) batch_wait_ms: u64,
+    /// Requests waiting for the batcher before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) max_queue: usize,
+    /// Larger bodies get 413.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub(crate) max_body_bytes: usize,
+    /// Most cells in one request (more: 413).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) max_cells: usize,
+    /// Require `Authorization: Bearer TOKEN` (all routes but /health).
+    #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct TrainArgs {
+    /// Run directory: metrics.jsonl, checkpoints/, vocab/.
+    #[arg(long, value_name = "DIR", default_value = "corrflow-run")]
+    pub(crate) out: PathBuf,
+    /// Overrides train.corpus.
+    #[arg(long, value_name = "CORPUS")]
+    pub(crate) corpus: Option<PathBuf>,
+    /// Overrides train.graph.
+    #[arg(long, value_name = "GRAPH")]
+    pub(crate) graph: Option<PathBuf>,
+    /// Overrides mask.strategy.
+    #[arg(long, value_parser = parse_strategy)]
+    pub(crate) strategy: Option<MaskStrategy>,
+    /// Overrides mask.lambda.
+    #[arg(long)]
+    pub(crate) lambda: Option<f64>,
+    /// Overrides train.max_steps.
+    #[arg(long)]
+    pub(crate) max_steps: Option<u64>,
+    /// Overrides train.seed and mask.seed.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// cpu or cuda (overrides train.device).
+    #[arg(long, value_parser = serde_enum::<Device>, value_name = "cpu|cuda")]
+    pub(crate) device: Option<Device>,
+    /// Discard the checkpoints in --out instead of resuming.
+    #[arg(long)]
+    pub(crate) restart: bool,
+    /// Log each step's phases (prepare, forward, backward, clip, optimizer) in milliseconds
+    /// as `phase_ms` in metrics.jsonl, waiting for the device after each (slows training).
+    #[arg(long)]
+    pub(crate) profile_steps: bool,
+    /// Stop after this optimiser step, with a checkpoint there, as a preempted job would; the
+    /// same command resumes the run to the weights an uninterrupted one reaches (the schedule
+    /// still ends at --max-steps). For schedulers that give jobs time slices.
+    #[arg(long, value_name = "STEP")]
+    pub(crate) stop_at_step: Option<u64>,
+}
+
+/// ONNX Runtime settings (`--model`, `serve`).
+#[derive(Args, Clone)]
+pub(crate) struct RuntimeArgs {
+    /// ONNX Runtime intra-op threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) threads: usize,
+    /// cpu, or cuda (CUDA execution provider; needs the onnxruntime-gpu library).
+    #[arg(long = "ort-device", value_parser = serde_enum::<RuntimeDevice>, value_name = "cpu|cuda", default_value = "cpu")]
+    pub(crate) device: RuntimeDevice,
+}
+
+impl RuntimeArgs {
+    pub(crate) fn options(&self) -> corrflow::runtime::RuntimeOptions {
+        corrflow::runtime::RuntimeOptions { threads: self.threads, device: self.device }
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum MaskCommand {
+    /// Mask every cell of a corpus and print the paper's Table 3 (mean span, conditional hit
+    /// rate) with the masked and structural fractions.
+    Audit {
+        #[arg(long, value_name = "CORPUS")]
+        corpus: PathBuf,
+        #[arg(long, value_name = "GRAPH")]
+        graph: PathBuf,
+        /// Strategies, comma-separated: random, pmi, pmi-rand, corrmask (default: the config's).
+        #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
+        strategy: Vec<MaskStrategy>,
+        /// CorrMask's structural ratio λ (1.0 = CorrMask-100).
+        #[arg(long)]
+        lambda: Option<f64>,
+        /// Masking rate p.
+        #[arg(long)]
+        p: Option<f64>,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Epoch whose masks to draw (masks are seeded by seed, epoch and cell).
+        #[arg(long, default_value_t = 0)]
+        epoch: u64,
+        /// Atlases to include (default: all).
+        #[arg(long, value_delimiter = ',')]
+        atlas: Vec<String>,
+        /// Write every cell's masked positions (Parquet: cell_id, positions, structural).
+        #[arg(long, value_name = "FILE")]
+        dump: Option<PathBuf>,
+        /// Also audit CorrMask at each of these λ, e.g. 0,0.25,0.5,0.75,1.
+        #[arg(long, value_delimiter = ',', value_name = "L,L,...")]
+        sweep: Vec<f64>,
+        /// SVG plot of the sweep.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum EvalCommand {
+    /// Logistic-regression probe on frozen embeddings (seeded stratified split).
+    Probe {
+        #[arg(long, value_name = "FILE")]
+        embeddings: PathBuf,
+        /// Label column of the embeddings file.
+        #[arg(long)]
+        label: String,
+        #[arg(long, default_value_t = 0.2)]
+        test_fraction: f64,
+        /// Share of classes (rarest first) whose macro-F1 is reported separately.
+        #[arg(long, default_value_t = 0.25)]
+        rare_fraction: f64,
+        /// L2 penalty.
+        #[arg(long, default_value_t = 1.0)]
+        alpha: f64,
+        #[arg(long, default_value_t = 200)]
+        max_iterations: u64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Classes to leave out, comma-separated (e.g. Mouse,Unknown).
+        #[arg(long, value_delimiter = ',')]
+        exclude: Vec<String>,
+    },
+}
+
+pub(crate) fn parse_strategy(s: &str) -> std::result::Result<MaskStrategy, String> {
+    MaskStrategy::parse(s).ok_or_else(|| format!("unknown strategy '{s}' ({})", MaskStrategy::names()))
+}
+
+#[derive(Subcommand)]
+pub(crate) enum GraphCommand {
+    /// Build the graph from a corpus, exactly as Algorithm 1 defines it. With `--incremental`
+    /// the shards are streamed by a timely dataflow (`-w`/`-n`/`-p`/`-h` as for `update`).
+    #[command(disable_help_flag = true)]
+    Build {
+        #[arg(long, value_name = "CORPUS")]
+        corpus: PathBuf,
+        #[arg(long, value_name = "GRAPH")]
+        out: PathBuf,
+        /// Atlases to include (default: all).
+        #[arg(long, value_delimiter = ',')]
+        atlas: Vec<String>,
+        /// Cells sampled (N_sub); 0 = all cells.
+        #[arg(long)]
+        n_sub: Option<u64>,
+        /// Seed of the N_sub sample.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Graph vocabulary size (most present genes).
+        #[arg(long)]
+        max_genes: Option<usize>,
+        /// Also keep the incremental state (all cells) for `graph update` and `graph rebase`.
+        #[arg(long)]
+        incremental: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Print help (`-h` is the host file).
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
+    },
+    /// Add or retract an atlas, writing only the changes (a delta) and the new state.
+    /// The atlas' statistics are computed by a timely dataflow: `-w` worker threads, and with
+    /// `-n`/`-p`/`-h` one process per host of a cluster (run the same command on each; process
+    /// 0 writes the graph).
+    #[command(
+        group(clap::ArgGroup::new("change").required(true).args(["add", "retract"])),
+        disable_help_flag = true
+    )]
+    Update {
+        #[arg(long, value_name = "GRAPH")]
+        graph: PathBuf,
+        /// Atlas directory to add (CORPUS/atlases/NAME).
+        #[arg(long, value_name = "ATLAS_DIR")]
+        add: Option<PathBuf>,
+        /// Name of an included atlas to retract.
+        #[arg(long, value_name = "NAME")]
+        retract: Option<String>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Print help (`-h` is the host file).
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
+    },
+    /// Recompute rank maps and statistics from the stored shards (= an exact build), streamed
+    /// by the same dataflow as `build --incremental`.
+    #[command(disable_help_flag = true)]
+    Rebase {
+        #[arg(long, value_name = "GRAPH")]
+        graph: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Print help (`-h` is the host file).
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
+    },
+    /// Print size, degree distribution and a gene's neighbours.
+    Show {
+        graph: PathBuf,
+        /// Gene symbol or Ensembl id whose neighbours to list.
+        #[arg(long)]
+        gene: Option<String>,
+        /// Vocabulary for gene names (default: the built-in one).
+        #[arg(long, default_value = corrflow::vocab::BUILTIN)]
+        vocab: String,
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+    },
+}
+
+/// How cells are grouped into model batches (`embed` and `serve`).
+#[derive(Args, Clone, Copy)]
+pub(crate) struct BatchArgs {
+    /// Most cells per model batch.
+    #[arg(long, default_value_t = 64, visible_alias = "batch-size")]
+    pub(crate) max_batch_cells: usize,
+    /// Most padded tokens per model batch (cells × longest cell in it).
+    #[arg(long, default_value_t = 16384)]
+    pub(crate) token_budget: usize,
+}
+
+/// Where a graph dataflow runs (timely's own options).
+#[derive(Args, Clone)]
+pub(crate) struct ClusterArgs {
+    /// Worker threads per process.
+    #[arg(short = 'w', long, default_value_t = 1)]
+    pub(crate) workers: usize,
+    /// Processes in the cluster (run the same command on each; process 0 writes the graph).
+    #[arg(short = 'n', long, default_value_t = 1)]
+    pub(crate) processes: usize,
+    /// This process' index (0..n).
+    #[arg(short = 'p', long, default_value_t = 0)]
+    pub(crate) process: usize,
+    /// Host file: one host:port per process, in process order.
+    #[arg(short = 'h', long, value_name = "FILE")]
+    pub(crate) hostfile: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    pub(crate) fn cluster(self) -> anyhow::Result<corrflow::graph::Cluster> {
+        let ClusterArgs { workers, processes, process, hostfile } = self;
+        anyhow::ensure!(workers >= 1 && processes >= 1 && process < processes, "need -w ≥ 1, -n ≥ 1 and 0 ≤ -p < -n");
+        Ok(corrflow::graph::Cluster { workers, processes, process, hostfile })
+    }
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct ReadArgs {
+    /// var column with gene ids (default: the var index; 10x/mtx: 'id' or 'name').
+    #[arg(long, value_name = "COL")]
+    pub(crate) gene_column: Option<String>,
+    /// Where counts are: X, raw (raw/X) or layer:NAME.
+    #[arg(long, default_value = "X", value_parser = clap::value_parser!(CountsSource))]
+    pub(crate) counts: CountsSource,
+    /// Accept non-integer values (normalized data; tokens are invariant to per-cell scaling).
+    #[arg(long)]
+    pub(crate) allow_normalized: bool,
+    /// Values are log1p-transformed: apply expm1 first (implies --allow-normalized).
+    #[arg(long)]
+    pub(crate) log1p: bool,
+}
+
+impl ReadArgs {
+    pub(crate) fn read_options(&self, cfg: &Config, obs_columns: Vec<String>) -> ReadOptions {
+        ReadOptions {
+            counts: self.counts.clone(),
+            gene_column: self.gene_column.clone(),
+            obs_columns,
+            chunk_cells: cfg.ingest.chunk_cells,
+            scratch_dir: std::env::temp_dir(),
+        }
+    }
+
+    pub(crate) fn transform(&self) -> ValueTransform {
+        if self.log1p {
+            ValueTransform::Expm1
+        } else {
+            ValueTransform::None
+        }
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct IngestArgs {
+    /// Vocabulary: a built-in name (geneformer-v1) or a directory from `vocab build`.
+    #[arg(long, default_value = corrflow::vocab::BUILTIN)]
+    pub(crate) vocab: String,
+    /// Atlas name (one corpus holds many atlases).
+    #[arg(long)]
+    pub(crate) atlas: String,
+    /// Corpus directory.
+    #[arg(long, value_name = "CORPUS")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) read: ReadArgs,
+    /// obs columns to carry into the shards (comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
+    pub(crate) obs_columns: Vec<String>,
+    /// Geneformer layout: v1 (2,048 genes) or v2 (<cls> 4,094 genes <eos>).
+    #[arg(long, value_parser = serde_enum::<ModelVersion>, value_name = "v1|v2")]
+    pub(crate) version: Option<ModelVersion>,
+    /// Also write the atlas in Hugging Face `save_to_disk` layout here.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) hf: Option<PathBuf>,
+    /// Discard an interrupted ingest of this atlas instead of resuming it.
+    #[arg(long)]
+    pub(crate) restart: bool,
+    /// Input files: .h5ad, 10x .h5, or MatrixMarket directories.
+    #[arg(required = true, value_name = "FILE")]
+    pub(crate) inputs: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum VocabCommand {
+    /// Compute a vocabulary (tokens + medians of nonzero normalized expression) in one pass.
+    Build {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Name recorded for the vocabulary (default: the output directory's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Relative error bound of the medians.
+        #[arg(long)]
+        alpha: Option<f64>,
+        /// Leave out genes expressed in fewer cells.
+        #[arg(long)]
+        min_cells: Option<u64>,
+        #[command(flatten)]
+        read: ReadArgs,
+        #[arg(required = true, value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ExportCommand {
+    /// Hugging Face `datasets` save_to_disk layout (Arrow IPC stream files).
+    Hf {
+        #[arg(long, value_name = "CORPUS")]
+        corpus: PathBuf,
+        /// Atlases to export (default: all).
+        #[arg(long, value_delimiter = ',')]
+        atlas: Vec<String>,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// A checkpoint's encoder as ONNX (opset 17, dynamic batch and sequence axes), with its
+    /// vocabulary beside it (FILE.vocab/).
+    Onnx {
+        /// Checkpoint directory, or a run directory (its latest checkpoint).
+        #[arg(long, value_name = "CKPT")]
+        checkpoint: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// What the cell_embedding output pools: mean over genes, or the <cls> state (V2).
+        #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls", default_value = "mean")]
+        pooling: Pooling,
+    },
+}
+
+/// Parses a flag value into one of the library's enums by its serde name (`cpu`, `mean`, `v2`,
+/// ...), so the library needs no clap; an unknown value's error lists the accepted ones.
+pub(crate) fn serde_enum<T: serde::de::DeserializeOwned>(s: &str) -> std::result::Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|e| e.to_string())
+}

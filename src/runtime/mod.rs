@@ -1,8 +1,0 @@
-//! Inference on exported models with ONNX Runtime (`ort`, library loaded at run time).
-
-pub mod batch;
-pub mod library;
-pub mod session;
-
-pub use batch::{encode_in_batches, plan_batches, PaddedBatch};
-pub use session::{OrtEncoder, RuntimeDevice, RuntimeOptions};

@@ -75,6 +75,25 @@ def find_cycle(edges):
     return None
 
 
+def file_graphs(src):
+    """Per module directory: its files, and which sibling files each names through `super::`."""
+    graphs = {}
+    for d in [src] + [p for p in src.rglob("*") if p.is_dir()]:
+        files = {p.stem: p for p in d.glob("*.rs") if p.stem not in ("mod", "lib", "main")}
+        files.update({p.name: p / "mod.rs" for p in d.iterdir() if p.is_dir() and (p / "mod.rs").exists()})
+        edges = {}
+        for name, path in files.items():
+            text = re.sub(r"//.*", "", path.read_text().split("#[cfg(test)]", 1)[0])
+            refs = set(re.findall(r"\bsuper::([a-z_]+)", text))
+            for group in re.findall(r"\bsuper::\{([^}]*)\}", text):
+                refs |= set(re.findall(r"\b([a-z_]+)\b", group))
+            if d == src:
+                refs |= set(re.findall(r"\bcrate::([a-z_]+)", text))
+            edges[name] = {r for r in refs if r in files and r != name}
+        graphs[d] = edges
+    return graphs
+
+
 failed = False
 print("crates (→ dependencies):")
 for name, dir in sorted(crates.items()):
@@ -92,4 +111,11 @@ for name, dir in sorted(crates.items()):
     else:
         order = ", ".join(f"{a}→{{{','.join(sorted(ts))}}}" for a, ts in sorted(edges.items()) if ts)
         print(f"{name}: no module cycle. {order}")
+for name, dir in sorted(crates.items()):
+    for d, edges in file_graphs(dir / "src").items():
+        cycle = find_cycle(edges)
+        if cycle:
+            failed = True
+            print(f"{name}: file cycle in {d.relative_to(root)}: {' → '.join(cycle)}")
+print("file-level cycles within module directories: " + ("see above" if failed else "none"))
 sys.exit(1 if failed else 0)

@@ -53,6 +53,69 @@ pub fn write_default_dataset(dir: &Path) -> Result<PathBuf> {
 /// Runs the demo into `out` (recreated on each run; only a directory made by the demo is
 /// ever cleared).
 pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool) -> Result<DemoSummary> {
+    prepare_out(out)?;
+    let dataset = write_default_dataset(&out.join("data"))?;
+    let vocab = Vocabulary::resolve(BUILTIN)?;
+    let corpus_dir = out.join("corpus");
+    let ingest = ingest_dataset(&dataset, &corpus_dir, &vocab, config, show_progress)?;
+    let cells = read_atlas_tokens(&corpus::atlas_dir(&corpus_dir, "pbmc1k"))?;
+    let symbols = vocab.symbols_by_token();
+    let name = |t: u32| symbols.get(&t).cloned().unwrap_or_else(|| vocab.token(t).unwrap_or("?").to_string());
+    let first_cell_top_genes =
+        cells.input_ids.first().map(|t| t.iter().take(10).map(|&id| name(id)).collect()).unwrap_or_default();
+    let total: usize = cells.input_ids.iter().map(Vec::len).sum();
+
+    // The dependency graph of the bundled cells: Table 4 parameters over all 1,000 cells.
+    let params = corrflow_algorithms::graph::GraphParams { n_sub: 0, ..config.graph.clone() };
+    let (mut graph, mut graph_summary) = crate::graph::build_exact(&corpus_dir, &[], &params)?;
+    let graph_dir = out.join("graph");
+    crate::graph::write_graph(&graph_dir, &mut graph)?;
+    graph_summary.out = graph_dir.display().to_string();
+    let cd74_neighbours = top_neighbours(&graph, vocab.lookup("CD74").map(|m| m.token()), 5, name);
+
+    // Masking audit: how often CorrMask masks a gene's graph partners together, against random.
+    let opened = corpus::Corpus::open(&corpus_dir)?;
+    let index = opened.index(&[])?;
+    let ctx = crate::mask::MaskContext::load(
+        &opened.info,
+        &opened.vocab,
+        &index,
+        Some(&graph),
+        &graph_dir,
+        config.mask.clone(),
+        false,
+    )?;
+    let hidden = indicatif::ProgressBar::hidden();
+    let audit = [corrflow_algorithms::mask::MaskStrategy::RANDOM, corrflow_algorithms::mask::MaskStrategy::CORRMASK]
+        .into_iter()
+        .map(|s| crate::mask::run_audit(&ctx.with_strategy(s, config.mask.lambda), &index, 0, None, &hidden))
+        .collect::<Result<Vec<_>>>()?;
+
+    let train = train_tiny(&corpus_dir, &graph_dir, &out.join("run"), config, show_progress)?;
+    // The trained encoder as ONNX, and the bundled cells embedded by ONNX Runtime.
+    let export = crate::export::export_onnx(&crate::export::ExportRequest {
+        checkpoint: out.join("run"),
+        out: out.join("model.onnx"),
+        pooling: crate::embed::Pooling::Mean,
+    })?;
+    let embed = embed_onnx(&out.join("model.onnx"), &dataset, &out.join("embeddings.parquet"))?;
+    Ok(DemoSummary {
+        command: "demo".into(),
+        export,
+        embed,
+        out: out.display().to_string(),
+        mean_tokens_per_cell: total as f64 / cells.input_ids.len().max(1) as f64,
+        ingest,
+        first_cell_top_genes,
+        graph: graph_summary,
+        cd74_neighbours,
+        audit,
+        train,
+    })
+}
+
+/// Creates `out`, clearing it first only if an earlier demo made it.
+fn prepare_out(out: &Path) -> Result<()> {
     if out.exists() {
         if !out.join(MARKER).exists() {
             return Err(Error::conflict(out, "exists and was not made by `corrflow demo`; choose another --out"));
@@ -60,15 +123,21 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         std::fs::remove_dir_all(out).at(out)?;
     }
     std::fs::create_dir_all(out).at(out)?;
-    write_atomic(&out.join(MARKER), b"made by corrflow demo\n")?;
-    let input = write_default_dataset(&out.join("data"))?;
-    let dataset = input.clone();
-    let vocab = Vocabulary::resolve(BUILTIN)?;
-    let corpus_dir = out.join("corpus");
-    let req = IngestRequest {
-        corpus: corpus_dir.clone(),
+    write_atomic(&out.join(MARKER), b"made by corrflow demo\n")
+}
+
+/// The bundled cells into a corpus (atlas `pbmc1k`) with the built-in vocabulary.
+fn ingest_dataset(
+    input: &Path,
+    corpus_dir: &Path,
+    vocab: &Vocabulary,
+    config: &crate::config::Config,
+    show_progress: bool,
+) -> Result<IngestSummary> {
+    run_ingest(&IngestRequest {
+        corpus: corpus_dir.to_path_buf(),
         atlas: "pbmc1k".into(),
-        inputs: vec![input],
+        inputs: vec![input.to_path_buf()],
         vocab: vocab.clone(),
         read: ReadOptions {
             gene_column: Some("gene_ids".into()),
@@ -85,60 +154,44 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         zstd_level: config.ingest.zstd_level,
         restart: false,
         show_progress,
-    };
-    let ingest = run_ingest(&req)?;
-    let cells = read_atlas_tokens(&corpus::atlas_dir(&corpus_dir, "pbmc1k"))?;
-    let symbols = vocab.symbols_by_token();
-    let first_cell_top_genes = cells
-        .input_ids
-        .first()
-        .map(|t| {
-            t.iter()
-                .take(10)
-                .map(|&id| symbols.get(&id).cloned().unwrap_or_else(|| vocab.token(id).unwrap_or("?").to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let total: usize = cells.input_ids.iter().map(Vec::len).sum();
+    })
+}
 
-    // The dependency graph of the bundled cells: Table 4 parameters over all 1,000 cells.
-    let params = corrflow_algorithms::graph::GraphParams { n_sub: 0, ..config.graph.clone() };
-    let (mut graph, mut graph_summary) = crate::graph::build_exact(&corpus_dir, &[], &params)?;
-    let graph_dir = out.join("graph");
-    crate::graph::write_graph(&graph_dir, &mut graph)?;
-    graph_summary.out = graph_dir.display().to_string();
-    let cd74 = vocab.lookup("CD74").map(|m| m.token());
-    let mut cd74_neighbours: Vec<(String, f64)> = graph
+/// A gene's `n` strongest graph partners by |ρ_local|, named.
+fn top_neighbours(
+    graph: &crate::graph::Graph,
+    gene: Option<u32>,
+    n: usize,
+    name: impl Fn(u32) -> String,
+) -> Vec<(String, f64)> {
+    let mut partners: Vec<(String, f64)> = graph
         .edges
         .iter()
-        .filter_map(|e| match cd74 {
+        .filter_map(|e| match gene {
             Some(t) if e.u == t => Some((e.v, e.rho)),
             Some(t) if e.v == t => Some((e.u, e.rho)),
             _ => None,
         })
-        .map(|(t, r)| (symbols.get(&t).cloned().unwrap_or_else(|| vocab.token(t).unwrap_or("?").to_string()), r))
+        .map(|(t, r)| (name(t), r))
         .collect();
-    cd74_neighbours.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
-    cd74_neighbours.truncate(5);
+    partners.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()).then(a.0.cmp(&b.0)));
+    partners.truncate(n);
+    partners
+}
 
-    // Masking audit: how often CorrMask masks a gene's graph partners together, against random.
-    let opened = corpus::Corpus::open(&corpus_dir)?;
-    let index = opened.index(&[])?;
-    let (info, vocab) = (&opened.info, &opened.vocab);
-    let ctx =
-        crate::mask::MaskContext::load(info, vocab, &index, Some(&graph), &graph_dir, config.mask.clone(), false)?;
-    let hidden = indicatif::ProgressBar::hidden();
-    let audit = [corrflow_algorithms::mask::MaskStrategy::RANDOM, corrflow_algorithms::mask::MaskStrategy::CORRMASK]
-        .into_iter()
-        .map(|s| crate::mask::run_audit(&ctx.with_strategy(s, config.mask.lambda), &index, 0, None, &hidden))
-        .collect::<Result<Vec<_>>>()?;
-
-    // A short pre-training run of a tiny model on batches from the masking dataflow.
-    let train = crate::train::train_on_device(&crate::train::TrainRequest {
+/// A short pre-training run of a tiny model on batches from the masking dataflow.
+fn train_tiny(
+    corpus_dir: &Path,
+    graph_dir: &Path,
+    out: &Path,
+    config: &crate::config::Config,
+    show_progress: bool,
+) -> Result<crate::train::TrainSummary> {
+    crate::train::train_on_device(&crate::train::TrainRequest {
         model: crate::model::ModelConfig { hidden: 64, ffn: 128, heads: 4, layers: 2, ..Default::default() },
         train: crate::model::TrainConfig {
-            corpus: Some(corpus_dir.clone()),
-            graph: Some(graph_dir.clone()),
+            corpus: Some(corpus_dir.to_path_buf()),
+            graph: Some(graph_dir.to_path_buf()),
             batch_size: 8,
             group_batches: 10,
             epochs: 1,
@@ -152,22 +205,20 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
             ..Default::default()
         },
         mask: config.mask.clone(),
-        out: out.join("run"),
+        out: out.to_path_buf(),
         restart: true,
         progress: show_progress,
         stop_after: None,
         profile_steps: false,
-    })?;
-    // The trained encoder as ONNX, and the bundled cells embedded by ONNX Runtime.
-    let export = crate::export::export_onnx(&crate::export::ExportRequest {
-        checkpoint: out.join("run"),
-        out: out.join("model.onnx"),
-        pooling: crate::embed::Pooling::Mean,
-    })?;
-    let embed = crate::embed::embed(&crate::embed::EmbedRequest {
-        model: crate::embed::ModelSource::Onnx(out.join("model.onnx")),
-        input: dataset,
-        out: out.join("embeddings.parquet"),
+    })
+}
+
+/// The bundled cells embedded by the exported model (ONNX Runtime).
+fn embed_onnx(model: &Path, input: &Path, out: &Path) -> Result<crate::embed::EmbedSummary> {
+    crate::embed::embed(&crate::embed::EmbedRequest {
+        model: crate::embed::ModelSource::Onnx(model.to_path_buf()),
+        input: input.to_path_buf(),
+        out: out.to_path_buf(),
         h5ad_out: None,
         read: ReadOptions { gene_column: Some("gene_ids".into()), ..Default::default() },
         allow_normalized: false,
@@ -178,18 +229,5 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         token_budget: 16384,
         runtime: Default::default(),
         progress: false,
-    })?;
-    Ok(DemoSummary {
-        command: "demo".into(),
-        export,
-        embed,
-        out: out.display().to_string(),
-        mean_tokens_per_cell: total as f64 / cells.input_ids.len().max(1) as f64,
-        ingest,
-        first_cell_top_genes,
-        graph: graph_summary,
-        cd74_neighbours,
-        audit,
-        train,
     })
 }

@@ -4,7 +4,7 @@
 //!
 //! Generators, the AUROC, and the masking rules are plain functions over plain data, seeded with
 //! ChaCha8: the same seed gives the same bytes. [`sweep`] trains the small encoder of B.2 with
-//! the trainer's model and MLM loss; [`cli`] is the command.
+//! the trainer's model and MLM loss. The command (`src/commands/synth.rs`) lives in the binary.
 
 pub mod auroc;
 pub mod modularity;

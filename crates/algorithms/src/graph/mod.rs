@@ -10,6 +10,7 @@
 //! frozen maps (the incremental design of DESIGN.md §3).
 
 mod extend;
+mod pair_counts;
 mod params;
 mod products;
 mod scores;
@@ -19,9 +20,10 @@ mod spearman;
 mod stats;
 
 pub use extend::{remap_rows, remap_square, GeneRowSums};
+pub use pair_counts::{adjacency_counts, co_presence};
 pub use params::GraphParams;
 pub use scores::{count_presence, GraphVocab, ScoredCell};
-pub use screen::{adjacency_counts, approx_correlations, co_presence};
+pub use screen::approx_correlations;
 pub use select::{candidate_pairs, screened_candidate_pairs, GraphEdge};
 pub use spearman::{spearman_average_ranks, OverlapScratch};
 pub use stats::{global_correlations, GeneMoments, PairSums, RankMaps, ScoreHistograms};

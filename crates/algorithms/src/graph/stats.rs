@@ -176,7 +176,7 @@ impl PairSums {
             self.y2p.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
         }
         // Co-presence by bitsets and popcount rather than a 0/1 matrix product.
-        self.co.iter_mut().zip(super::screen::co_presence(cells, g)).for_each(|(a, x)| *a += sign * x);
+        self.co.iter_mut().zip(super::pair_counts::co_presence(cells, g)).for_each(|(a, x)| *a += sign * x);
         self.n_cells += sign * cells.len() as i64;
     }
 
@@ -272,7 +272,8 @@ pub fn global_correlations(h: &ScoreHistograms, maps: &RankMaps, sums: &PairSums
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::screen::{and_popcount, approx_correlations, co_presence};
+    use crate::graph::pair_counts::{and_popcount, co_presence};
+    use crate::graph::screen::approx_correlations;
 
     fn cell(genes: &[(u32, u16)]) -> ScoredCell {
         ScoredCell { genes: genes.iter().map(|g| g.0).collect(), scores: genes.iter().map(|g| g.1).collect() }

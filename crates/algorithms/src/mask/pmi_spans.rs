@@ -6,37 +6,23 @@ use rand::Rng;
 use super::strategies::{MaskScratch, StructuralPhase};
 use super::{MaskParams, MaskRng, MaskingStrategy, PmiTable};
 
-/// Whole PMI spans for the whole budget.
-pub struct Pmi;
-
-/// Half the budget as PMI spans, the rest random.
-pub struct PmiRand;
-
-impl MaskingStrategy for Pmi {
-    fn name(&self) -> &'static str {
-        "pmi"
-    }
-
-    fn structural_share(&self, _: &MaskParams) -> f64 {
-        1.0
-    }
-
-    fn needs_pmi(&self) -> bool {
-        true
-    }
-
-    fn structural(&self, phase: &mut StructuralPhase<'_>) {
-        spans_phase(phase);
-    }
+/// PMI spans for a fixed share of the budget: the whole of it (`pmi`) or half, the rest random
+/// (`pmi-rand`).
+pub struct PmiSpans {
+    name: &'static str,
+    share: f64,
 }
 
-impl MaskingStrategy for PmiRand {
+pub const PMI: PmiSpans = PmiSpans { name: "pmi", share: 1.0 };
+pub const PMI_RAND: PmiSpans = PmiSpans { name: "pmi-rand", share: 0.5 };
+
+impl MaskingStrategy for PmiSpans {
     fn name(&self) -> &'static str {
-        "pmi-rand"
+        self.name
     }
 
     fn structural_share(&self, _: &MaskParams) -> f64 {
-        0.5
+        self.share
     }
 
     fn needs_pmi(&self) -> bool {

@@ -62,8 +62,8 @@ pub struct MaskStrategy(&'static dyn MaskingStrategy);
 
 impl MaskStrategy {
     pub const RANDOM: Self = Self(&super::random::Random);
-    pub const PMI: Self = Self(&super::pmi_spans::Pmi);
-    pub const PMI_RAND: Self = Self(&super::pmi_spans::PmiRand);
+    pub const PMI: Self = Self(&super::pmi_spans::PMI);
+    pub const PMI_RAND: Self = Self(&super::pmi_spans::PMI_RAND);
     pub const CORRMASK: Self = Self(&super::corrmask::CorrMask);
 
     /// Every known strategy: the built-in ones, then the registered ones.

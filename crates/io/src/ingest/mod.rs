@@ -2,8 +2,10 @@
 //! streaming pipeline) and `vocab build` (files → a new vocabulary's medians).
 
 mod pipeline;
+mod request;
 mod run;
 mod vocab_build;
 
-pub use run::{run_ingest, validate_atlas_name, IngestRequest, IngestSummary};
+pub use request::{IngestRequest, IngestSummary};
+pub use run::{run_ingest, validate_atlas_name};
 pub use vocab_build::{build_vocabulary, MedianEstimator, VocabBuildOptions, VocabBuildSummary};

@@ -2,7 +2,7 @@
 //! parallel ‖ encode and write shards) joined by bounded channels, so memory stays at a few
 //! chunks whatever the corpus size.
 
-use super::run::{IngestRequest, Opened};
+use super::request::{IngestRequest, Opened};
 use crate::corpus::{AtlasWriter, DropCounts, TokenBatch};
 use crate::error::{Error, Result};
 use crate::tokenize::{tokenize_chunk, GeneMapper};

@@ -3,55 +3,19 @@
 //! committed atomically and recorded in a progress file, so an interrupted ingest resumes
 //! after its last finished shard.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::pipeline::pipeline;
+use super::request::{IngestRequest, IngestSummary, Opened};
 use crate::corpus::{self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo, DropCounts, InputFile, ShardOptions};
 use crate::error::{Error, Result};
-use crate::formats::{open, CellSource, ReadOptions};
-use crate::tokenize::{GeneMapper, TokenizeOptions};
-use crate::vocab::Vocabulary;
+use crate::formats::{open, ReadOptions};
+use crate::tokenize::GeneMapper;
 
 const FORMAT_VERSION: u32 = 1;
-
-/// Everything `ingest` needs.
-#[derive(Clone, Debug)]
-pub struct IngestRequest {
-    pub corpus: PathBuf,
-    pub atlas: String,
-    pub inputs: Vec<PathBuf>,
-    pub vocab: Vocabulary,
-    pub read: ReadOptions,
-    pub tokenize: TokenizeOptions,
-    pub shard_cells: usize,
-    pub zstd_level: i32,
-    /// Discard an interrupted ingest of this atlas instead of resuming it.
-    pub restart: bool,
-    pub show_progress: bool,
-}
-
-/// What `ingest --json` prints.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct IngestSummary {
-    pub command: String,
-    pub atlas: String,
-    pub corpus: String,
-    pub cells_read: u64,
-    pub cells_kept: u64,
-    pub dropped: DropCounts,
-    pub tokens: u64,
-    pub shards: usize,
-    pub resumed_shards: usize,
-    pub input_bytes: u64,
-    pub seconds: f64,
-    pub cells_per_s: f64,
-    pub mb_per_s: f64,
-    pub peak_rss_mb: Option<f64>,
-}
 
 /// Atlas names become directory names and Parquet values: keep them plain.
 pub fn validate_atlas_name(name: &str) -> Result<()> {
@@ -66,12 +30,6 @@ pub fn validate_atlas_name(name: &str) -> Result<()> {
             "atlas name '{name}' must be 1-128 characters of A-Z a-z 0-9 . _ - and not start with '.'"
         )))
     }
-}
-
-pub(super) struct Opened {
-    pub(super) source: Box<dyn CellSource>,
-    pub(super) mapper: GeneMapper,
-    bytes: u64,
 }
 
 /// Runs an ingest to completion (or resumes one).
@@ -121,7 +79,33 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     bar.finish_and_clear();
 
     // All shards are in place: write the manifest, then publish the atlas directory.
-    let manifest = AtlasManifest {
+    let manifest = manifest_template(req, info, &read, &opened);
+    drop(opened);
+    let manifest = writer.publish(manifest, &req.vocab, vocab_staged)?;
+
+    let seconds = started.elapsed().as_secs_f64();
+    let input_bytes: u64 = manifest.inputs.iter().map(|i| i.bytes).sum();
+    Ok(IngestSummary {
+        command: "ingest".into(),
+        atlas: req.atlas.clone(),
+        corpus: req.corpus.display().to_string(),
+        cells_read: manifest.cells_read,
+        cells_kept: manifest.cells,
+        dropped: manifest.dropped.clone(),
+        tokens: manifest.tokens,
+        shards: manifest.shards.len(),
+        resumed_shards: resumed,
+        input_bytes,
+        seconds,
+        cells_per_s: manifest.cells_read as f64 / seconds.max(1e-9),
+        mb_per_s: input_bytes as f64 / 1e6 / seconds.max(1e-9),
+        peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
+    })
+}
+
+/// The atlas' manifest without its shards and counts (the writer fills those in).
+fn manifest_template(req: &IngestRequest, info: CorpusInfo, read: &ReadOptions, opened: &[Opened]) -> AtlasManifest {
+    AtlasManifest {
         format_version: FORMAT_VERSION,
         atlas: req.atlas.clone(),
         corpus: info,
@@ -145,28 +129,7 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         dropped: DropCounts::default(),
         shards: Vec::new(),
         created_by: format!("corrflow {}", env!("CARGO_PKG_VERSION")),
-    };
-    drop(opened);
-    let manifest = writer.publish(manifest, &req.vocab, vocab_staged)?;
-
-    let seconds = started.elapsed().as_secs_f64();
-    let input_bytes: u64 = manifest.inputs.iter().map(|i| i.bytes).sum();
-    Ok(IngestSummary {
-        command: "ingest".into(),
-        atlas: req.atlas.clone(),
-        corpus: req.corpus.display().to_string(),
-        cells_read: manifest.cells_read,
-        cells_kept: manifest.cells,
-        dropped: manifest.dropped.clone(),
-        tokens: manifest.tokens,
-        shards: manifest.shards.len(),
-        resumed_shards: resumed,
-        input_bytes,
-        seconds,
-        cells_per_s: manifest.cells_read as f64 / seconds.max(1e-9),
-        mb_per_s: input_bytes as f64 / 1e6 / seconds.max(1e-9),
-        peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
-    })
+    }
 }
 
 /// Opens every input and maps its genes onto the vocabulary; all inputs must have the same obs

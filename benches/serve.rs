@@ -117,6 +117,7 @@ fn main() -> anyhow::Result<()> {
         batch: BatchConfig { token_budget: TOKEN_BUDGET, max_rows: MAX_ROWS, max_wait: Duration::from_millis(2) },
         max_queue: 1024,
         max_body_bytes: 64 << 20,
+        max_inflight_bytes: 1 << 30,
         max_cells_per_request: 1024,
         bearer_token: None,
     };

@@ -288,3 +288,40 @@ fn a_model_that_cannot_load_stops_the_server_with_the_reason() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("not an ONNX model"), "{}", stderr(&out));
 }
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs the failpoints feature (make test enables it)")]
+fn a_full_server_answers_429_before_reading_the_body() {
+    use std::io::{Read, Write};
+    let f = tiny_model();
+    // Batches take 4 s, so admitted requests stay in flight.
+    let server = Server::start(
+        &f.model,
+        &["--max-queue", "1", "--batch-wait-ms", "0"],
+        &[("FAILPOINTS", "serve-batch=sleep(4000)")],
+    );
+    server.wait_ready();
+    let url = format!("{}/v1/embed", server.url);
+    let body = serde_json::json!({"input_ids": cells(f, 1)}).to_string();
+    std::thread::scope(|s| {
+        // --max-queue 1 admits two requests at once: both wait for the slow batch.
+        let waiting: Vec<_> = (0..2).map(|_| s.spawn(|| post(&url, &body, None))).collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        // A third declares a 10 MB body and sends none of it: a server that read bodies before
+        // admission would wait for it; this one answers at once.
+        let addr = server.url.trim_start_matches("http://").to_string();
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        // Without admission before the body the server would wait for the body forever.
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(stream, "POST /v1/embed HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n").unwrap();
+        let mut answer = [0u8; 256];
+        let n = stream.read(&mut answer).expect("an answer without the body");
+        let head = String::from_utf8_lossy(&answer[..n]).to_string();
+        assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+        assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
+        for w in waiting {
+            let (status, text) = w.join().unwrap();
+            assert_eq!(status, 200, "{text}");
+        }
+    });
+}

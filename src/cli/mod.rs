@@ -121,6 +121,10 @@ pub(crate) struct ServeArgs {
     /// Larger bodies get 413.
     #[arg(long, default_value_t = 16 << 20)]
     pub(crate) max_body_bytes: usize,
+    /// Request bodies held at once (MiB, declared lengths; at least one largest body): a request
+    /// that would pass it gets 429 before its body is read.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) max_inflight_mb: usize,
     /// Most cells in one request (more: 413).
     #[arg(long, default_value_t = 1024)]
     pub(crate) max_cells: usize,

@@ -62,7 +62,18 @@ pub(crate) fn export_onnx(
 }
 
 pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
-    let ServeArgs { model, addr, runtime, batching, batch_wait_ms, max_queue, max_body_bytes, max_cells, token } = args;
+    let ServeArgs {
+        model,
+        addr,
+        runtime,
+        batching,
+        batch_wait_ms,
+        max_queue,
+        max_body_bytes,
+        max_inflight_mb,
+        max_cells,
+        token,
+    } = args;
     if !addr.ip().is_loopback() && token.is_none() {
         tracing::warn!("serving on {addr} (not loopback) without --token: anyone who can reach it can use it");
     }
@@ -77,6 +88,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         },
         max_queue,
         max_body_bytes,
+        max_inflight_bytes: max_inflight_mb << 20,
         max_cells_per_request: max_cells,
         bearer_token: token,
     };

@@ -19,6 +19,7 @@ use super::stream::build_streaming;
 use corrflow_io::corpus::{corpus_of_atlas, Corpus};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::graph_files::{read_graph, write_graph_with, Graph};
+use corrflow_io::util::lock::DirLock;
 use corrflow_io::vocab::Vocabulary;
 
 const DELTAS: &str = "deltas";
@@ -147,6 +148,7 @@ pub fn build_incremental(
     out: &Path,
     cluster: &Cluster,
 ) -> Result<Option<(Graph, super::BuildSummary)>> {
+    let _lock = (!cluster.is_helper()).then(|| DirLock::beside(out, "graph build --incremental")).transpose()?;
     let Some((mut graph, summary, state)) = build_streaming(corpus, atlases, params, cluster)? else {
         return Ok(None);
     };
@@ -161,6 +163,17 @@ enum Change<'a> {
     Add(&'a Path),
     Retract(&'a str),
     Rebase,
+}
+
+impl Change<'_> {
+    /// The command making the change, as a lock holder is described.
+    fn describe(&self) -> String {
+        match self {
+            Change::Add(dir) => format!("graph update --add {}", dir.display()),
+            Change::Retract(name) => format!("graph update --retract {name}"),
+            Change::Rebase => "graph rebase".to_string(),
+        }
+    }
 }
 
 /// Adds an atlas directory (`CORPUS/atlases/NAME`) to the graph.
@@ -227,6 +240,9 @@ enum UpdateMode {
 
 fn apply(graph_dir: &Path, change: Change<'_>, cluster: &Cluster) -> Result<UpdateSummary> {
     let started = std::time::Instant::now();
+    // One writer at a time: the state is read, changed and published as a whole. Helper
+    // processes of a cluster only contribute statistics; process 0 holds the lock.
+    let _lock = (!cluster.is_helper()).then(|| DirLock::beside(graph_dir, &change.describe())).transpose()?;
     let lap = |what: &str| tracing::debug!(seconds = started.elapsed().as_secs_f64(), "graph update: {what}");
     let mut state = GraphState::load(graph_dir)?;
     let old = read_graph(graph_dir)?;

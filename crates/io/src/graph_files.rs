@@ -155,10 +155,10 @@ fn write_graph_files(stage: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) 
     extra(stage)
 }
 
-fn read_batches(path: &Path) -> Result<Vec<RecordBatch>> {
-    let file = File::open(path).at(path)?;
-    let reader =
-        ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| Error::parquet(path, e))?;
+fn read_batches(path: &Path, bytes: Vec<u8>) -> Result<Vec<RecordBatch>> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
+        .and_then(|b| b.build())
+        .map_err(|e| Error::parquet(path, e))?;
     reader.map(|r| r.map_err(|e| Error::parquet(path, e))).collect()
 }
 
@@ -174,9 +174,22 @@ pub fn read_graph(dir: &Path) -> Result<Graph> {
     let text = std::fs::read_to_string(&info_path).at(&info_path)?;
     let info: GraphInfo =
         serde_json::from_str(&text).map_err(|e| Error::format(&info_path, format!("invalid graph.json: {e}")))?;
+    // Both files are read once: hashed against graph.json's content hash, then decoded.
+    let (edges_path, genes_path) = (dir.join(EDGES), dir.join(GENES));
+    let edges_bytes = std::fs::read(&edges_path).at(&edges_path)?;
+    let genes_bytes = std::fs::read(&genes_path).at(&genes_path)?;
+    let mut h = Sha256::new();
+    h.update(&edges_bytes);
+    h.update(&genes_bytes);
+    if hex::encode(h.finalize()) != info.content_hash {
+        return Err(Error::format(
+            dir,
+            format!("{EDGES} and {GENES} do not match the content hash in {INFO} (corrupt or modified)"),
+        ));
+    }
     let mut edges = Vec::new();
-    let p = dir.join(EDGES);
-    for rb in read_batches(&p)? {
+    let p = edges_path;
+    for rb in read_batches(&p, edges_bytes)? {
         let (u, v) = (column::<UInt32Array>(&rb, &p, "u")?, column::<UInt32Array>(&rb, &p, "v")?);
         let (r, rg) = (column::<Float64Array>(&rb, &p, "rho")?, column::<Float64Array>(&rb, &p, "rho_global")?);
         let co = column::<UInt64Array>(&rb, &p, "co_count")?;
@@ -191,8 +204,8 @@ pub fn read_graph(dir: &Path) -> Result<Graph> {
         }
     }
     let mut genes = Vec::new();
-    let p = dir.join(GENES);
-    for rb in read_batches(&p)? {
+    let p = genes_path;
+    for rb in read_batches(&p, genes_bytes)? {
         let (t, g, n) = (
             column::<UInt32Array>(&rb, &p, "token_id")?,
             column::<StringArray>(&rb, &p, "gene_id")?,

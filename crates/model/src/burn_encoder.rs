@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use burn::module::Module;
-use burn::record::{BinFileRecorder, FullPrecisionSettings};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
@@ -12,7 +11,7 @@ use corrflow_io::error::{Error, Result};
 use corrflow_io::model_meta::{inference_layout, Pooling};
 use corrflow_io::vocab::Vocabulary;
 
-use crate::checkpoint::{self, CheckpointState, MODEL_FILE};
+use crate::checkpoint::{self, CheckpointState};
 use crate::encoder::CellEncoder;
 use crate::init::InitModel;
 use crate::CpuBackend;
@@ -39,9 +38,7 @@ pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<Lo
         return Err(Error::conflict(&dir, "the run's vocabulary does not match the checkpoint's"));
     }
     let model: CellEncoder<B> = state.model.init(vocab.len(), device);
-    let model = model
-        .load_file(dir.join(MODEL_FILE), &BinFileRecorder::<FullPrecisionSettings>::new(), device)
-        .map_err(|e| Error::format(dir.join(MODEL_FILE), format!("cannot load the model: {e}")))?;
+    let model = checkpoint::load_model(model, &dir, device)?;
     Ok(LoadedModel { model, state, vocab })
 }
 

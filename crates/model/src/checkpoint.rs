@@ -143,3 +143,51 @@ pub fn save(
     }
     Ok(dir)
 }
+
+/// Shapes of a module's parameters, in module order.
+struct Shapes(Vec<Vec<usize>>);
+
+impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for Shapes {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<burn::tensor::Tensor<B, D>>) {
+        self.0.push(param.val().dims().to_vec());
+    }
+}
+
+fn shapes<B: burn::tensor::backend::Backend>(model: &crate::CellEncoder<B>) -> Vec<Vec<usize>> {
+    let mut s = Shapes(Vec::new());
+    burn::module::Module::visit(model, &mut s);
+    s.0
+}
+
+/// Loads `model.bin` of checkpoint `dir` into `model` (built from the checkpoint's
+/// configuration and vocabulary), refusing a record whose parameter shapes are not the model's
+/// (weights of another vocabulary or configuration) instead of failing later inside the backend.
+pub fn load_model<B: burn::tensor::backend::Backend>(
+    model: crate::CellEncoder<B>,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<crate::CellEncoder<B>> {
+    use burn::module::Module;
+    use burn::record::{BinFileRecorder, FullPrecisionSettings};
+    let path = dir.join(MODEL_FILE);
+    let expected = shapes(&model);
+    let loaded = model
+        .load_file(&path, &BinFileRecorder::<FullPrecisionSettings>::new(), device)
+        .map_err(|e| Error::format(&path, format!("cannot load the model: {e}")))?;
+    let found = shapes(&loaded);
+    if found != expected {
+        let at = expected.iter().zip(&found).position(|(a, b)| a != b).unwrap_or(expected.len().min(found.len()));
+        return Err(Error::format(
+            &path,
+            format!(
+                "holds weights of another shape than its state.json describes (parameter {at}: {:?}, expected {:?}; \
+                 {} parameters, expected {}): weights of another vocabulary or model configuration",
+                found.get(at),
+                expected.get(at),
+                found.len(),
+                expected.len()
+            ),
+        ));
+    }
+    Ok(loaded)
+}

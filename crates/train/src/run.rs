@@ -19,6 +19,7 @@ use corrflow_algorithms::SequenceLayout;
 use corrflow_io::corpus::{CellLabels, Corpus};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::graph_files::Graph;
+use corrflow_io::util::lock::DirLock;
 use corrflow_io::vocab::Vocabulary;
 use corrflow_mask::dataflow::{MaskedBatches, MaskingOptions};
 use corrflow_mask::MaskContext;
@@ -181,9 +182,7 @@ fn init_or_resume<B: AutodiffBackend>(
             "the run directory holds checkpoints of a different configuration, corpus or vocabulary; use --restart to discard them or another --out",
         ));
     }
-    let model = model
-        .load_file(dir.join(MODEL_FILE), &Rec::new(), device)
-        .map_err(|e| Error::format(dir.join(MODEL_FILE), e.to_string()))?;
+    let model = checkpoint::load_model(model, &dir, device)?;
     let record = Rec::new()
         .load(dir.join(OPTIM_FILE), device)
         .map_err(|e| Error::format(dir.join(OPTIM_FILE), e.to_string()))?;
@@ -291,6 +290,8 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
     let start = Instant::now();
     let t = &req.train;
     let (setup, objective) = prepare::<B>(req)?;
+    // One run per folder: a second `train` into it is refused while this one runs.
+    let _lock = DirLock::inside(&req.out, "train")?;
     let mut trainee = init_or_resume::<B>(req, &setup.vocab, &device)?;
     setup.vocab.write_dir(&req.out.join("vocab"))?;
     let eval_set = EvalSet::new(&setup.ctx, &setup.plan.eval_set(t.eval_cells)?, t.batch_size);

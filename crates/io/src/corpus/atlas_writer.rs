@@ -206,9 +206,5 @@ impl AtlasWriter {
 }
 
 fn shards_intact(stage: &Path, shards: &[ShardInfo]) -> bool {
-    shards.iter().all(|s| {
-        let p = stage.join(&s.file);
-        std::fs::metadata(&p).is_ok_and(|m| m.len() == s.bytes)
-            && crate::util::sha256_file(&p).is_ok_and(|h| h == s.sha256)
-    })
+    shards.iter().all(|s| super::verify_shard(&stage.join(&s.file), s.bytes, &s.sha256).is_ok())
 }

@@ -65,10 +65,7 @@ impl CorpusIndex {
     ) -> Result<()> {
         let shard = &self.shards[i];
         let p = &shard.path;
-        let bytes = std::fs::metadata(p).map_err(|e| Error::io(p, e))?.len();
-        if bytes != shard.bytes || crate::util::sha256_file(p)? != shard.sha256 {
-            return Err(Error::format(p, "shard does not match its manifest checksum (corrupt or modified)"));
-        }
+        super::verify_shard(p, shard.bytes, &shard.sha256)?;
         let mut key = shard.first_key;
         let mut block = CellBlock::default();
         for_each_shard_batch(p, |rb| {

@@ -33,12 +33,7 @@ impl CellLabels {
         }
         let mut values: Vec<Option<String>> = Vec::with_capacity(index.cells as usize);
         for shard in &index.shards {
-            if crate::util::sha256_file(&shard.path)? != shard.sha256 {
-                return Err(Error::format(
-                    &shard.path,
-                    "shard does not match its manifest checksum (corrupt or modified)",
-                ));
-            }
+            super::verify_shard(&shard.path, shard.bytes, &shard.sha256)?;
             for_each_shard_batch(&shard.path, |rb| append_values(rb, &shard.path, column, &mut values))?;
         }
         let mut codes_of: BTreeMap<&str, i64> = values.iter().flatten().map(|v| (v.as_str(), 0)).collect();

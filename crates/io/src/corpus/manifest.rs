@@ -89,13 +89,6 @@ impl AtlasManifest {
 
     /// Checks every shard's size and sha256 against the manifest.
     pub fn verify(&self, atlas_dir: &Path) -> Result<()> {
-        for s in &self.shards {
-            let p = atlas_dir.join(&s.file);
-            let bytes = std::fs::metadata(&p).at(&p)?.len();
-            if bytes != s.bytes || crate::util::sha256_file(&p)? != s.sha256 {
-                return Err(Error::format(&p, "shard does not match its manifest checksum (corrupt or modified)"));
-            }
-        }
-        Ok(())
+        self.shards.iter().try_for_each(|s| super::verify_shard(&atlas_dir.join(&s.file), s.bytes, &s.sha256))
     }
 }

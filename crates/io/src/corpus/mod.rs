@@ -26,7 +26,7 @@ pub use hf::export_hf;
 pub use labels::{CellLabels, NO_LABEL};
 pub use manifest::{AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo};
 pub use open::{corpus_of_atlas, read_info, Corpus, VOCAB_DIR};
-pub use read::{for_each_batch, for_each_shard_batch, read_atlas_tokens, AtlasCells};
+pub use read::{for_each_batch, for_each_shard_batch, read_atlas_tokens, verify_shard, AtlasCells};
 pub use sample::{load_corpus_cells, load_shard_cells, CorpusCells};
 pub use shard::{token_schema, TokenBatch, TokenShardWriter};
 

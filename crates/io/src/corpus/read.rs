@@ -21,13 +21,26 @@ pub fn for_each_shard_batch(path: &Path, mut f: impl FnMut(&RecordBatch) -> Resu
     Ok(())
 }
 
-/// Calls `f` with every record batch of an atlas, shard by shard, in manifest order.
+/// Calls `f` with every record batch of an atlas, shard by shard, in manifest order; each shard
+/// is checked against its manifest checksum before it is read.
 pub fn for_each_batch(atlas_dir: &Path, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<AtlasManifest> {
     let manifest = AtlasManifest::load(atlas_dir)?;
     for s in &manifest.shards {
-        for_each_shard_batch(&atlas_dir.join(&s.file), &mut f)?;
+        let path = atlas_dir.join(&s.file);
+        verify_shard(&path, s.bytes, &s.sha256)?;
+        for_each_shard_batch(&path, &mut f)?;
     }
     Ok(manifest)
+}
+
+/// The one check of a shard against its manifest entry (size, then sha256), used by every
+/// reader of a corpus.
+pub fn verify_shard(path: &Path, bytes: u64, sha256: &str) -> Result<()> {
+    let actual = std::fs::metadata(path).at(path)?.len();
+    if actual != bytes || crate::util::sha256_file(path)? != sha256 {
+        return Err(Error::format(path, "shard does not match its manifest checksum (corrupt or modified)"));
+    }
+    Ok(())
 }
 
 /// All cells of an atlas in memory: for tests and small corpora only.

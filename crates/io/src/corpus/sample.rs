@@ -46,9 +46,7 @@ pub fn load_corpus_cells(
 ) -> Result<CorpusCells> {
     let mut total = 0u64;
     for dir in atlas_dirs {
-        let m = AtlasManifest::load(dir)?;
-        m.verify(dir)?;
-        total += m.cells;
+        total += AtlasManifest::load(dir)?.cells;
     }
     let sample: Option<Vec<u64>> = (n_sub > 0 && n_sub < total).then(|| {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -109,9 +107,7 @@ pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, 
     for &k in shards {
         let shard = manifest.shards.get(k).ok_or_else(|| Error::format(atlas_dir, format!("no shard {k}")))?;
         let p = atlas_dir.join(&shard.file);
-        if crate::util::sha256_file(&p)? != shard.sha256 {
-            return Err(Error::format(&p, "shard does not match its manifest checksum"));
-        }
+        super::verify_shard(&p, shard.bytes, &shard.sha256)?;
         for_each_shard_batch(&p, |rb| append_cells(rb, &p, vocab, l_max, &mut cells, || true))?;
     }
     cells.total_cells = cells.len() as u64;

@@ -14,6 +14,7 @@ use crate::corpus::{self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo,
 use crate::error::{Error, Result};
 use crate::formats::{open, ReadOptions};
 use crate::tokenize::GeneMapper;
+use crate::util::lock::DirLock;
 
 const FORMAT_VERSION: u32 = 1;
 
@@ -46,6 +47,8 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         vocab_size: req.vocab.len(),
         layout: req.tokenize.layout,
     };
+    // One writer per atlas: a second ingest of the same atlas is refused while this one runs.
+    let _lock = DirLock::beside(&corpus::atlas_dir(&req.corpus, &req.atlas), &format!("ingest --atlas {}", req.atlas))?;
     let stage = prepare_atlas(&req.corpus, &req.atlas, &info)?;
     // Open and validate every input before writing anything (readers transposing out of core
     // use the staging directory as scratch space).

@@ -1,6 +1,7 @@
 //! Small shared pieces: atomic file writes, checksums, process memory.
 
 pub mod atomic;
+pub mod lock;
 pub mod writeback;
 
 use std::io::{Read, Write};

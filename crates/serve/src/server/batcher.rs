@@ -68,6 +68,9 @@ pub async fn run_batcher<E: Encoder + 'static>(
         let m = metrics.clone();
         let result = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, String> {
             let mut enc = enc.lock().map_err(|_| "the model runner panicked earlier".to_string())?;
+            // Tests hold batches here (`FAILPOINTS=serve-batch=sleep(MS)`, `failpoints` builds only)
+            // to fill the server.
+            fail::fail_point!("serve-batch");
             encode_in_batches(&cells, pad, dim, config.token_budget, config.max_rows, |batch| {
                 m.batch_cells.observe(batch.rows as f64);
                 m.batch_tokens.observe(batch.tokens() as f64);

@@ -5,6 +5,7 @@
 //! token budget ([`batcher`]); shutdown (Ctrl-C / SIGTERM) stops accepting and finishes what
 //! is in flight.
 
+mod admission;
 pub mod api;
 pub mod batcher;
 pub mod metrics;
@@ -33,6 +34,8 @@ pub struct ServeOptions {
     /// Requests that may wait for the batcher before new ones get 429.
     pub max_queue: usize,
     pub max_body_bytes: usize,
+    /// Declared body bytes of the requests admitted at once (at least one largest body).
+    pub max_inflight_bytes: usize,
     pub max_cells_per_request: usize,
     pub bearer_token: Option<String>,
 }
@@ -41,6 +44,8 @@ pub struct ServeOptions {
 pub struct AppState {
     pub options: ServeOptions,
     pub metrics: Arc<Metrics>,
+    /// Admission before a body is read: requests in flight, and their declared bytes (KiB).
+    pub admission: admission::Admission,
     /// Set once the model is loaded.
     pub ready: OnceLock<Ready>,
     load_error: Mutex<Option<Error>>,
@@ -76,6 +81,7 @@ pub async fn serve(
     let state = Arc::new(AppState {
         options: options.clone(),
         metrics: Arc::new(Metrics::new()),
+        admission: admission::Admission::new(&options),
         ready: OnceLock::new(),
         load_error: Mutex::new(None),
     });
@@ -160,6 +166,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             "max_wait_ms": options.batch.max_wait.as_secs_f64() * 1e3,
             "max_queue": options.max_queue,
             "max_body_bytes": options.max_body_bytes,
+            "max_inflight_bytes": options.max_inflight_bytes,
             "max_cells_per_request": options.max_cells_per_request,
         },
         "version": env!("CARGO_PKG_VERSION"),

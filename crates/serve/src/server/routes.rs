@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
@@ -73,13 +71,29 @@ fn authorized(req: &Request, token: &str) -> bool {
     given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-async fn embed(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn embed(State(s): State<Arc<AppState>>, req: Request) -> Response {
     let Some(ready) = s.ready.get() else {
         return error(503, "the model is still loading; retry shortly");
     };
-    let body = match body {
+    // Admission before the body is read: a full server answers at once and holds no body.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(s.options.max_body_bytes);
+    if declared > s.options.max_body_bytes {
+        let limit = s.options.max_body_bytes;
+        return error(413, format!("the body is {declared} bytes, over the length limit of {limit} bytes"));
+    }
+    let Some(_admitted) = s.admission.try_admit(declared) else {
+        return refuse_unread(req.into_body(), declared).await;
+    };
+    let body = match axum::body::to_bytes(req.into_body(), s.options.max_body_bytes).await {
         Ok(b) => b,
-        Err(e) => return error(e.status().as_u16(), e.body_text()),
+        Err(_) => {
+            return error(413, format!("the body is over the length limit of {} bytes", s.options.max_body_bytes))
+        }
     };
     let parsed = match parse_embed_request(&body, &ready.encoder_vocab, &ready.rules) {
         Ok(p) => p,
@@ -90,11 +104,7 @@ async fn embed(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejectio
     let (reply, answer) = oneshot::channel();
     match ready.queue.try_send(Job { cells: parsed.cells, reply, enqueued: Instant::now() }) {
         Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            let mut r = error(429, "the request queue is full; retry later");
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return r;
-        }
+        Err(mpsc::error::TrySendError::Full(_)) => return too_many("the request queue is full; retry later"),
         Err(mpsc::error::TrySendError::Closed(_)) => return error(503, "the server is shutting down"),
     }
     match answer.await {
@@ -114,6 +124,38 @@ async fn embed(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejectio
         Ok(Err(e)) => error(500, format!("inference failed: {e}")),
         Err(_) => error(503, "the server is shutting down"),
     }
+}
+
+/// Bodies up to this size are read (and dropped) before a refusal is sent, so that a client
+/// still sending one sees the 429 rather than a reset connection; larger ones are not read.
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// The 429 of a request that was not admitted, holding none of its body: a small body is read
+/// frame by frame and dropped, a large one is left unread and the connection closed.
+async fn refuse_unread(body: axum::body::Body, declared: usize) -> Response {
+    use http_body_util::BodyExt;
+    let message = "the request queue is full (requests or body bytes in flight at the limit); retry later";
+    if declared <= DRAIN_LIMIT {
+        let mut body = body;
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_LIMIT {
+                break;
+            }
+        }
+        return too_many(message);
+    }
+    let mut r = too_many(message);
+    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// 429 with `Retry-After`.
+fn too_many(message: &str) -> Response {
+    let mut r = error(429, message);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 async fn health(State(s): State<Arc<AppState>>) -> Response {

@@ -147,35 +147,16 @@ fn a_second_training_into_a_running_run_folder_is_refused() {
     let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let run = tmp.path().join("run");
     let tiny = repo().join("configs/tiny.toml");
-    let args = strings(&[
-        "train",
-        "--json",
-        "--config",
-        s(&tiny),
-        "--corpus",
-        s(&corpus),
-        "--graph",
-        s(&graph),
-        "--out",
-        s(&run),
-    ]);
-    let outcomes = all_at_once(&[args.clone(), args.clone()]);
+    let train_into = |out: &Path| {
+        let args = ["train", "--json", "--config", s(&tiny), "--corpus", s(&corpus), "--graph", s(&graph)];
+        strings(&[&args[..], &["--out", s(out)]].concat())
+    };
+    let outcomes = all_at_once(&[train_into(&run), train_into(&run)]);
     let ok: Vec<bool> = outcomes.iter().map(applied).collect();
     assert!(ok.iter().any(|&x| x));
     // Whatever the interleaving, the run ends as an uninterrupted one does.
     let alone = tmp.path().join("alone");
-    ok_json(&corrflow(&[
-        "train",
-        "--json",
-        "--config",
-        s(&tiny),
-        "--corpus",
-        s(&corpus),
-        "--graph",
-        s(&graph),
-        "--out",
-        s(&alone),
-    ]));
+    assert!(all_at_once(&[train_into(&alone)])[0].status.success());
     assert_eq!(metrics_losses(&run), metrics_losses(&alone));
     assert!(run.join("checkpoints/step-00000040/model.bin").is_file());
     assert!(!run.join(".corrflow.lock").exists());

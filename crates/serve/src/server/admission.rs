@@ -67,12 +67,13 @@ mod tests {
 
     #[test]
     fn requests_and_declared_bytes_are_both_bounded_and_released_when_answered() {
-        let a = Admission::new(&options(2, 1 << 20, 3 << 20));
-        // Four requests of 1 MiB would fit the request budget (2 × 2) but not the 3 MiB.
+        let a = Admission::new(&options(2, 1 << 20, 7 << 19));
+        // Four requests of 1 MiB would fit the request budget (2 × 2) but not the 3.5 MiB.
         let held: Vec<Admitted> = (0..3).map(|_| a.try_admit(1 << 20).unwrap()).collect();
         assert!(a.try_admit(1 << 20).is_none(), "byte cap");
-        assert!(a.try_admit(10).is_some(), "a small body still fits the request budget");
-        drop(held);
+        let small = a.try_admit(10).expect("a small body still fits both budgets");
+        assert!(a.try_admit(10).is_none(), "request budget: 4 in flight");
+        drop((held, small));
         let small: Vec<Admitted> = (0..4).map(|_| a.try_admit(10).unwrap()).collect();
         assert!(a.try_admit(10).is_none(), "request budget");
         drop(small);

@@ -145,14 +145,21 @@ fn write_graph_files(stage: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) 
     ];
     let rb = RecordBatch::try_new(schema, cols).map_err(|err| Error::parquet(stage, err))?;
     write_parquet(&stage.join(GENES), &rb)?;
-    let mut h = Sha256::new();
-    h.update(std::fs::read(stage.join(EDGES)).at(stage.join(EDGES))?);
-    h.update(std::fs::read(stage.join(GENES)).at(stage.join(GENES))?);
-    graph.info.content_hash = hex::encode(h.finalize());
+    let edges_bytes = std::fs::read(stage.join(EDGES)).at(stage.join(EDGES))?;
+    let genes_bytes = std::fs::read(stage.join(GENES)).at(stage.join(GENES))?;
+    graph.info.content_hash = content_hash(&edges_bytes, &genes_bytes);
     graph.info.edges = edges.len();
     graph.edges = edges;
     write_json_atomic(&stage.join(INFO), &graph.info)?;
     extra(stage)
+}
+
+/// `graph.json`'s content hash: sha256 of `edges.parquet` then `genes.parquet`.
+fn content_hash(edges: &[u8], genes: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(edges);
+    h.update(genes);
+    hex::encode(h.finalize())
 }
 
 fn read_batches(path: &Path, bytes: Vec<u8>) -> Result<Vec<RecordBatch>> {
@@ -178,10 +185,7 @@ pub fn read_graph(dir: &Path) -> Result<Graph> {
     let (edges_path, genes_path) = (dir.join(EDGES), dir.join(GENES));
     let edges_bytes = std::fs::read(&edges_path).at(&edges_path)?;
     let genes_bytes = std::fs::read(&genes_path).at(&genes_path)?;
-    let mut h = Sha256::new();
-    h.update(&edges_bytes);
-    h.update(&genes_bytes);
-    if hex::encode(h.finalize()) != info.content_hash {
+    if content_hash(&edges_bytes, &genes_bytes) != info.content_hash {
         return Err(Error::format(
             dir,
             format!("{EDGES} and {GENES} do not match the content hash in {INFO} (corrupt or modified)"),

@@ -24,9 +24,7 @@ impl MaskingStrategy for CorrMask {
     }
 
     fn structural(&self, phase: &mut StructuralPhase<'_>) {
-        let graph = phase.tables.graph;
-        phase.scratch.start(phase.genes, Some(graph));
-        correlated_seeds(graph, phase.params.k_max, phase.quota, phase.rng, phase.scratch);
+        correlated_seeds(phase.tables.graph, phase.params.k_max, phase.quota, phase.rng, phase.scratch);
     }
 }
 

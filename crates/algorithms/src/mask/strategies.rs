@@ -156,10 +156,12 @@ pub fn mask_cell(
     plan: &mut MaskPlan,
 ) {
     let (budget, quota) = params.budgets(genes.len());
-    scratch.start(genes, None);
+    let strategy = params.strategy.get();
+    // The cell's graph genes are indexed once, and only for a strategy that reads the graph.
+    scratch.start(genes, (quota > 0 && strategy.needs_graph()).then_some(tables.graph));
     if quota > 0 {
         let mut phase = StructuralPhase { genes, quota, params, tables, rng: &mut *rng, scratch: &mut *scratch };
-        params.strategy.get().structural(&mut phase);
+        strategy.structural(&mut phase);
     }
     plan.structural = scratch.masked.len;
     top_up(genes.len(), budget, rng, scratch);

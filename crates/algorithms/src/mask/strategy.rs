@@ -23,8 +23,9 @@ pub trait MaskingStrategy: Send + Sync + 'static {
     /// Share of the budget `B` the structural phase may fill: its quota is `⌊B · share⌋`.
     fn structural_share(&self, params: &MaskParams) -> f64;
 
-    /// Whether the structural phase reads the dependency graph (training refuses to start
-    /// without one when the share is above 0).
+    /// Whether the structural phase reads the dependency graph: the cell's graph genes are then
+    /// indexed in the scratch before it runs, and training refuses to start without a graph
+    /// when the share is above 0.
     fn needs_graph(&self) -> bool {
         false
     }

@@ -28,7 +28,6 @@ impl DirLock {
     /// Locks `dir` through a lock file inside it (for directories that are never replaced whole,
     /// such as a corpus or a training run), creating `dir` if needed.
     pub fn inside(dir: &Path, command: &str) -> Result<Self> {
-        std::fs::create_dir_all(dir).at(dir)?;
         Self::at(&dir.join(".corrflow.lock"), dir, command)
     }
 

@@ -210,6 +210,7 @@ fn train_tiny(
         progress: show_progress,
         stop_after: None,
         profile_steps: false,
+        dump_batches: None,
     })
 }
 

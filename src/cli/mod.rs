@@ -171,6 +171,10 @@ pub(crate) struct TrainArgs {
     /// still ends at --max-steps). For schedulers that give jobs time slices.
     #[arg(long, value_name = "STEP")]
     pub(crate) stop_at_step: Option<u64>,
+    /// Append each step's batch (input_ids, attention_mask, labels) as a JSON line to FILE,
+    /// outside the step timing: what `benches/train_cpu.sh` replays in PyTorch.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) dump_batches: Option<std::path::PathBuf>,
 }
 
 /// ONNX Runtime settings (`--model`, `serve`).

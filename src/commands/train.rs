@@ -20,6 +20,7 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         restart,
         profile_steps,
         stop_at_step,
+        dump_batches,
     } = args;
     let mut train = cfg.train.clone();
     let mut mask = cfg.mask.clone();
@@ -42,6 +43,7 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         progress,
         stop_after: stop_at_step,
         profile_steps,
+        dump_batches,
     };
     let s = corrflow::train::train_on_device(&req)?;
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));

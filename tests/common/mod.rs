@@ -143,6 +143,18 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// [`max_abs_diff`] of `[rows, width]` token states over the rows whose `mask` is 1 (the states
+/// of padding positions are not meaningful).
+pub fn max_abs_diff_at_tokens(a: &[f32], b: &[f32], mask: &[i64]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let width = a.len() / mask.len().max(1);
+    mask.iter()
+        .enumerate()
+        .filter(|(_, &m)| m == 1)
+        .map(|(r, _)| max_abs_diff(&a[r * width..(r + 1) * width], &b[r * width..(r + 1) * width]))
+        .fold(0.0, f32::max)
+}
+
 /// (corpus, run, model.onnx) of [`tiny_model`], built in `dir`.
 fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let (corpus, graph) = bundled_corpus_and_graph(dir);

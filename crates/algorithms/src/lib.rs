@@ -6,6 +6,7 @@
 pub mod batches;
 pub mod graph;
 pub mod mask;
+pub mod nn;
 pub mod quantile;
 pub mod rank;
 

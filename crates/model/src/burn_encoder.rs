@@ -42,7 +42,7 @@ pub fn load_checkpoint<B: Backend>(path: &Path, device: &B::Device) -> Result<Lo
     Ok(LoadedModel { model, state, vocab })
 }
 
-impl<B: Backend> LoadedModel<B> {
+impl<B: crate::fused::FusedOps> LoadedModel<B> {
     /// burn's forward on a padded batch: the states after `layer` encoder layers
     /// (`[rows, len, hidden]`) and the cell vectors pooled from them (`[rows, hidden]`).
     pub fn forward(&self, batch: &PaddedBatch, layer: usize, pooling: Pooling) -> (Tensor<B, 3>, Tensor<B, 2>) {

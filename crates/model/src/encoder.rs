@@ -3,11 +3,17 @@
 //! embeddings, and the optional pooled heads an objective asks for (`crate::objective`).
 
 use burn::module::Module;
-use burn::nn::transformer::{TransformerEncoder, TransformerEncoderInput};
+use std::sync::Arc;
+
+use burn::nn::transformer::TransformerEncoder;
 use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
 use burn::tensor::activation::{gelu, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
+
+use crate::dropout::dropout;
+use crate::fused::{add_layer_norm, linear, FusedOps};
+use crate::layer::encoder_layer;
 
 /// Two-layer MLP from the pooled embedding to per-gene outputs.
 #[derive(Module, Debug)]
@@ -38,17 +44,17 @@ pub struct CellEncoder<B: Backend> {
     pub cell_head: Option<WholeCellHead<B>>,
     /// The pooled head of objectives predicting per-cell labels, when the objective has one.
     pub label_head: Option<WholeCellHead<B>>,
+    /// The LayerNorms' epsilon (`model.layer_norm_eps`; burn keeps its own private), for the fused
+    /// LayerNorm. Not part of the weights.
+    #[module(skip)]
+    pub layer_norm_eps: f64,
 }
 
-impl<B: Backend> CellEncoder<B> {
-    /// Final-layer token states `[batch, len, hidden]`; `pad` is true on padding.
+impl<B: FusedOps> CellEncoder<B> {
+    /// Final-layer token states `[batch, len, hidden]`; `pad` is true on padding (the states
+    /// of padding positions are not meaningful).
     pub fn hidden(&self, input_ids: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>) -> Tensor<B, 3> {
-        let [batch, len] = input_ids.dims();
-        let device = input_ids.device();
-        let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
-        let x = self.tokens.forward(input_ids) + self.positions.forward(pos);
-        let x = self.dropout.forward(self.embed_norm.forward(x));
-        self.encoder.forward(TransformerEncoderInput::new(x).mask_pad(pad))
+        self.states_after(input_ids, pad, self.encoder.layers.len())
     }
 
     /// Token states after the first `layers` encoder layers (0 = the embeddings; the number of
@@ -56,14 +62,28 @@ impl<B: Backend> CellEncoder<B> {
     pub fn states_after(&self, input_ids: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>, layers: usize) -> Tensor<B, 3> {
         let [batch, len] = input_ids.dims();
         let device = input_ids.device();
+        // The attention kernels take the padding as host data (read once per forward).
+        let valid: Vec<bool> = pad.into_data().convert::<bool>().to_vec::<bool>().unwrap_or_default().iter().map(|&p| !p).collect();
+        let valid = Arc::new(valid);
         let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
-        let mut x =
-            self.dropout.forward(self.embed_norm.forward(self.tokens.forward(input_ids) + self.positions.forward(pos)));
+        let embedded = add_layer_norm(self.tokens.forward(input_ids), self.positions.forward(pos), &self.embed_norm, self.layer_norm_eps);
+        let mut x = dropout(embedded, self.dropout.prob);
         for layer in self.encoder.layers.iter().take(layers) {
-            x = layer.forward(x, Some(pad.clone()), None);
+            x = encoder_layer(layer, x, &valid, self.layer_norm_eps);
         }
         x
     }
+}
+
+impl<B: FusedOps> CellEncoder<B> {
+    /// BERT's MLM transform of some token states `[n, hidden]` (dense, GELU, LayerNorm): what the
+    /// tied decoder multiplies by the token embeddings.
+    pub fn mlm_transform(&self, states: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.mlm_norm.forward(gelu(linear(states, &self.mlm_dense)))
+    }
+}
+
+impl<B: Backend> CellEncoder<B> {
 
     /// Vocabulary logits of some token states `[n, hidden]` → `[n, vocab]` (tied decoder).
     pub fn mlm_logits(&self, states: Tensor<B, 2>) -> Tensor<B, 2> {

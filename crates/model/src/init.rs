@@ -24,7 +24,7 @@ impl InitModel for ModelConfig {
         let linear = |i, o| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
         let h = self.hidden;
         // An unknown objective has no heads; validation names it before a model is built.
-        let heads = crate::objective::objective::<B>(&self.objective).map(|o| o.heads(vocab_size)).unwrap_or_default();
+        let heads = crate::objective::objective::<crate::CpuBackend>(&self.objective).map(|o| o.heads(vocab_size)).unwrap_or_default();
         let whole_cell = |outputs| WholeCellHead { dense: linear(h, h), out: linear(h, outputs) };
         CellEncoder {
             tokens: EmbeddingConfig::new(vocab_size, h).with_initializer(normal.clone()).init(device),
@@ -43,6 +43,7 @@ impl InitModel for ModelConfig {
             mlm_bias: burn::module::Param::from_tensor(Tensor::zeros([vocab_size], device)),
             cell_head: heads.cell.map(&whole_cell),
             label_head: heads.label.map(&whole_cell),
+            layer_norm_eps: self.layer_norm_eps,
         }
     }
 }

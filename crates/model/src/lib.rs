@@ -6,15 +6,19 @@
 
 pub mod burn_encoder;
 pub mod checkpoint;
+pub mod dropout;
 pub mod encoder;
 pub mod export;
+pub mod fused;
 mod init;
+pub mod layer;
 pub mod objective;
 pub mod train_config;
 
 pub use burn_encoder::{load_checkpoint, BurnEncoder, LoadedModel};
 pub use corrflow_io::model_meta::{ModelConfig, Pooling};
 pub use encoder::{CellEncoder, WholeCellHead};
+pub use fused::{fused_enabled, set_fused, FusedOps, TrainingBackend};
 pub use init::InitModel;
 pub use objective::{BatchTensors, LossOutput, Objective};
 pub use train_config::{learning_rate, Device, TrainConfig};

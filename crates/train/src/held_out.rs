@@ -1,14 +1,13 @@
 //! Held-out evaluation during training: a fixed set of held-out cells masked once, the loss
 //! (and for per-token objectives the accuracy, beside the unigram baseline) of the model on it.
 
-use burn::tensor::backend::Backend;
 use burn::tensor::ElementConversion;
 use corrflow_algorithms::batches::TrainingBatch;
 use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
 use corrflow_io::corpus::CellLabels;
 use corrflow_mask::MaskContext;
 use corrflow_model::objective::{self, batch_tensors, Targets};
-use corrflow_model::{CellEncoder, ModelConfig};
+use corrflow_model::{CellEncoder, FusedOps, ModelConfig};
 
 /// Held-out masked-token loss and accuracy, with the unigram baseline (always predicting the
 /// most frequent masked token).
@@ -58,7 +57,7 @@ impl EvalSet {
     }
 }
 
-pub fn evaluate<B: Backend>(
+pub fn evaluate<B: FusedOps>(
     model: &CellEncoder<B>,
     set: &EvalSet,
     is_special: &[bool],

@@ -11,7 +11,6 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ElementConversion;
 use corrflow_algorithms::batches::TrainingBatch;
 use corrflow_algorithms::mask::MaskParams;
@@ -25,7 +24,7 @@ use corrflow_mask::dataflow::{MaskedBatches, MaskingOptions};
 use corrflow_mask::MaskContext;
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use corrflow_model::objective::{self, batch_tensors, Objective, Targets};
-use corrflow_model::{learning_rate, CellEncoder, InitModel, ModelConfig, TrainConfig};
+use corrflow_model::{learning_rate, CellEncoder, FusedOps, InitModel, ModelConfig, TrainConfig, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{DataPlan, GraphWatch};
@@ -48,6 +47,9 @@ pub struct TrainRequest {
     /// Wait for the device after each phase of a step and log each phase's milliseconds as
     /// `phase_ms` in metrics.jsonl (see [`StepPhases`]).
     pub profile_steps: bool,
+    /// Append each step's batch (tokens, attention mask, MLM labels) as a JSON line to this
+    /// file, outside the step's timing: the batches a side-by-side benchmark replays.
+    pub dump_batches: Option<PathBuf>,
 }
 
 /// What `train --json` prints.
@@ -96,7 +98,7 @@ struct RunSetup {
 }
 
 /// Checks the configuration and opens the corpus, the graph and the masking context.
-fn prepare<B: AutodiffBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn Objective<B>>)> {
+fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn Objective<B>>)> {
     let (t, m) = (&req.train, &req.model);
     t.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
     m.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
@@ -147,14 +149,14 @@ type Optim<B> = OptimizerAdaptor<AdamW, CellEncoder<B>, B>;
 
 /// The model and optimiser at the step the run continues from: the latest checkpoint of `out`
 /// (which must belong to the same run), or freshly initialised at step 0.
-struct Trainee<B: AutodiffBackend> {
+struct Trainee<B: TrainingBackend> {
     model: CellEncoder<B>,
     optim: Optim<B>,
     step: u64,
     resumed_from: Option<u64>,
 }
 
-fn init_or_resume<B: AutodiffBackend>(
+fn init_or_resume<B: TrainingBackend>(
     req: &TrainRequest,
     vocab: &Vocabulary,
     device: &B::Device,
@@ -211,7 +213,7 @@ fn start_masking(setup: &RunSetup, t: &TrainConfig, step: u64) -> MaskedBatches 
 }
 
 /// Writes a checkpoint of `model` and `optim` at `step`.
-fn save_checkpoint<B: AutodiffBackend>(
+fn save_checkpoint<B: TrainingBackend>(
     req: &TrainRequest,
     setup: &RunSetup,
     trainee: &Trainee<B>,
@@ -249,7 +251,7 @@ struct StepOutcome {
 
 /// Forward, backward, gradient clipping and the AdamW update of one batch. `None` when the
 /// batch teaches the objective nothing (no masked token for a per-token loss).
-fn optimise<B: AutodiffBackend>(
+fn optimise<B: TrainingBackend>(
     req: &TrainRequest,
     setup: &RunSetup,
     objective: &dyn Objective<B>,
@@ -286,7 +288,7 @@ fn optimise<B: AutodiffBackend>(
 }
 
 /// Runs (or resumes) training on backend `B`.
-pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
+pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
     let start = Instant::now();
     let t = &req.train;
     let (setup, objective) = prepare::<B>(req)?;
@@ -317,10 +319,21 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
         checkpoint: None,
     };
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
+    let mut dump = match &req.dump_batches {
+        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).at(path)?)),
+        None => None,
+    };
     for batch in batches {
         let batch = batch?;
         if trainee.step >= setup.total {
             break;
+        }
+        if let (Some(w), Some(path)) = (dump.as_mut(), req.dump_batches.as_ref()) {
+            let line = serde_json::json!({
+                "step": trainee.step + 1, "rows": batch.rows, "len": batch.len, "input_ids": batch.input_ids,
+                "attention_mask": batch.attention_mask, "labels": batch.labels,
+            });
+            writeln!(w, "{line}").and_then(|()| w.flush()).at(path)?;
         }
         debug_assert_eq!(batch.seq, trainee.step);
         let t0 = Instant::now();
@@ -369,7 +382,7 @@ pub fn train<B: AutodiffBackend>(req: &TrainRequest, device: B::Device) -> Resul
 }
 
 /// Evaluates on the held-out set and records the result in the metrics line and the summary.
-fn evaluate_into<B: Backend>(
+fn evaluate_into<B: FusedOps>(
     model: &CellEncoder<B>,
     set: &EvalSet,
     setup: &RunSetup,

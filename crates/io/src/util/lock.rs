@@ -55,10 +55,8 @@ impl DirLock {
             match file.try_lock() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
-                    let mut holder = String::new();
-                    let _ = file.read_to_string(&mut holder);
-                    let holder = holder.trim();
-                    let holder = if holder.is_empty() { "another process".to_string() } else { holder.to_string() };
+                    let holder = read_holder(&mut file);
+                    let holder = if holder.is_empty() { "another process".to_string() } else { holder };
                     return Err(Error::conflict(
                         dir,
                         format!("is being changed by {holder}; try again when it has finished"),
@@ -77,6 +75,20 @@ impl DirLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The holder's description in a locked lock file. The holder writes it just after taking the
+/// lock, so a file read in between is empty: read again for up to ~200 ms before giving up.
+fn read_holder(file: &mut File) -> String {
+    for _ in 0..20 {
+        let mut holder = String::new();
+        let _ = file.rewind().and_then(|()| file.read_to_string(&mut holder));
+        if !holder.trim().is_empty() {
+            return holder.trim().to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    String::new()
 }
 
 /// Whether the open `file` is the file `path` names now (not an unlinked former one).

@@ -1,15 +1,16 @@
 //! `mlm`: masked-token prediction over the vocabulary (Geneformer), decoded only at the masked
-//! positions through the tied MLM head.
+//! positions through the tied MLM head, with the fused decoder loss
+//! ([`crate::fused::decoder_nll`]: logits in vocabulary blocks, never the whole `[masked, vocab]`).
 
-use burn::tensor::activation::log_softmax;
-use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
 
 use super::{BatchTensors, LossOutput, Objective};
 use crate::encoder::CellEncoder;
+use crate::fused::decoder_nll;
 
 pub struct Mlm;
 
-impl<B: Backend> Objective<B> for Mlm {
+impl<B: crate::fused::FusedOps> Objective<B> for Mlm {
     fn name(&self) -> &'static str {
         "mlm"
     }
@@ -23,10 +24,10 @@ impl<B: Backend> Objective<B> for Mlm {
         let [rows, len, hidden] = states.dims();
         let flat = states.reshape([rows * len, hidden]);
         let picked = flat.select(0, t.masked_index.clone());
-        let logits = model.mlm_logits(picked);
-        let logp = log_softmax(logits.clone(), 1);
-        let nll = logp.gather(1, t.targets.clone().unsqueeze_dim(1)).neg().mean();
-        let correct = logits.argmax(1).squeeze_dim::<1>(1).equal(t.targets.clone()).int().sum();
-        LossOutput { loss: nll, correct: Some(correct) }
+        let transformed = model.mlm_transform(picked);
+        let (nll, argmax) = decoder_nll(transformed, model.tokens.weight.val(), model.mlm_bias.val(), &t.masked_targets);
+        let correct = argmax.iter().zip(t.masked_targets.iter()).filter(|(a, b)| a == b).count() as i64;
+        let correct = Tensor::from_data(TensorData::new(vec![correct], [1]), &nll.device());
+        LossOutput { loss: nll.mean(), correct: Some(correct) }
     }
 }

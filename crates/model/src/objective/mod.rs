@@ -21,6 +21,7 @@ use corrflow_algorithms::mask::IGNORE_INDEX;
 use corrflow_io::corpus::CellLabels;
 
 use crate::encoder::CellEncoder;
+use crate::fused::FusedOps;
 pub use mlm::Mlm;
 pub use poisson::Poisson;
 pub use wced::Wced;
@@ -35,7 +36,7 @@ pub struct Heads {
 }
 
 /// A pre-training loss over masked batches.
-pub trait Objective<B: Backend>: Send + Sync {
+pub trait Objective<B: FusedOps>: Send + Sync {
     /// The name in `model.objective` (configs, checkpoints, the CLI).
     fn name(&self) -> &'static str;
 
@@ -67,12 +68,12 @@ pub trait Objective<B: Backend>: Send + Sync {
 }
 
 /// The built-in objectives. A new built-in objective is one line here.
-pub fn builtin<B: Backend>() -> Vec<Box<dyn Objective<B>>> {
+pub fn builtin<B: FusedOps>() -> Vec<Box<dyn Objective<B>>> {
     vec![Box::new(Mlm), Box::new(Wced), Box::new(Poisson)]
 }
 
 /// The objective named `name`.
-pub fn objective<B: Backend>(name: &str) -> Option<Box<dyn Objective<B>>> {
+pub fn objective<B: FusedOps>(name: &str) -> Option<Box<dyn Objective<B>>> {
     builtin::<B>().into_iter().find(|o| o.name() == name)
 }
 
@@ -82,7 +83,7 @@ pub fn names() -> String {
 }
 
 /// The objective named `name`, or an error listing the known ones.
-pub fn require<B: Backend>(name: &str) -> Result<Box<dyn Objective<B>>, String> {
+pub fn require<B: FusedOps>(name: &str) -> Result<Box<dyn Objective<B>>, String> {
     objective::<B>(name).ok_or_else(|| format!("model.objective '{name}' is unknown (known: {})", names()))
 }
 
@@ -102,6 +103,8 @@ pub struct BatchTensors<B: Backend> {
     /// Flattened `row * len + col` of the masked positions, and their original tokens.
     pub masked_index: Tensor<B, 1, Int>,
     pub targets: Tensor<B, 1, Int>,
+    /// The same targets on the host (the fused decoder loss takes them as plain data).
+    pub masked_targets: std::sync::Arc<Vec<u32>>,
     pub masked: usize,
     /// Whole-cell targets `[rows, vocab]` (WCED / Poisson only): detected, and rank score in (0, 1].
     pub detected: Option<Tensor<B, 2>>,
@@ -169,6 +172,7 @@ pub fn batch_tensors<B: Backend>(
         pad: Tensor::from_data(TensorData::new(pad, [rows, len]), device),
         gene_weights: Tensor::from_data(TensorData::new(weights, [rows, len]), device),
         masked_index: int1(index),
+        masked_targets: std::sync::Arc::new(targets.iter().map(|&t| t as u32).collect()),
         targets: int1(targets),
         masked,
         detected: whole.then(|| Tensor::from_data(TensorData::new(detected, [rows, vocab]), device)),

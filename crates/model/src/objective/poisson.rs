@@ -3,14 +3,13 @@
 //! bounded by `log(1 + L_max)`.
 
 use burn::tensor::activation::relu;
-use burn::tensor::backend::Backend;
 
 use super::{BatchTensors, Heads, LossOutput, Objective};
 use crate::encoder::CellEncoder;
 
 pub struct Poisson;
 
-impl<B: Backend> Objective<B> for Poisson {
+impl<B: crate::fused::FusedOps> Objective<B> for Poisson {
     fn name(&self) -> &'static str {
         "poisson"
     }

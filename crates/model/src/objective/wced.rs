@@ -3,14 +3,13 @@
 //! expression is its rank score `s / L_max`.
 
 use burn::tensor::activation::log_sigmoid;
-use burn::tensor::backend::Backend;
 
 use super::{BatchTensors, Heads, LossOutput, Objective};
 use crate::encoder::CellEncoder;
 
 pub struct Wced;
 
-impl<B: Backend> Objective<B> for Wced {
+impl<B: crate::fused::FusedOps> Objective<B> for Wced {
     fn name(&self) -> &'static str {
         "wced"
     }

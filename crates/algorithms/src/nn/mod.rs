@@ -1,0 +1,21 @@
+//! Fused neural-network kernels for the CPU trainer, as plain functions over row-major `f32`
+//! slices: they compute what a composition of tensor operations computes, in cache-sized tiles,
+//! without the large intermediate tensors (the `[batch, heads, len, len]` attention scores, the
+//! `[masked, vocab]` decoder logits).
+//!
+//! Every kernel gives the same bits for the same inputs whatever the thread count: work is split
+//! into independent units (a sequence and a head), each computed by one thread in a fixed order.
+
+pub mod attention;
+pub mod decoder;
+pub mod dropout;
+pub mod layer_norm;
+pub mod linear;
+mod gemm_f32;
+mod rows;
+
+pub use attention::{attention_backward, attention_forward, AttentionGrads, AttentionShape, AttentionStats};
+pub use decoder::{decoder_nll_backward, decoder_nll_forward, DecoderForward, DecoderGrads, DecoderShape};
+pub use dropout::DropoutKey;
+pub use linear::{linear_backward, linear_forward, LinearGrads, LinearShape};
+pub use layer_norm::{add_layer_norm_backward, add_layer_norm_forward, LayerNormGrads, LayerNormStats};

@@ -99,14 +99,12 @@ pub trait FusedOps: Backend {
     }
 
     /// A dense layer over rows: `x W + b` (`x` `[rows, in]`, `W` `[in, out]`, `b` `[out]`).
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>, shape: LinearShape) -> FloatTensor<Self> {
-        let _ = shape;
+    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>, _shape: LinearShape) -> FloatTensor<Self> {
         reference::linear_forward::<Self>(x, w, b)
     }
 
     /// The dense layer's backward pass: gradients of `x`, `W` and `b`.
-    fn linear_backward(x: FloatTensor<Self>, w: FloatTensor<Self>, grad: FloatTensor<Self>, shape: LinearShape) -> [FloatTensor<Self>; 3] {
-        let _ = shape;
+    fn linear_backward(x: FloatTensor<Self>, w: FloatTensor<Self>, grad: FloatTensor<Self>, _shape: LinearShape) -> [FloatTensor<Self>; 3] {
         reference::linear_backward::<Self>(x, w, grad)
     }
 

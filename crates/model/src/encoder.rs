@@ -63,10 +63,16 @@ impl<B: FusedOps> CellEncoder<B> {
         let [batch, len] = input_ids.dims();
         let device = input_ids.device();
         // The attention kernels take the padding as host data (read once per forward).
-        let valid: Vec<bool> = pad.into_data().convert::<bool>().to_vec::<bool>().unwrap_or_default().iter().map(|&p| !p).collect();
+        let valid: Vec<bool> =
+            pad.into_data().convert::<bool>().to_vec::<bool>().unwrap_or_default().iter().map(|&p| !p).collect();
         let valid = Arc::new(valid);
         let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
-        let embedded = add_layer_norm(self.tokens.forward(input_ids), self.positions.forward(pos), &self.embed_norm, self.layer_norm_eps);
+        let embedded = add_layer_norm(
+            self.tokens.forward(input_ids),
+            self.positions.forward(pos),
+            &self.embed_norm,
+            self.layer_norm_eps,
+        );
         let mut x = dropout(embedded, self.dropout.prob);
         for layer in self.encoder.layers.iter().take(layers) {
             x = encoder_layer(layer, x, &valid, self.layer_norm_eps);
@@ -84,7 +90,6 @@ impl<B: FusedOps> CellEncoder<B> {
 }
 
 impl<B: Backend> CellEncoder<B> {
-
     /// Vocabulary logits of some token states `[n, hidden]` → `[n, vocab]` (tied decoder).
     pub fn mlm_logits(&self, states: Tensor<B, 2>) -> Tensor<B, 2> {
         let h = self.mlm_norm.forward(gelu(self.mlm_dense.forward(states)));

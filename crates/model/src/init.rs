@@ -24,7 +24,9 @@ impl InitModel for ModelConfig {
         let linear = |i, o| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
         let h = self.hidden;
         // An unknown objective has no heads; validation names it before a model is built.
-        let heads = crate::objective::objective::<crate::CpuBackend>(&self.objective).map(|o| o.heads(vocab_size)).unwrap_or_default();
+        let heads = crate::objective::objective::<crate::CpuBackend>(&self.objective)
+            .map(|o| o.heads(vocab_size))
+            .unwrap_or_default();
         let whole_cell = |outputs| WholeCellHead { dense: linear(h, h), out: linear(h, outputs) };
         CellEncoder {
             tokens: EmbeddingConfig::new(vocab_size, h).with_initializer(normal.clone()).init(device),

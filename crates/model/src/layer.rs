@@ -14,7 +14,12 @@ use crate::dropout::dropout;
 use crate::fused::{add_layer_norm, attention, linear, FusedOps};
 
 /// `valid[b · len + i]`: position `i` of sequence `b` is a real token.
-pub fn encoder_layer<B: FusedOps>(layer: &TransformerEncoderLayer<B>, x: Tensor<B, 3>, valid: &Arc<Vec<bool>>, eps: f64) -> Tensor<B, 3> {
+pub fn encoder_layer<B: FusedOps>(
+    layer: &TransformerEncoderLayer<B>,
+    x: Tensor<B, 3>,
+    valid: &Arc<Vec<bool>>,
+    eps: f64,
+) -> Tensor<B, 3> {
     let mha = &layer.mha;
     let q = linear(x.clone(), &mha.query);
     let k = linear(x.clone(), &mha.key);

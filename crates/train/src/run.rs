@@ -319,21 +319,14 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
         checkpoint: None,
     };
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
-    let mut dump = match &req.dump_batches {
-        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).at(path)?)),
-        None => None,
-    };
+    let mut dump = req.dump_batches.as_deref().map(BatchDump::create).transpose()?;
     for batch in batches {
         let batch = batch?;
         if trainee.step >= setup.total {
             break;
         }
-        if let (Some(w), Some(path)) = (dump.as_mut(), req.dump_batches.as_ref()) {
-            let line = serde_json::json!({
-                "step": trainee.step + 1, "rows": batch.rows, "len": batch.len, "input_ids": batch.input_ids,
-                "attention_mask": batch.attention_mask, "labels": batch.labels,
-            });
-            writeln!(w, "{line}").and_then(|()| w.flush()).at(path)?;
+        if let Some(dump) = dump.as_mut() {
+            dump.write(trainee.step + 1, &batch)?;
         }
         debug_assert_eq!(batch.seq, trainee.step);
         let t0 = Instant::now();
@@ -379,6 +372,26 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     summary.tokens_per_s = tokens_done as f64 / train_secs.max(1e-9);
     summary.seconds = start.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// `train --dump-batches`: each step's batch as a JSON line, for replaying it elsewhere.
+struct BatchDump {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl BatchDump {
+    fn create(path: &Path) -> Result<Self> {
+        Ok(Self { path: path.to_path_buf(), out: std::io::BufWriter::new(std::fs::File::create(path).at(path)?) })
+    }
+
+    fn write(&mut self, step: u64, batch: &TrainingBatch) -> Result<()> {
+        let line = serde_json::json!({
+            "step": step, "rows": batch.rows, "len": batch.len, "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask, "labels": batch.labels,
+        });
+        writeln!(self.out, "{line}").and_then(|()| self.out.flush()).at(&self.path)
+    }
 }
 
 /// Evaluates on the held-out set and records the result in the metrics line and the summary.

@@ -140,17 +140,38 @@ pub fn attention_forward(
             for t0 in (0..n).step_by(TILE) {
                 let rows = TILE.min(n - t0);
                 let s = &mut s[..rows * n];
-                matmul((rows, n, d), s, View::rows(0, n), false, &u.q, View::rows(t0 * d, d), &u.k, View::transposed(0, d), shape.scale());
+                matmul(
+                    (rows, n, d),
+                    s,
+                    View::rows(0, n),
+                    false,
+                    &u.q,
+                    View::rows(t0 * d, d),
+                    &u.k,
+                    View::transposed(0, d),
+                    shape.scale(),
+                );
                 for r in 0..rows {
                     let drop = u.row_dropout(&shape, drop, u.pos[t0 + r] as usize);
                     lse[t0 + r] = softmax_dropout(&mut s[r * n..(r + 1) * n], &drop);
                 }
-                matmul((rows, d, n), &mut out, View::rows(t0 * d, d), false, s, View::rows(0, n), &u.v, View::rows(0, d), 1.0);
+                matmul(
+                    (rows, d, n),
+                    &mut out,
+                    View::rows(t0 * d, d),
+                    false,
+                    s,
+                    View::rows(0, n),
+                    &u.v,
+                    View::rows(0, d),
+                    1.0,
+                );
             }
             (u, out, lse)
         })
         .collect();
-    let mut stats = AttentionStats { out: vec![0f32; shape.elements()], lse: vec![0f32; shape.batch * shape.heads * shape.len] };
+    let mut stats =
+        AttentionStats { out: vec![0f32; shape.elements()], lse: vec![0f32; shape.batch * shape.heads * shape.len] };
     for (u, out, lse) in done {
         u.scatter(&shape, &out, &mut stats.out);
         for (r, &i) in u.pos.iter().enumerate() {
@@ -184,14 +205,25 @@ pub fn attention_backward(
             let (o, dout) = (&packed.q, &packed.k);
             let n = u.n();
             let (mut dq, mut dk, mut dv) = (vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]);
-            let delta: Vec<f32> =
-                (0..n).map(|r| o[r * d..(r + 1) * d].iter().zip(&dout[r * d..(r + 1) * d]).map(|(a, b)| a * b).sum()).collect();
+            let delta: Vec<f32> = (0..n)
+                .map(|r| o[r * d..(r + 1) * d].iter().zip(&dout[r * d..(r + 1) * d]).map(|(a, b)| a * b).sum())
+                .collect();
             let tile = TILE.min(n) * n;
             let (mut p, mut pd, mut dp) = (vec![0f32; tile], vec![0f32; tile], vec![0f32; tile]);
             for t0 in (0..n).step_by(TILE) {
                 let rows = TILE.min(n - t0);
                 let (p, pd, dp) = (&mut p[..rows * n], &mut pd[..rows * n], &mut dp[..rows * n]);
-                matmul((rows, n, d), p, View::rows(0, n), false, &u.q, View::rows(t0 * d, d), &u.k, View::transposed(0, d), scale);
+                matmul(
+                    (rows, n, d),
+                    p,
+                    View::rows(0, n),
+                    false,
+                    &u.q,
+                    View::rows(t0 * d, d),
+                    &u.k,
+                    View::transposed(0, d),
+                    scale,
+                );
                 for r in 0..rows {
                     let i = u.pos[t0 + r] as usize;
                     let drop = u.row_dropout(&shape, drop, i);
@@ -199,21 +231,65 @@ pub fn attention_backward(
                     probs(&mut p[r * n..(r + 1) * n], &mut pd[r * n..(r + 1) * n], lse, &drop);
                 }
                 // dV += Pdᵀ dO
-                matmul((n, d, rows), &mut dv, View::rows(0, d), true, pd, View::transposed(0, n), dout, View::rows(t0 * d, d), 1.0);
+                matmul(
+                    (n, d, rows),
+                    &mut dv,
+                    View::rows(0, d),
+                    true,
+                    pd,
+                    View::transposed(0, n),
+                    dout,
+                    View::rows(t0 * d, d),
+                    1.0,
+                );
                 // dPd = dO Vᵀ, then dS in place
-                matmul((rows, n, d), dp, View::rows(0, n), false, dout, View::rows(t0 * d, d), &u.v, View::transposed(0, d), 1.0);
+                matmul(
+                    (rows, n, d),
+                    dp,
+                    View::rows(0, n),
+                    false,
+                    dout,
+                    View::rows(t0 * d, d),
+                    &u.v,
+                    View::transposed(0, d),
+                    1.0,
+                );
                 for r in 0..rows {
                     let drop = u.row_dropout(&shape, drop, u.pos[t0 + r] as usize);
                     score_grad(&p[r * n..(r + 1) * n], &mut dp[r * n..(r + 1) * n], delta[t0 + r], &drop);
                 }
                 // dQ = s · dS K ; dK += s · dSᵀ Q
-                matmul((rows, d, n), &mut dq, View::rows(t0 * d, d), false, dp, View::rows(0, n), &u.k, View::rows(0, d), scale);
-                matmul((n, d, rows), &mut dk, View::rows(0, d), true, dp, View::transposed(0, n), &u.q, View::rows(t0 * d, d), scale);
+                matmul(
+                    (rows, d, n),
+                    &mut dq,
+                    View::rows(t0 * d, d),
+                    false,
+                    dp,
+                    View::rows(0, n),
+                    &u.k,
+                    View::rows(0, d),
+                    scale,
+                );
+                matmul(
+                    (n, d, rows),
+                    &mut dk,
+                    View::rows(0, d),
+                    true,
+                    dp,
+                    View::transposed(0, n),
+                    &u.q,
+                    View::rows(t0 * d, d),
+                    scale,
+                );
             }
             (u, [dq, dk, dv])
         })
         .collect();
-    let mut grads = AttentionGrads { q: vec![0f32; shape.elements()], k: vec![0f32; shape.elements()], v: vec![0f32; shape.elements()] };
+    let mut grads = AttentionGrads {
+        q: vec![0f32; shape.elements()],
+        k: vec![0f32; shape.elements()],
+        v: vec![0f32; shape.elements()],
+    };
     for (u, [dq, dk, dv]) in done {
         u.scatter(&shape, &dq, &mut grads.q);
         u.scatter(&shape, &dk, &mut grads.k);

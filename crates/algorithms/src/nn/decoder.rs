@@ -53,7 +53,17 @@ fn block_logits(s: &DecoderShape, y: &[f32], emb: &[f32], bias: &[f32], v0: usiz
     for row in logits.chunks_exact_mut(n) {
         row.copy_from_slice(&bias[v0..v0 + n]);
     }
-    matmul((s.rows, n, s.hidden), &mut logits, View::rows(0, n), true, y, View::rows(0, s.hidden), emb, View::transposed(v0 * s.hidden, s.hidden), 1.0);
+    matmul(
+        (s.rows, n, s.hidden),
+        &mut logits,
+        View::rows(0, n),
+        true,
+        y,
+        View::rows(0, s.hidden),
+        emb,
+        View::transposed(v0 * s.hidden, s.hidden),
+        1.0,
+    );
     logits
 }
 
@@ -73,7 +83,10 @@ pub fn decoder_nll_forward(s: DecoderShape, y: &[f32], emb: &[f32], bias: &[f32]
                 .chunks_exact_mut(n)
                 .zip(targets)
                 .map(|(row, &t)| {
-                    let (arg, max) = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(ai, am), (i, &v)| if v > am { (i, v) } else { (ai, am) });
+                    let (arg, max) =
+                        row.iter()
+                            .enumerate()
+                            .fold((0, f32::NEG_INFINITY), |(ai, am), (i, &v)| if v > am { (i, v) } else { (ai, am) });
                     let target = (t as usize).checked_sub(v0).filter(|&i| i < n).map(|i| row[i]);
                     row.iter_mut().for_each(|v| *v -= max);
                     let sum = exp_nonpositive_row(row);
@@ -86,7 +99,11 @@ pub fn decoder_nll_forward(s: DecoderShape, y: &[f32], emb: &[f32], bias: &[f32]
     for r in 0..s.rows {
         let max = per_block.iter().map(|b| b[r].0).fold(f32::NEG_INFINITY, f32::max);
         let sum: f32 = per_block.iter().map(|b| b[r].1 * (b[r].0 - max).exp()).sum();
-        let best = per_block.iter().map(|b| b[r]).fold((f32::NEG_INFINITY, 0u32), |acc, b| if b.0 > acc.0 { (b.0, b.2) } else { acc });
+        let best =
+            per_block
+                .iter()
+                .map(|b| b[r])
+                .fold((f32::NEG_INFINITY, 0u32), |acc, b| if b.0 > acc.0 { (b.0, b.2) } else { acc });
         let target = per_block.iter().find_map(|b| b[r].3).unwrap_or(0.0);
         out.lse[r] = max + sum.ln();
         out.nll[r] = out.lse[r] - target;
@@ -127,9 +144,29 @@ pub fn decoder_nll_backward(
                 dbias.iter_mut().zip(row).for_each(|(b, &g)| *b += g);
             }
             let mut demb = vec![0f32; n * h];
-            matmul((n, h, s.rows), &mut demb, View::rows(0, h), false, &dl, View::transposed(0, n), y, View::rows(0, h), 1.0);
+            matmul(
+                (n, h, s.rows),
+                &mut demb,
+                View::rows(0, h),
+                false,
+                &dl,
+                View::transposed(0, n),
+                y,
+                View::rows(0, h),
+                1.0,
+            );
             let mut dy = vec![0f32; s.rows * h];
-            matmul((s.rows, h, n), &mut dy, View::rows(0, h), false, &dl, View::rows(0, n), emb, View::rows(v0 * h, h), 1.0);
+            matmul(
+                (s.rows, h, n),
+                &mut dy,
+                View::rows(0, h),
+                false,
+                &dl,
+                View::rows(0, n),
+                emb,
+                View::rows(v0 * h, h),
+                1.0,
+            );
             (v0, n, dy, demb, dbias)
         })
         .collect();
@@ -147,17 +184,35 @@ mod tests {
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(40_503)) >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0).collect()
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(40_503)) >> 8) as f32
+                    / (1u32 << 24) as f32
+                    * 2.0
+                    - 1.0
+            })
+            .collect()
     }
 
     /// Logits, softmax and NLL written out in f64; returns (nll, dy, dE, dbias) for `grad`.
     #[allow(clippy::type_complexity)]
-    fn naive(s: DecoderShape, y: &[f32], emb: &[f32], bias: &[f32], t: &[u32], grad: &[f32]) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    fn naive(
+        s: DecoderShape,
+        y: &[f32],
+        emb: &[f32],
+        bias: &[f32],
+        t: &[u32],
+        grad: &[f32],
+    ) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
         let h = s.hidden;
-        let (mut nll, mut dy, mut de, mut db) = (vec![0.0; s.rows], vec![0.0; s.rows * h], vec![0.0; s.vocab * h], vec![0.0; s.vocab]);
+        let (mut nll, mut dy, mut de, mut db) =
+            (vec![0.0; s.rows], vec![0.0; s.rows * h], vec![0.0; s.vocab * h], vec![0.0; s.vocab]);
         for r in 0..s.rows {
             let logits: Vec<f64> = (0..s.vocab)
-                .map(|v| f64::from(bias[v]) + (0..h).map(|c| f64::from(y[r * h + c]) * f64::from(emb[v * h + c])).sum::<f64>())
+                .map(|v| {
+                    f64::from(bias[v])
+                        + (0..h).map(|c| f64::from(y[r * h + c]) * f64::from(emb[v * h + c])).sum::<f64>()
+                })
                 .collect();
             let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let lse = m + logits.iter().map(|l| (l - m).exp()).sum::<f64>().ln();
@@ -200,7 +255,17 @@ mod tests {
     fn argmax_is_the_highest_logit() {
         let s = DecoderShape { rows: 2, hidden: 1, vocab: BLOCK + 10 };
         let y = vec![1.0, -1.0];
-        let emb: Vec<f32> = (0..s.vocab).map(|v| if v == BLOCK + 3 { 5.0 } else if v == 2 { -5.0 } else { 0.0 }).collect();
+        let emb: Vec<f32> = (0..s.vocab)
+            .map(|v| {
+                if v == BLOCK + 3 {
+                    5.0
+                } else if v == 2 {
+                    -5.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         let f = decoder_nll_forward(s, &y, &emb, &vec![0.0; s.vocab], &[0, 0]);
         assert_eq!(f.argmax, vec![BLOCK as u32 + 3, 2]);
     }

@@ -112,7 +112,14 @@ mod tests {
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(97_531)) >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0).collect()
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(97_531)) >> 8) as f32
+                    / (1u32 << 24) as f32
+                    * 4.0
+                    - 2.0
+            })
+            .collect()
     }
 
     /// f64 LayerNorm of x + r and `Σ y ∘ w`, for finite differences.
@@ -133,7 +140,8 @@ mod tests {
     #[test]
     fn gradients_match_finite_differences_across_chunks() {
         let (rows, h) = (CHUNK + 5, 6);
-        let (x, r, gamma, beta, w) = (values(rows * h, 1), values(rows * h, 2), values(h, 3), values(h, 4), values(rows * h, 5));
+        let (x, r, gamma, beta, w) =
+            (values(rows * h, 1), values(rows * h, 2), values(h, 3), values(h, 4), values(rows * h, 5));
         let f = add_layer_norm_forward(h, &x, &r, &gamma, &beta, 1e-5);
         let want = loss(h, &x, &r, &gamma, &beta, &w);
         let got: f64 = f.y.iter().zip(&w).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
@@ -145,7 +153,8 @@ mod tests {
             bump(&mut up, eps);
             let mut down = [x.clone(), r.clone(), gamma.clone(), beta.clone()];
             bump(&mut down, -eps);
-            (loss(h, &up[0], &up[1], &up[2], &up[3], &w) - loss(h, &down[0], &down[1], &down[2], &down[3], &w)) / (2.0 * f64::from(eps))
+            (loss(h, &up[0], &up[1], &up[2], &up[3], &w) - loss(h, &down[0], &down[1], &down[2], &down[3], &w))
+                / (2.0 * f64::from(eps))
         };
         for e in [0, 7, CHUNK * h + 3] {
             let want = fd(&|t: &mut [Vec<f32>; 4], d| t[0][e] += d);
@@ -155,7 +164,11 @@ mod tests {
         }
         for j in 0..h {
             let want = fd(&|t: &mut [Vec<f32>; 4], d| t[2][j] += d);
-            assert!((want - f64::from(g.gamma[j])).abs() < 5e-3 * want.abs().max(1.0), "dγ[{j}]: {want} vs {}", g.gamma[j]);
+            assert!(
+                (want - f64::from(g.gamma[j])).abs() < 5e-3 * want.abs().max(1.0),
+                "dγ[{j}]: {want} vs {}",
+                g.gamma[j]
+            );
             let want = fd(&|t: &mut [Vec<f32>; 4], d| t[3][j] += d);
             assert!((want - f64::from(g.beta[j])).abs() < 5e-3 * want.abs().max(1.0), "dβ[{j}]");
         }
@@ -164,7 +177,8 @@ mod tests {
     #[test]
     fn same_bits_with_one_or_three_threads() {
         let (rows, h) = (3 * CHUNK + 1, 32);
-        let (x, r, gamma, beta, dy) = (values(rows * h, 6), values(rows * h, 7), values(h, 8), values(h, 9), values(rows * h, 10));
+        let (x, r, gamma, beta, dy) =
+            (values(rows * h, 6), values(rows * h, 7), values(h, 8), values(h, 9), values(rows * h, 10));
         let run = |threads| {
             rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
                 let f = add_layer_norm_forward(h, &x, &r, &gamma, &beta, 1e-12);

@@ -31,8 +31,18 @@ pub fn linear_forward(s: LinearShape, x: &[f32], w: &[f32], b: &[f32]) -> Vec<f3
     check(&s, x, w);
     assert_eq!(b.len(), s.outputs, "linear: bias is not outputs");
     let mut y = vec![0f32; s.rows * s.outputs];
-    y.par_chunks_mut(s.outputs.max(1) * 256).for_each(|rows| rows.chunks_exact_mut(s.outputs.max(1)).for_each(|r| r.copy_from_slice(b)));
-    matmul_parallel((s.rows, s.outputs, s.inputs), &mut y, View::rows(0, s.outputs), true, x, View::rows(0, s.inputs), w, View::rows(0, s.outputs));
+    y.par_chunks_mut(s.outputs.max(1) * 256)
+        .for_each(|rows| rows.chunks_exact_mut(s.outputs.max(1)).for_each(|r| r.copy_from_slice(b)));
+    matmul_parallel(
+        (s.rows, s.outputs, s.inputs),
+        &mut y,
+        View::rows(0, s.outputs),
+        true,
+        x,
+        View::rows(0, s.inputs),
+        w,
+        View::rows(0, s.outputs),
+    );
     y
 }
 
@@ -60,7 +70,13 @@ mod tests {
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(7_919)) >> 8) as f32 / (1u32 << 24) as f32 - 0.5).collect()
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(7_919)) >> 8) as f32
+                    / (1u32 << 24) as f32
+                    - 0.5
+            })
+            .collect()
     }
 
     #[test]
@@ -72,7 +88,8 @@ mod tests {
         let close = |a: f32, b: f64| (f64::from(a) - b).abs() < 1e-5 * b.abs().max(1.0);
         for r in 0..37 {
             for c in 0..21 {
-                let want = f64::from(b[c]) + (0..13).map(|k| f64::from(x[r * 13 + k]) * f64::from(w[k * 21 + c])).sum::<f64>();
+                let want =
+                    f64::from(b[c]) + (0..13).map(|k| f64::from(x[r * 13 + k]) * f64::from(w[k * 21 + c])).sum::<f64>();
                 assert!(close(y[r * 21 + c], want));
             }
             for k in 0..13 {

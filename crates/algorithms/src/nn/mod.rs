@@ -9,13 +9,13 @@
 pub mod attention;
 pub mod decoder;
 pub mod dropout;
+mod gemm_f32;
 pub mod layer_norm;
 pub mod linear;
-mod gemm_f32;
 mod rows;
 
 pub use attention::{attention_backward, attention_forward, AttentionGrads, AttentionShape, AttentionStats};
 pub use decoder::{decoder_nll_backward, decoder_nll_forward, DecoderForward, DecoderGrads, DecoderShape};
 pub use dropout::DropoutKey;
-pub use linear::{linear_backward, linear_forward, LinearGrads, LinearShape};
 pub use layer_norm::{add_layer_norm_backward, add_layer_norm_forward, LayerNormGrads, LayerNormStats};
+pub use linear::{linear_backward, linear_forward, LinearGrads, LinearShape};

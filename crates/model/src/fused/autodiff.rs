@@ -112,7 +112,12 @@ impl<B: FusedOps> Backward<B, 3> for LinearBackward {
 }
 
 impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>, shape: LinearShape) -> FloatTensor<Self> {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        shape: LinearShape,
+    ) -> FloatTensor<Self> {
         let y = B::fused_linear(x.primitive.clone(), w.primitive.clone(), b.primitive.clone(), shape);
         match LinearBackward.prepare::<C>([x.node.clone(), w.node.clone(), b.node.clone()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish((x.primitive, w.primitive, shape), y),
@@ -127,22 +132,43 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         beta: FloatTensor<Self>,
         spec: &LayerNormSpec,
     ) -> FloatTensor<Self> {
-        let (y, mean, rstd) =
-            B::add_layer_norm_forward(x.primitive.clone(), r.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), spec);
-        match LayerNormBackward.prepare::<C>([x.node.clone(), r.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
+        let (y, mean, rstd) = B::add_layer_norm_forward(
+            x.primitive.clone(),
+            r.primitive.clone(),
+            gamma.primitive.clone(),
+            beta.primitive.clone(),
+            spec,
+        );
+        match LayerNormBackward
+            .prepare::<C>([x.node.clone(), r.node.clone(), gamma.node.clone(), beta.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => {
-                let state = LayerNormState { x: x.primitive, r: r.primitive, gamma: gamma.primitive, mean, rstd, spec: *spec };
+                let state =
+                    LayerNormState { x: x.primitive, r: r.primitive, gamma: gamma.primitive, mean, rstd, spec: *spec };
                 prep.finish(state, y)
             }
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 
-    fn fused_decoder_nll(y: FloatTensor<Self>, emb: FloatTensor<Self>, bias: FloatTensor<Self>, spec: &DecoderSpec) -> (FloatTensor<Self>, Vec<u32>) {
-        let (nll, lse, argmax) = B::decoder_nll_forward(y.primitive.clone(), emb.primitive.clone(), bias.primitive.clone(), spec);
-        let nll = match DecoderBackward.prepare::<C>([y.node.clone(), emb.node.clone(), bias.node.clone()]).compute_bound().stateful() {
+    fn fused_decoder_nll(
+        y: FloatTensor<Self>,
+        emb: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        spec: &DecoderSpec,
+    ) -> (FloatTensor<Self>, Vec<u32>) {
+        let (nll, lse, argmax) =
+            B::decoder_nll_forward(y.primitive.clone(), emb.primitive.clone(), bias.primitive.clone(), spec);
+        let nll = match DecoderBackward
+            .prepare::<C>([y.node.clone(), emb.node.clone(), bias.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => {
-                let state = DecoderState { y: y.primitive, emb: emb.primitive, bias: bias.primitive, lse, spec: spec.clone() };
+                let state =
+                    DecoderState { y: y.primitive, emb: emb.primitive, bias: bias.primitive, lse, spec: spec.clone() };
                 prep.finish(state, nll)
             }
             OpsKind::UnTracked(prep) => prep.finish(nll),
@@ -150,15 +176,33 @@ impl<B: FusedOps, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         (nll, argmax)
     }
 
-    fn fused_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, spec: &AttentionSpec) -> FloatTensor<Self> {
-        match AttentionBackward.prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()]).compute_bound().stateful() {
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &AttentionSpec,
+    ) -> FloatTensor<Self> {
+        match AttentionBackward
+            .prepare::<C>([q.node.clone(), k.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => {
-                let (out, lse) = B::attention_forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone(), spec);
-                let state =
-                    AttentionState { q: q.primitive, k: k.primitive, v: v.primitive, out: out.clone(), lse, spec: spec.clone() };
+                let (out, lse) =
+                    B::attention_forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone(), spec);
+                let state = AttentionState {
+                    q: q.primitive,
+                    k: k.primitive,
+                    v: v.primitive,
+                    out: out.clone(),
+                    lse,
+                    spec: spec.clone(),
+                };
                 prep.finish(state, out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(B::attention_forward(q.primitive, k.primitive, v.primitive, spec).0),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::attention_forward(q.primitive, k.primitive, v.primitive, spec).0)
+            }
         }
     }
 }

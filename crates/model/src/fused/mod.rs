@@ -26,7 +26,9 @@ pub use corrflow_algorithms::nn::{AttentionShape, DecoderShape, DropoutKey, Line
 static UNFUSED: std::sync::OnceLock<std::sync::atomic::AtomicBool> = std::sync::OnceLock::new();
 
 fn unfused_flag() -> &'static std::sync::atomic::AtomicBool {
-    UNFUSED.get_or_init(|| std::sync::atomic::AtomicBool::new(std::env::var_os("CORRFLOW_UNFUSED").is_some_and(|v| v != "0")))
+    UNFUSED.get_or_init(|| {
+        std::sync::atomic::AtomicBool::new(std::env::var_os("CORRFLOW_UNFUSED").is_some_and(|v| v != "0"))
+    })
 }
 
 /// Whether the model runs the fused operations (the default) or their reference compositions,
@@ -68,7 +70,12 @@ pub struct LayerNormSpec {
 pub trait FusedOps: Backend {
     /// Self-attention over `q`, `k`, `v` (`[batch, len, heads · head_dim]`, heads side by side):
     /// the context, same layout, 0 at padding positions.
-    fn fused_attention(q: FloatTensor<Self>, k: FloatTensor<Self>, v: FloatTensor<Self>, spec: &AttentionSpec) -> FloatTensor<Self> {
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        spec: &AttentionSpec,
+    ) -> FloatTensor<Self> {
         Self::attention_forward(q, k, v, spec).0
     }
 
@@ -99,12 +106,22 @@ pub trait FusedOps: Backend {
     }
 
     /// A dense layer over rows: `x W + b` (`x` `[rows, in]`, `W` `[in, out]`, `b` `[out]`).
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>, _shape: LinearShape) -> FloatTensor<Self> {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        _shape: LinearShape,
+    ) -> FloatTensor<Self> {
         reference::linear_forward::<Self>(x, w, b)
     }
 
     /// The dense layer's backward pass: gradients of `x`, `W` and `b`.
-    fn linear_backward(x: FloatTensor<Self>, w: FloatTensor<Self>, grad: FloatTensor<Self>, _shape: LinearShape) -> [FloatTensor<Self>; 3] {
+    fn linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        _shape: LinearShape,
+    ) -> [FloatTensor<Self>; 3] {
         reference::linear_backward::<Self>(x, w, grad)
     }
 
@@ -148,7 +165,12 @@ pub trait FusedOps: Backend {
     /// The tied decoder's loss: each row's NLL of its target (`[rows]`) given the transformed
     /// states `y` (`[rows, hidden]`), the token embeddings (`[vocab, hidden]`) and the output bias
     /// (`[vocab]`); and each row's arg-max token.
-    fn fused_decoder_nll(y: FloatTensor<Self>, emb: FloatTensor<Self>, bias: FloatTensor<Self>, spec: &DecoderSpec) -> (FloatTensor<Self>, Vec<u32>) {
+    fn fused_decoder_nll(
+        y: FloatTensor<Self>,
+        emb: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        spec: &DecoderSpec,
+    ) -> (FloatTensor<Self>, Vec<u32>) {
         let (nll, _, argmax) = Self::decoder_nll_forward(y, emb, bias, spec);
         (nll, argmax)
     }
@@ -204,7 +226,12 @@ pub fn linear<B: FusedOps, const D: usize>(x: Tensor<B, D>, linear: &burn::nn::L
 
 /// `norm(x + r)` for a LayerNorm module with epsilon `eps`, fused; see
 /// [`FusedOps::fused_add_layer_norm`].
-pub fn add_layer_norm<B: FusedOps, const D: usize>(x: Tensor<B, D>, r: Tensor<B, D>, norm: &burn::nn::LayerNorm<B>, eps: f64) -> Tensor<B, D> {
+pub fn add_layer_norm<B: FusedOps, const D: usize>(
+    x: Tensor<B, D>,
+    r: Tensor<B, D>,
+    norm: &burn::nn::LayerNorm<B>,
+    eps: f64,
+) -> Tensor<B, D> {
     if !fused_enabled() {
         return norm.forward(x + r);
     }
@@ -217,36 +244,67 @@ pub fn add_layer_norm<B: FusedOps, const D: usize>(x: Tensor<B, D>, r: Tensor<B,
     };
     let spec = LayerNormSpec { width, eps: eps as f32 };
     let flat = |t: Tensor<B, D>| t.reshape([rows, width]).into_primitive().tensor();
-    let y = B::fused_add_layer_norm(flat(x), flat(r), norm.gamma.val().into_primitive().tensor(), beta.into_primitive().tensor(), &spec);
+    let y = B::fused_add_layer_norm(
+        flat(x),
+        flat(r),
+        norm.gamma.val().into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+        &spec,
+    );
     Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y)).reshape(dims)
 }
 
 /// The tied decoder's loss per masked row and each row's arg-max token; see
 /// [`FusedOps::fused_decoder_nll`].
-pub fn decoder_nll<B: FusedOps>(y: Tensor<B, 2>, emb: Tensor<B, 2>, bias: Tensor<B, 1>, targets: &std::sync::Arc<Vec<u32>>) -> (Tensor<B, 1>, Vec<u32>) {
+pub fn decoder_nll<B: FusedOps>(
+    y: Tensor<B, 2>,
+    emb: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    targets: &std::sync::Arc<Vec<u32>>,
+) -> (Tensor<B, 1>, Vec<u32>) {
     let [rows, hidden] = y.dims();
     let spec = DecoderSpec { shape: DecoderShape { rows, hidden, vocab: emb.dims()[0] }, targets: targets.clone() };
     if !fused_enabled() {
-        let logits = y.clone().matmul(emb.clone().transpose()) + bias.clone().unsqueeze_dim(0);
-        let argmax = logits.argmax(1).into_data().convert::<i64>().to_vec::<i64>().unwrap_or_default();
-        return (reference::decoder_nll(y, emb, bias, &spec), argmax.into_iter().map(|a| a as u32).collect());
+        return reference::decoder_nll_with_argmax(y, emb, bias, &spec);
     }
-    let (nll, argmax) = B::fused_decoder_nll(y.into_primitive().tensor(), emb.into_primitive().tensor(), bias.into_primitive().tensor(), &spec);
+    let (nll, argmax) = B::fused_decoder_nll(
+        y.into_primitive().tensor(),
+        emb.into_primitive().tensor(),
+        bias.into_primitive().tensor(),
+        &spec,
+    );
     (Tensor::from_primitive(TensorPrimitive::Float(nll)), argmax)
 }
 
 /// Self-attention with the padding mask and, when `B` is training and `dropout > 0`, dropout
 /// on the attention probabilities (its key drawn from the backend's random generator, so
 /// seeded runs repeat). `q`, `k`, `v`: `[batch, len, heads · head_dim]`.
-pub fn attention<B: FusedOps>(q: Tensor<B, 3>, k: Tensor<B, 3>, v: Tensor<B, 3>, heads: usize, valid: &std::sync::Arc<Vec<bool>>, dropout: f64) -> Tensor<B, 3> {
+pub fn attention<B: FusedOps>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
+    heads: usize,
+    valid: &std::sync::Arc<Vec<bool>>,
+    dropout: f64,
+) -> Tensor<B, 3> {
     let [batch, len, width] = q.dims();
     let device = q.device();
-    let dropout = (dropout > 0.0 && B::ad_enabled(&device)).then(|| DropoutKey { p: dropout as f32, key: draw_key::<B>(&device) });
-    let spec = AttentionSpec { shape: AttentionShape { batch, len, heads, head_dim: width / heads }, valid: valid.clone(), dropout };
+    let dropout = (dropout > 0.0 && B::ad_enabled(&device))
+        .then(|| DropoutKey { p: dropout as f32, key: draw_key::<B>(&device) });
+    let spec = AttentionSpec {
+        shape: AttentionShape { batch, len, heads, head_dim: width / heads },
+        valid: valid.clone(),
+        dropout,
+    };
     if !fused_enabled() {
         return reference::attention(q, k, v, &spec);
     }
-    let out = B::fused_attention(q.into_primitive().tensor(), k.into_primitive().tensor(), v.into_primitive().tensor(), &spec);
+    let out = B::fused_attention(
+        q.into_primitive().tensor(),
+        k.into_primitive().tensor(),
+        v.into_primitive().tensor(),
+        &spec,
+    );
     Tensor::from_primitive(TensorPrimitive::Float(out))
 }
 

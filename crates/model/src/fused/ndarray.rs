@@ -43,7 +43,10 @@ impl FusedOps for Cpu {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let s = spec.shape;
         let stats = attention_forward(s, &host(&q), &host(&k), &host(&v), &spec.valid, spec.dropout);
-        (from_vec(stats.out, vec![s.batch, s.len, s.heads * s.head_dim]), from_vec(stats.lse, vec![s.batch, s.heads, s.len]))
+        (
+            from_vec(stats.out, vec![s.batch, s.len, s.heads * s.head_dim]),
+            from_vec(stats.lse, vec![s.batch, s.heads, s.len]),
+        )
     }
 
     fn attention_backward(
@@ -83,7 +86,11 @@ impl FusedOps for Cpu {
     ) -> [FloatTensor<Self>; 3] {
         let s = spec.shape;
         let g = decoder_nll_backward(s, &host(&y), &host(&emb), &host(&bias), &spec.targets, &host(&lse), &host(&grad));
-        [from_vec(g.y, vec![s.rows, s.hidden]), from_vec(g.emb, vec![s.vocab, s.hidden]), from_vec(g.bias, vec![s.vocab])]
+        [
+            from_vec(g.y, vec![s.rows, s.hidden]),
+            from_vec(g.emb, vec![s.vocab, s.hidden]),
+            from_vec(g.bias, vec![s.vocab]),
+        ]
     }
 
     fn add_layer_norm_forward(
@@ -107,17 +114,39 @@ impl FusedOps for Cpu {
         grad: FloatTensor<Self>,
         spec: &LayerNormSpec,
     ) -> [FloatTensor<Self>; 3] {
-        let g = add_layer_norm_backward(spec.width, &host(&x), &host(&r), &host(&gamma), &host(&mean), &host(&rstd), &host(&grad));
+        let g = add_layer_norm_backward(
+            spec.width,
+            &host(&x),
+            &host(&r),
+            &host(&gamma),
+            &host(&mean),
+            &host(&rstd),
+            &host(&grad),
+        );
         let rows = g.z.len() / spec.width;
         [from_vec(g.z, vec![rows, spec.width]), from_vec(g.gamma, vec![spec.width]), from_vec(g.beta, vec![spec.width])]
     }
 
-    fn fused_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, b: FloatTensor<Self>, shape: LinearShape) -> FloatTensor<Self> {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        shape: LinearShape,
+    ) -> FloatTensor<Self> {
         from_vec(linear_forward(shape, &host(&x), &host(&w), &host(&b)), vec![shape.rows, shape.outputs])
     }
 
-    fn linear_backward(x: FloatTensor<Self>, w: FloatTensor<Self>, grad: FloatTensor<Self>, shape: LinearShape) -> [FloatTensor<Self>; 3] {
+    fn linear_backward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        shape: LinearShape,
+    ) -> [FloatTensor<Self>; 3] {
         let g = linear_backward(shape, &host(&x), &host(&w), &host(&grad));
-        [from_vec(g.x, vec![shape.rows, shape.inputs]), from_vec(g.w, vec![shape.inputs, shape.outputs]), from_vec(g.b, vec![shape.outputs])]
+        [
+            from_vec(g.x, vec![shape.rows, shape.inputs]),
+            from_vec(g.w, vec![shape.inputs, shape.outputs]),
+            from_vec(g.b, vec![shape.outputs]),
+        ]
     }
 }

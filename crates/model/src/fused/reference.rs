@@ -56,11 +56,19 @@ fn masks<B: Backend>(spec: &AttentionSpec, device: &B::Device) -> Masks<B> {
 /// rows get probability 0 from the backward's `exp(s − lse)`).
 fn scores<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, m: &Masks<B>, spec: &AttentionSpec) -> Tensor<B, 4> {
     let scale = 1.0 / (spec.shape.head_dim as f64).sqrt();
-    q.matmul(k.transpose()).mul_scalar(scale).mask_fill(m.pad_keys.clone(), -1.0e30).mask_fill(m.pad_rows.clone(), -1.0e30)
+    q.matmul(k.transpose())
+        .mul_scalar(scale)
+        .mask_fill(m.pad_keys.clone(), -1.0e30)
+        .mask_fill(m.pad_rows.clone(), -1.0e30)
 }
 
 /// Probabilities `[b, h, len, len]` and log-sum-exp `[b, h, len]` of the scaled, masked scores.
-fn probabilities<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, m: &Masks<B>, spec: &AttentionSpec) -> (Tensor<B, 4>, Tensor<B, 3>) {
+fn probabilities<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    m: &Masks<B>,
+    spec: &AttentionSpec,
+) -> (Tensor<B, 4>, Tensor<B, 3>) {
     let scores = scores(q, k, m, spec);
     let max = scores.clone().max_dim(3);
     let e = (scores - max.clone()).exp();
@@ -71,23 +79,17 @@ fn probabilities<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, m: &Masks<B>, spe
 
 /// The attention as a differentiable composition (autodiff through it is the unfused backward).
 pub fn attention<B: Backend>(q: Tensor<B, 3>, k: Tensor<B, 3>, v: Tensor<B, 3>, spec: &AttentionSpec) -> Tensor<B, 3> {
-    let m = masks::<B>(spec, &q.device());
-    let h = spec.shape.heads;
-    let (p, _) = probabilities(split_heads(q, h), split_heads(k, h), &m, spec);
-    let p = match &m.dropout {
-        Some(d) => p * d.clone(),
-        None => p,
-    };
-    merge_heads(p.matmul(split_heads(v, h))) * m.real_rows
+    attention_parts(q, k, v, spec).0
 }
 
-pub(super) fn attention_forward<B: Backend>(
-    q: FloatTensor<B>,
-    k: FloatTensor<B>,
-    v: FloatTensor<B>,
+/// The context `[b, len, heads · d]` and each query row's log-sum-exp `[b, heads, len]` (0 on
+/// padding rows).
+fn attention_parts<B: Backend>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
     spec: &AttentionSpec,
-) -> (FloatTensor<B>, FloatTensor<B>) {
-    let (q, k, v) = (wrap::<B, 3>(q), wrap::<B, 3>(k), wrap::<B, 3>(v));
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
     let m = masks::<B>(spec, &q.device());
     let h = spec.shape.heads;
     let (p, lse) = probabilities(split_heads(q, h), split_heads(k, h), &m, spec);
@@ -97,7 +99,17 @@ pub(super) fn attention_forward<B: Backend>(
     };
     let out = merge_heads(p.matmul(split_heads(v, h))) * m.real_rows.clone();
     let real_heads = m.real_rows.squeeze_dim::<2>(2).unsqueeze_dim::<3>(1);
-    (unwrap(out), unwrap(lse * real_heads))
+    (out, lse * real_heads)
+}
+
+pub(super) fn attention_forward<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    spec: &AttentionSpec,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (out, lse) = attention_parts(wrap::<B, 3>(q), wrap::<B, 3>(k), wrap::<B, 3>(v), spec);
+    (unwrap(out), unwrap(lse))
 }
 
 pub(super) fn attention_backward<B: Backend>(
@@ -114,7 +126,10 @@ pub(super) fn attention_backward<B: Backend>(
     let (q, k, v) = (split_heads(wrap::<B, 3>(q), h), split_heads(wrap::<B, 3>(k), h), split_heads(wrap::<B, 3>(v), h));
     let m = masks::<B>(spec, &q.device());
     let grad = wrap::<B, 3>(grad) * m.real_rows.clone();
-    let delta = (grad.clone() * wrap::<B, 3>(out)).reshape([spec.shape.batch, spec.shape.len, h, spec.shape.head_dim]).sum_dim(3).swap_dims(1, 2); // [b, h, len, 1]
+    let delta = (grad.clone() * wrap::<B, 3>(out))
+        .reshape([spec.shape.batch, spec.shape.len, h, spec.shape.head_dim])
+        .sum_dim(3)
+        .swap_dims(1, 2); // [b, h, len, 1]
     let d_out = split_heads(grad, h);
     let p = (scores(q.clone(), k.clone(), &m, spec) - wrap::<B, 3>(lse).unsqueeze_dim::<4>(3)).exp();
     let (pd, dp) = match &m.dropout {
@@ -134,12 +149,39 @@ fn targets<B: Backend>(spec: &DecoderSpec, device: &B::Device) -> Tensor<B, 1, I
     Tensor::from_data(TensorData::new(t, [spec.shape.rows]), device)
 }
 
+/// The tied decoder's logits `[rows, vocab]`.
+fn logits<B: Backend>(y: Tensor<B, 2>, emb: Tensor<B, 2>, bias: Tensor<B, 1>) -> Tensor<B, 2> {
+    y.matmul(emb.transpose()) + bias.unsqueeze_dim(0)
+}
+
+/// Each row's highest-scoring token.
+fn argmax_rows<B: Backend>(logits: Tensor<B, 2>) -> Vec<u32> {
+    let argmax = logits.argmax(1).into_data().convert::<i64>().to_vec::<i64>().unwrap_or_default();
+    argmax.into_iter().map(|a| a as u32).collect()
+}
+
 /// The tied decoder's NLL per row as a differentiable composition (logits, log-softmax, gather).
-pub fn decoder_nll<B: Backend>(y: Tensor<B, 2>, emb: Tensor<B, 2>, bias: Tensor<B, 1>, spec: &DecoderSpec) -> Tensor<B, 1> {
+pub fn decoder_nll<B: Backend>(
+    y: Tensor<B, 2>,
+    emb: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    spec: &DecoderSpec,
+) -> Tensor<B, 1> {
+    decoder_nll_with_argmax(y, emb, bias, spec).0
+}
+
+/// [`decoder_nll`] and each row's arg-max token, from one computation of the logits.
+pub fn decoder_nll_with_argmax<B: Backend>(
+    y: Tensor<B, 2>,
+    emb: Tensor<B, 2>,
+    bias: Tensor<B, 1>,
+    spec: &DecoderSpec,
+) -> (Tensor<B, 1>, Vec<u32>) {
     let t = targets::<B>(spec, &y.device());
-    let logits = y.matmul(emb.transpose()) + bias.unsqueeze_dim(0);
+    let logits = logits(y, emb, bias);
+    let argmax = argmax_rows(logits.clone());
     let logp = burn::tensor::activation::log_softmax(logits, 1);
-    logp.gather(1, t.unsqueeze_dim(1)).neg().squeeze_dim::<1>(1)
+    (logp.gather(1, t.unsqueeze_dim(1)).neg().squeeze_dim::<1>(1), argmax)
 }
 
 pub(super) fn decoder_nll_forward<B: Backend>(
@@ -148,14 +190,13 @@ pub(super) fn decoder_nll_forward<B: Backend>(
     bias: FloatTensor<B>,
     spec: &DecoderSpec,
 ) -> (FloatTensor<B>, FloatTensor<B>, Vec<u32>) {
-    let (y, emb, bias) = (wrap::<B, 2>(y), wrap::<B, 2>(emb), wrap::<B, 1>(bias));
+    let y = wrap::<B, 2>(y);
     let t = targets::<B>(spec, &y.device());
-    let logits = y.matmul(emb.transpose()) + bias.unsqueeze_dim(0);
+    let logits = logits(y, wrap::<B, 2>(emb), wrap::<B, 1>(bias));
     let max = logits.clone().max_dim(1);
     let lse = max.clone() + (logits.clone() - max).exp().sum_dim(1).log();
     let nll = (lse.clone() - logits.clone().gather(1, t.unsqueeze_dim(1))).squeeze_dim::<1>(1);
-    let argmax = logits.argmax(1).into_data().convert::<i64>().to_vec::<i64>().unwrap_or_default();
-    (unwrap(nll), unwrap(lse.squeeze_dim::<1>(1)), argmax.into_iter().map(|a| a as u32).collect())
+    (unwrap(nll), unwrap(lse.squeeze_dim::<1>(1)), argmax_rows(logits))
 }
 
 pub(super) fn decoder_nll_backward<B: Backend>(
@@ -168,7 +209,7 @@ pub(super) fn decoder_nll_backward<B: Backend>(
 ) -> [FloatTensor<B>; 3] {
     let (y, emb, bias) = (wrap::<B, 2>(y), wrap::<B, 2>(emb), wrap::<B, 1>(bias));
     let onehot = targets::<B>(spec, &y.device()).one_hot::<2>(spec.shape.vocab).float();
-    let logits = y.clone().matmul(emb.clone().transpose()) + bias.unsqueeze_dim(0);
+    let logits = logits(y.clone(), emb.clone(), bias);
     let g = wrap::<B, 1>(grad).unsqueeze_dim::<2>(1);
     let dl = ((logits - wrap::<B, 1>(lse).unsqueeze_dim::<2>(1)).exp() - onehot) * g;
     let dy = dl.clone().matmul(emb);
@@ -177,12 +218,30 @@ pub(super) fn decoder_nll_backward<B: Backend>(
 }
 
 /// LayerNorm of `x + r` as a differentiable composition (`[rows, width]`).
-pub fn add_layer_norm<B: Backend>(x: Tensor<B, 2>, r: Tensor<B, 2>, gamma: Tensor<B, 1>, beta: Tensor<B, 1>, spec: &LayerNormSpec) -> Tensor<B, 2> {
+pub fn add_layer_norm<B: Backend>(
+    x: Tensor<B, 2>,
+    r: Tensor<B, 2>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    spec: &LayerNormSpec,
+) -> Tensor<B, 2> {
+    layer_norm_parts(x, r, gamma, beta, spec).0
+}
+
+/// The output and each row's mean and reciprocal standard deviation `[rows, 1]`.
+fn layer_norm_parts<B: Backend>(
+    x: Tensor<B, 2>,
+    r: Tensor<B, 2>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    spec: &LayerNormSpec,
+) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
     let z = x + r;
     let mean = z.clone().mean_dim(1);
-    let centered = z - mean;
-    let var = centered.clone().powi_scalar(2).mean_dim(1);
-    centered / (var + f64::from(spec.eps)).sqrt() * gamma.unsqueeze_dim(0) + beta.unsqueeze_dim(0)
+    let centered = z - mean.clone();
+    let rstd = (centered.clone().powi_scalar(2).mean_dim(1) + f64::from(spec.eps)).sqrt().recip();
+    let y = centered * rstd.clone() * gamma.unsqueeze_dim(0) + beta.unsqueeze_dim(0);
+    (y, mean, rstd)
 }
 
 pub(super) fn add_layer_norm_forward<B: Backend>(
@@ -192,11 +251,8 @@ pub(super) fn add_layer_norm_forward<B: Backend>(
     beta: FloatTensor<B>,
     spec: &LayerNormSpec,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    let z = wrap::<B, 2>(x) + wrap::<B, 2>(r);
-    let mean = z.clone().mean_dim(1);
-    let centered = z - mean.clone();
-    let rstd = (centered.clone().powi_scalar(2).mean_dim(1) + f64::from(spec.eps)).sqrt().recip();
-    let y = centered * rstd.clone() * wrap::<B, 1>(gamma).unsqueeze_dim(0) + wrap::<B, 1>(beta).unsqueeze_dim(0);
+    let (y, mean, rstd) =
+        layer_norm_parts(wrap::<B, 2>(x), wrap::<B, 2>(r), wrap::<B, 1>(gamma), wrap::<B, 1>(beta), spec);
     (unwrap(y), unwrap(mean.squeeze_dim::<1>(1)), unwrap(rstd.squeeze_dim::<1>(1)))
 }
 
@@ -226,7 +282,11 @@ pub(super) fn linear_forward<B: Backend>(x: FloatTensor<B>, w: FloatTensor<B>, b
     unwrap(wrap::<B, 2>(x).matmul(wrap::<B, 2>(w)) + wrap::<B, 1>(b).unsqueeze_dim(0))
 }
 
-pub(super) fn linear_backward<B: Backend>(x: FloatTensor<B>, w: FloatTensor<B>, grad: FloatTensor<B>) -> [FloatTensor<B>; 3] {
+pub(super) fn linear_backward<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 3] {
     let dy = wrap::<B, 2>(grad);
     let dx = dy.clone().matmul(wrap::<B, 2>(w).transpose());
     let dw = wrap::<B, 2>(x).transpose().matmul(dy.clone());

@@ -122,7 +122,9 @@ fn fused_decoder_loss_matches_log_softmax_and_gather() {
         (a - b).powf_scalar(2.0).sum().sqrt().into_scalar() / n
     };
     let d2 = |t: Tensor<CpuBackend, 1>| t.unsqueeze_dim::<2>(0);
-    for (name, e) in [("nll", rel(d2(f.0), d2(c.0))), ("dy", rel(f.1, c.1)), ("dE", rel(f.2, c.2)), ("dbias", rel(d2(f.3), d2(c.3)))] {
+    for (name, e) in
+        [("nll", rel(d2(f.0), d2(c.0))), ("dy", rel(f.1, c.1)), ("dE", rel(f.2, c.2)), ("dbias", rel(d2(f.3), d2(c.3)))]
+    {
         assert!(e < 1e-4, "{name}: relative error {e}");
     }
 }
@@ -130,8 +132,14 @@ fn fused_decoder_loss_matches_log_softmax_and_gather() {
 #[test]
 fn composed_decoder_backward_matches_the_fused_kernel() {
     let (rows, hidden, vocab) = (5, 8, 1_500);
-    let spec = DecoderSpec { shape: DecoderShape { rows, hidden, vocab }, targets: Arc::new(vec![0, 1_024, 1_499, 3, 700]) };
-    let (y, e, b, g) = (normal([rows, hidden], 1.0, 13), normal([vocab, hidden], 1.0, 14), normal([vocab], 1.0, 15), normal([rows], 1.0, 16));
+    let spec =
+        DecoderSpec { shape: DecoderShape { rows, hidden, vocab }, targets: Arc::new(vec![0, 1_024, 1_499, 3, 700]) };
+    let (y, e, b, g) = (
+        normal([rows, hidden], 1.0, 13),
+        normal([vocab, hidden], 1.0, 14),
+        normal([vocab], 1.0, 15),
+        normal([rows], 1.0, 16),
+    );
     let p2 = |t: &Tensor<CpuBackend, 2>| t.clone().into_primitive().tensor();
     let p1 = |t: &Tensor<CpuBackend, 1>| t.clone().into_primitive().tensor();
     let (_, lse, argmax) = reference::decoder_nll_forward::<CpuBackend>(p2(&y), p2(&e), p1(&b), &spec);
@@ -140,7 +148,10 @@ fn composed_decoder_backward_matches_the_fused_kernel() {
     let fused = CpuBackend::decoder_nll_backward(p2(&y), p2(&e), p1(&b), flse, p1(&g), &spec);
     assert_eq!(argmax, fargmax);
     for (a, b) in composed.into_iter().zip(fused) {
-        let (a, b) = (Tensor::<CpuBackend, 1>::from_primitive(TensorPrimitive::Float(a)), Tensor::<CpuBackend, 1>::from_primitive(TensorPrimitive::Float(b)));
+        let (a, b) = (
+            Tensor::<CpuBackend, 1>::from_primitive(TensorPrimitive::Float(a)),
+            Tensor::<CpuBackend, 1>::from_primitive(TensorPrimitive::Float(b)),
+        );
         let err = (a - b.clone()).abs().max().into_scalar() / b.abs().max().into_scalar().max(1e-12);
         assert!(err < 1e-4, "relative error {err}");
     }
@@ -161,13 +172,25 @@ fn fused_layer_norm_matches_the_composition() {
         let y = if fused {
             let p2 = |t: &Tensor<CpuTraining, 2>| t.clone().into_primitive().tensor();
             let p1 = |t: &Tensor<CpuTraining, 1>| t.clone().into_primitive().tensor();
-            Tensor::<CpuTraining, 2>::from_primitive(TensorPrimitive::Float(CpuTraining::fused_add_layer_norm(p2(&x), p2(&r), p1(&g), p1(&b), &spec)))
+            Tensor::<CpuTraining, 2>::from_primitive(TensorPrimitive::Float(CpuTraining::fused_add_layer_norm(
+                p2(&x),
+                p2(&r),
+                p1(&g),
+                p1(&b),
+                &spec,
+            )))
         } else {
             reference::add_layer_norm(x.clone(), r.clone(), g.clone(), b.clone(), &spec)
         };
         let grads = (y.clone() * Tensor::from_inner(w.clone())).sum().backward();
         let d1 = |t: Tensor<CpuBackend, 1>| t.unsqueeze_dim::<2>(0);
-        [y.inner(), x.grad(&grads).unwrap(), r.grad(&grads).unwrap(), d1(g.grad(&grads).unwrap()), d1(b.grad(&grads).unwrap())]
+        [
+            y.inner(),
+            x.grad(&grads).unwrap(),
+            r.grad(&grads).unwrap(),
+            d1(g.grad(&grads).unwrap()),
+            d1(b.grad(&grads).unwrap()),
+        ]
     };
     let (f, c) = (run(true), run(false));
     for (name, (a, b)) in ["y", "dx", "dr", "dgamma", "dbeta"].iter().zip(f.into_iter().zip(c)) {

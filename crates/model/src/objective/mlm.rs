@@ -25,7 +25,8 @@ impl<B: crate::fused::FusedOps> Objective<B> for Mlm {
         let flat = states.reshape([rows * len, hidden]);
         let picked = flat.select(0, t.masked_index.clone());
         let transformed = model.mlm_transform(picked);
-        let (nll, argmax) = decoder_nll(transformed, model.tokens.weight.val(), model.mlm_bias.val(), &t.masked_targets);
+        let (nll, argmax) =
+            decoder_nll(transformed, model.tokens.weight.val(), model.mlm_bias.val(), &t.masked_targets);
         let correct = argmax.iter().zip(t.masked_targets.iter()).filter(|(a, b)| a == b).count() as i64;
         let correct = Tensor::from_data(TensorData::new(vec![correct], [1]), &nll.device());
         LossOutput { loss: nll.mean(), correct: Some(correct) }

@@ -34,7 +34,9 @@ fn naive(
             for &i in &keys {
                 let sc: Vec<f64> = keys
                     .iter()
-                    .map(|&j| scale * (0..d).map(|c| f64::from(q[at(b, i, h, c)]) * f64::from(k[at(b, j, h, c)])).sum::<f64>())
+                    .map(|&j| {
+                        scale * (0..d).map(|c| f64::from(q[at(b, i, h, c)]) * f64::from(k[at(b, j, h, c)])).sum::<f64>()
+                    })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
@@ -44,10 +46,13 @@ fn naive(
                     .map(|&j| drop.map_or(1.0, |dk| f64::from(dk.factor(s.dropout_row(b, h, i), j as u32))))
                     .collect();
                 for c in 0..d {
-                    out[at(b, i, h, c)] = keys.iter().enumerate().map(|(t, &j)| p[t] * f[t] * f64::from(v[at(b, j, h, c)])).sum();
+                    out[at(b, i, h, c)] =
+                        keys.iter().enumerate().map(|(t, &j)| p[t] * f[t] * f64::from(v[at(b, j, h, c)])).sum();
                 }
-                let dpd: Vec<f64> =
-                    keys.iter().map(|&j| (0..d).map(|c| f64::from(dout[at(b, i, h, c)]) * f64::from(v[at(b, j, h, c)])).sum()).collect();
+                let dpd: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| (0..d).map(|c| f64::from(dout[at(b, i, h, c)]) * f64::from(v[at(b, j, h, c)])).sum())
+                    .collect();
                 let dp: Vec<f64> = dpd.iter().zip(&f).map(|(a, b)| a * b).collect();
                 let delta: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
                 for (t, &j) in keys.iter().enumerate() {
@@ -69,7 +74,10 @@ fn assert_close(got: &[f32], want: &[f64], what: &str) {
     let err = got.iter().zip(want).map(|(g, w)| (f64::from(*g) - w).powi(2)).sum::<f64>().sqrt();
     assert!(err / norm < 1e-5, "{what}: relative error {}", err / norm);
     for (g, w) in got.iter().zip(want) {
-        assert!((f64::from(*g) - w).abs() <= 1e-4 * w.abs().max(norm / (want.len() as f64).sqrt()), "{what}: {g} vs {w}");
+        assert!(
+            (f64::from(*g) - w).abs() <= 1e-4 * w.abs().max(norm / (want.len() as f64).sqrt()),
+            "{what}: {g} vs {w}"
+        );
     }
 }
 

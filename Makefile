@@ -23,6 +23,8 @@ pyenv:
 
 test: deps data pyenv
 	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --features corrflow/failpoints --lib --bins --tests
+	# The Python package (python/): built into the test venv, tested against the CLI just built.
+	$$(scripts/python-package.sh) -m pytest -q python/tests
 	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
 	$(CARGO) build --release --features cuda --bins
 

@@ -154,6 +154,7 @@ fn ingest_dataset(
         zstd_level: config.ingest.zstd_level,
         restart: false,
         show_progress,
+        cancel: Default::default(),
     })
 }
 
@@ -230,5 +231,6 @@ fn embed_onnx(model: &Path, input: &Path, out: &Path) -> Result<crate::embed::Em
         token_budget: 16384,
         runtime: Default::default(),
         progress: false,
+        genes: false,
     })
 }

@@ -6,11 +6,12 @@
 //! `corrflow-mask` (Algorithm 2, the masking operator) → `corrflow-model` (the encoder in burn,
 //! checkpoints, ONNX export) → `corrflow-train` (the trainer) ; `corrflow-serve` (ONNX Runtime,
 //! the HTTP server) beside them. It re-exports each stage under its pipeline name and adds what
-//! spans several of them: [`embed`] (any encoder backend), the TOML [`config`] and the [`demo`].
+//! spans several of them: [`embed`] (any encoder backend), the TOML [`config`], in-silico [`perturb`]ation and the [`demo`].
 
 pub mod config;
 pub mod demo;
 pub mod embed;
+pub mod perturb;
 
 pub use corrflow_algorithms as algorithms;
 pub use corrflow_graph as graph;

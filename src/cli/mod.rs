@@ -65,17 +65,97 @@ pub(crate) enum Command {
     /// Pre-train the encoder (sections [model], [train] and [mask] of the config); resumes from
     /// the latest checkpoint in --out.
     Train(TrainArgs),
+    /// In-silico perturbation: delete or overexpress genes in every cell and measure how far the
+    /// cell embeddings move, against random gene sets of matched expression.
+    Perturb(PerturbArgs),
+    /// Import published models as corrflow checkpoints.
+    #[command(subcommand)]
+    Import(ImportCommand),
+}
+
+/// Which model encodes the cells (`embed`, `perturb`).
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
+pub(crate) struct ModelSourceArgs {
+    /// Checkpoint directory, or a run directory (its latest checkpoint), run by burn.
+    #[arg(long, value_name = "CKPT")]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// A model written by `export onnx` (its FILE.vocab/ beside it), run by ONNX Runtime.
+    #[arg(long, value_name = "FILE.onnx")]
+    pub(crate) model: Option<PathBuf>,
+}
+
+impl ModelSourceArgs {
+    pub(crate) fn source(self) -> corrflow::embed::ModelSource {
+        match (self.checkpoint, self.model) {
+            (Some(c), _) => corrflow::embed::ModelSource::Checkpoint(c),
+            (None, Some(m)) => corrflow::embed::ModelSource::Onnx(m),
+            (None, None) => unreachable!("clap requires --checkpoint or --model"),
+        }
+    }
 }
 
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["delete", "overexpress"])))]
+pub(crate) struct PerturbArgs {
+    #[command(flatten)]
+    pub(crate) source: ModelSourceArgs,
+    #[arg(long, value_name = "FILE")]
+    pub(crate) input: PathBuf,
+    /// Per-cell output (Parquet): cell_id, genes_present, cosine, shift.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    /// Genes to delete (Ensembl ids or symbols), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "G1,G2")]
+    pub(crate) delete: Vec<String>,
+    /// Genes to overexpress (moved to the front of each cell).
+    #[arg(long, value_delimiter = ',', value_name = "G1,G2")]
+    pub(crate) overexpress: Vec<String>,
+    /// A dependency graph: perturb each gene together with its graph partners.
+    #[arg(long, value_name = "GRAPH")]
+    pub(crate) module: Option<PathBuf>,
+    /// Only cells whose obs column has this value (COL=VALUE).
+    #[arg(long, value_name = "COL=VALUE")]
+    pub(crate) cells_where: Option<String>,
+    /// Random gene sets of matched expression for the permutation test.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) random_sets: usize,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    #[command(flatten)]
+    pub(crate) read: ReadArgs,
+    #[command(flatten)]
+    pub(crate) batching: BatchArgs,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ImportCommand {
+    /// A Hugging Face BERT directory (config.json + model.safetensors: BertForMaskedLM,
+    /// BertForSequenceClassification's encoder, BertModel), as Geneformer's models ship, into a
+    /// run directory usable by `export onnx`, `embed` and `train`.
+    Hf {
+        /// The model directory.
+        #[arg(long, value_name = "DIR")]
+        model: PathBuf,
+        /// Its vocabulary: a built-in name (geneformer-v1), a directory of TSV tables, or a
+        /// directory of Geneformer's pickled dictionaries (token_dictionary*.pkl, ...).
+        #[arg(long, default_value = corrflow::vocab::BUILTIN)]
+        vocab: String,
+        /// v2: the vocabulary gains <cls> and <eos> (Geneformer V2's layout), as with ingest.
+        #[arg(long, value_parser = serde_enum::<corrflow::config::ModelVersion>, value_name = "v1|v2", default_value = "v1")]
+        version: corrflow::config::ModelVersion,
+        /// The new run directory (its vocab/ and checkpoints/step-00000000/).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args)]
 pub(crate) struct EmbedArgs {
-    /// Checkpoint directory, or a run directory (its latest checkpoint).
-    #[arg(long, value_name = "CKPT")]
-    pub(crate) checkpoint: Option<PathBuf>,
-    /// A model written by `export onnx` (its FILE.vocab/ beside it).
-    #[arg(long, value_name = "FILE.onnx")]
-    pub(crate) model: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) source: ModelSourceArgs,
     #[arg(long, value_name = "FILE")]
     pub(crate) input: PathBuf,
     /// Parquet: cell_id, embedding, the --obs-columns.
@@ -95,6 +175,10 @@ pub(crate) struct EmbedArgs {
     /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub(crate) layer: i64,
+    /// Gene embeddings instead: each gene's token state averaged over the cells it is expressed
+    /// in (Geneformer's gene mode): Parquet with gene_id, symbol, token_id, n_cells, embedding.
+    #[arg(long, conflicts_with_all = ["h5ad_out", "obs_columns"])]
+    pub(crate) genes: bool,
     #[command(flatten)]
     pub(crate) batching: BatchArgs,
     #[command(flatten)]
@@ -256,6 +340,31 @@ pub(crate) enum EvalCommand {
         /// Classes to leave out, comma-separated (e.g. Mouse,Unknown).
         #[arg(long, value_delimiter = ',')]
         exclude: Vec<String>,
+    },
+    /// Binary gene classification on gene embeddings (`embed --genes`), stratified k-fold AUROC
+    /// of a logistic regression and a cosine k-NN vote (Geneformer's dosage-sensitivity task).
+    Genes {
+        #[arg(long, value_name = "FILE")]
+        embeddings: PathBuf,
+        /// CSV with a header: a gene id column and a column each marking positives and negatives.
+        #[arg(long, value_name = "FILE.csv")]
+        labels: PathBuf,
+        #[arg(long, default_value = "ensembl_id")]
+        id_column: String,
+        #[arg(long, default_value = "dosage_sensitive")]
+        positive: String,
+        #[arg(long, default_value = "dosage_insensitive")]
+        negative: String,
+        #[arg(long, default_value_t = 5)]
+        folds: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// L2 penalty of the logistic regression.
+        #[arg(long, default_value_t = 1.0)]
+        alpha: f64,
+        /// Neighbours of the k-NN vote.
+        #[arg(long, default_value_t = 10)]
+        neighbours: usize,
     },
 }
 

@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use corrflow::config::{Config, ModelVersion};
 use corrflow::ingest::{build_vocabulary, VocabBuildOptions};
 use corrflow::ingest::{run_ingest, IngestRequest};
-use corrflow::tokenize::TokenizeOptions;
+use corrflow::tokenize::{versioned_layout, TokenizeOptions};
 use corrflow::vocab::Vocabulary;
 use corrflow_algorithms::SequenceLayout;
 
@@ -16,20 +16,8 @@ use crate::cli::{IngestArgs, VocabCommand};
 pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
     let progress = !json;
     let version = a.version.unwrap_or(cfg.ingest.version);
-    let mut vocab = Vocabulary::resolve(&a.vocab)?;
-    let mut layout = match version {
-        ModelVersion::V1 => SequenceLayout::v1(),
-        ModelVersion::V2 => {
-            vocab = vocab.with_v2_specials();
-            SequenceLayout::v2(
-                vocab.cls.context("v2 vocabulary has <cls>")?,
-                vocab.eos.context("v2 vocabulary has <eos>")?,
-            )
-        }
-    };
-    if let Some(m) = cfg.ingest.max_genes {
-        layout.max_genes = m;
-    }
+    let (vocab, layout) =
+        versioned_layout(Vocabulary::resolve(&a.vocab)?, version == ModelVersion::V2, cfg.ingest.max_genes)?;
     let req = IngestRequest {
         corpus: a.out.clone(),
         atlas: a.atlas.clone(),
@@ -45,6 +33,7 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
         zstd_level: cfg.ingest.zstd_level,
         restart: a.restart,
         show_progress: progress,
+        cancel: Default::default(),
     };
     let s = run_ingest(&req)?;
     let mut human = format!(

@@ -13,7 +13,7 @@ use anyhow::Result;
 use corrflow::config::Config;
 use serde::Serialize;
 
-use crate::cli::{Cli, Command, ExportCommand};
+use crate::cli::{Cli, Command, ExportCommand, ImportCommand};
 
 /// Prints a command's human summary and, with `--json`, its JSON summary as the last line.
 fn print_summary<T: Serialize>(json: bool, human: &str, summary: &T) -> Result<()> {
@@ -44,6 +44,10 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Eval(c) => train::eval(c, json),
         Command::Embed(a) => serve::embed(&cfg, a, json),
         Command::Serve(a) => serve::serve(a, json),
+        Command::Perturb(a) => serve::perturb(&cfg, a, json),
+        Command::Import(ImportCommand::Hf { model, vocab, version, out }) => {
+            serve::import_hf(&model, &vocab, version, &out, json)
+        }
         Command::Synth(c) => {
             let (human, summary) = synth::execute(&c, &cfg.synth, !json)?;
             print_summary(json, &human, &summary)

@@ -6,17 +6,12 @@ use anyhow::Result;
 use corrflow::config::Config;
 
 use super::print_summary;
-use crate::cli::{EmbedArgs, ServeArgs};
+use crate::cli::{EmbedArgs, PerturbArgs, ServeArgs};
 
 pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     let progress = !json;
-    let EmbedArgs { checkpoint, model, input, out, h5ad_out, read, obs_columns, pooling, layer, batching, runtime } =
-        args;
-    let model = match (checkpoint, model) {
-        (Some(c), None) => corrflow::embed::ModelSource::Checkpoint(c),
-        (None, Some(m)) => corrflow::embed::ModelSource::Onnx(m),
-        _ => anyhow::bail!("give exactly one of --checkpoint and --model"),
-    };
+    let EmbedArgs { source, input, out, h5ad_out, read, obs_columns, pooling, layer, genes, batching, runtime } = args;
+    let model = source.source();
     let req = corrflow::embed::EmbedRequest {
         model,
         input,
@@ -31,12 +26,38 @@ pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
         token_budget: batching.token_budget,
         runtime: runtime.options(),
         progress,
+        genes,
     };
     let s = corrflow::embed::embed(&req)?;
+    let what = s.genes.map_or_else(String::new, |g| format!("{g} genes from "));
     let human = format!(
-        "embed ({}): {} cells ({} dropped: no vocabulary gene) -> {} ({}-dim, layer {}) in {:.2}s ({:.0} cells/s)",
+        "embed ({}): {what}{} cells ({} dropped: no vocabulary gene) -> {} ({}-dim, layer {}) in {:.2}s ({:.0} cells/s)",
         s.encoder, s.cells, s.dropped, s.out, s.dim, s.layer, s.seconds, s.cells_per_s
     );
+    print_summary(json, &human, &s)
+}
+
+pub(crate) fn import_hf(
+    model: &std::path::Path,
+    vocab: &str,
+    version: corrflow::config::ModelVersion,
+    out: &std::path::Path,
+    json: bool,
+) -> Result<()> {
+    let vocab = corrflow::vocab::Vocabulary::resolve(vocab)?;
+    let vocab = if version == corrflow::config::ModelVersion::V2 { vocab.with_v2_specials() } else { vocab };
+    let s = corrflow::model::import::import_hf(model, &vocab, out)?;
+    let mut human = format!(
+        "imported {} ({} layers, hidden {}, {} positions, {} parameters, vocabulary {} of {} tokens) -> {}",
+        s.architecture, s.layers, s.hidden, s.max_positions, s.parameters, s.vocab, s.vocab_size, s.checkpoint
+    );
+    if !s.not_imported.is_empty() {
+        human.push_str(&format!(
+            "
+not imported (no place in a corrflow checkpoint; fine-tune for a task head): {}",
+            s.not_imported.join(", ")
+        ));
+    }
     print_summary(json, &human, &s)
 }
 
@@ -97,5 +118,55 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         eprintln!("corrflow serve: listening on http://{a}");
     }))?;
     let human = format!("served {} embed requests ({} cells) on {}", s.requests, s.cells, s.addr);
+    print_summary(json, &human, &s)
+}
+
+pub(crate) fn perturb(cfg: &Config, a: PerturbArgs, json: bool) -> Result<()> {
+    let model = a.source.source();
+    let (how, genes) = if a.delete.is_empty() {
+        (corrflow::algorithms::perturb::Perturbation::Overexpress, a.overexpress)
+    } else {
+        (corrflow::algorithms::perturb::Perturbation::Delete, a.delete)
+    };
+    let cells_where = a
+        .cells_where
+        .map(|s| match s.split_once('=') {
+            Some((c, v)) if !c.is_empty() => Ok((c.to_string(), v.to_string())),
+            _ => Err(anyhow::anyhow!("--cells-where takes COL=VALUE, got '{s}'")),
+        })
+        .transpose()?;
+    let req = corrflow::perturb::PerturbRequest {
+        model,
+        input: a.input,
+        out: a.out,
+        read: a.read.read_options(cfg, Vec::new()),
+        allow_normalized: a.read.allow_normalized || a.read.log1p,
+        transform: a.read.transform(),
+        genes,
+        how,
+        module: a.module,
+        cells_where,
+        random_sets: a.random_sets,
+        seed: a.seed,
+        batch_size: a.batching.max_batch_cells,
+        token_budget: a.batching.token_budget,
+        runtime: a.runtime.options(),
+    };
+    let s = corrflow::perturb::perturb_cells(&req)?;
+    let random = if s.random_mean_shifts.is_empty() {
+        String::new()
+    } else {
+        let mean = s.random_mean_shifts.iter().sum::<f64>() / s.random_mean_shifts.len() as f64;
+        format!(
+            "; {} random gene sets of matched expression: mean shift {:.5}, permutation p = {:.3}",
+            s.random_sets,
+            mean,
+            s.p_value.unwrap_or(f64::NAN)
+        )
+    };
+    let human = format!(
+        "perturb ({}): {} tokens ({} graph partners) in {} of {} cells: mean cell-embedding shift (1 − cosine) {:.5}{random} -> {} in {:.1}s",
+        s.how, s.tokens.len(), s.module_partners, s.cells_perturbed, s.cells, s.mean_shift, s.out, s.seconds
+    );
     print_summary(json, &human, &s)
 }

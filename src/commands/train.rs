@@ -65,8 +65,37 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
 }
 
 pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
-    let EvalCommand::Probe { embeddings, label, test_fraction, rare_fraction, alpha, max_iterations, seed, exclude } =
-        cmd;
+    let (embeddings, label, test_fraction, rare_fraction, alpha, max_iterations, seed, exclude) = match cmd {
+        EvalCommand::Probe {
+            embeddings,
+            label,
+            test_fraction,
+            rare_fraction,
+            alpha,
+            max_iterations,
+            seed,
+            exclude,
+        } => (embeddings, label, test_fraction, rare_fraction, alpha, max_iterations, seed, exclude),
+        EvalCommand::Genes { embeddings, labels, id_column, positive, negative, folds, seed, alpha, neighbours } => {
+            let req = corrflow::eval::GeneEvalRequest {
+                embeddings,
+                labels,
+                id_column,
+                positive,
+                negative,
+                folds,
+                seed,
+                alpha,
+                neighbours,
+            };
+            let r = corrflow::eval::eval_genes(&req)?;
+            let human = format!(
+                "eval genes: {} positive / {} negative genes ({} labelled genes without an embedding excluded), {}-fold AUROC: logistic {:.3} ± {:.3}, k-NN {:.3} ± {:.3}",
+                r.positives, r.negatives, r.excluded, r.folds, r.logistic_auroc.mean, r.logistic_auroc.sd, r.knn_auroc.mean, r.knn_auroc.sd
+            );
+            return print_summary(json, &human, &r);
+        }
+    };
     anyhow::ensure!((0.0..1.0).contains(&test_fraction) && test_fraction > 0.0, "--test-fraction must be in (0, 1)");
     anyhow::ensure!(rare_fraction > 0.0 && rare_fraction <= 1.0, "--rare-fraction must be in (0, 1]");
     let req = corrflow::eval::ProbeRequest {

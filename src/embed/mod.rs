@@ -5,6 +5,8 @@
 //! `obsm["X_corrflow"]`. The encoder is a checkpoint run by burn ([`checkpoint`]) or an
 //! exported model run by ONNX Runtime ([`onnx`]).
 
+mod genes;
+
 pub use corrflow_model::{load_checkpoint, LoadedModel};
 
 use std::fs::File;
@@ -61,6 +63,8 @@ pub struct EmbedRequest {
     pub token_budget: usize,
     pub runtime: RuntimeOptions,
     pub progress: bool,
+    /// Gene embeddings (Geneformer's `gene` mode) instead of cell embeddings.
+    pub genes: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -75,29 +79,37 @@ pub struct EmbedSummary {
     pub layer: usize,
     pub seconds: f64,
     pub cells_per_s: f64,
+    /// `embed --genes`: genes written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub genes: Option<usize>,
 }
 
 /// Opens the encoder a request names: a checkpoint run by burn, or an exported model run by
 /// ONNX Runtime. A new backend is registered here.
-pub fn open_encoder(req: &EmbedRequest) -> Result<Box<dyn Encoder>> {
-    Ok(match &req.model {
-        ModelSource::Checkpoint(p) => Box::new(BurnEncoder::open(p, req.pooling, req.layer)?),
-        ModelSource::Onnx(p) => Box::new(open_onnx(p, req)?),
+pub fn open_encoder(
+    model: &ModelSource,
+    pooling: Option<Pooling>,
+    layer: i64,
+    runtime: &RuntimeOptions,
+) -> Result<Box<dyn Encoder>> {
+    Ok(match model {
+        ModelSource::Checkpoint(p) => Box::new(BurnEncoder::open(p, pooling, layer)?),
+        ModelSource::Onnx(p) => Box::new(open_onnx(p, pooling, layer, runtime)?),
     })
 }
 
 /// An exported model for `embed`: it pools as exported and gives its last layer's states.
-fn open_onnx(path: &Path, req: &EmbedRequest) -> Result<OrtEncoder> {
-    let encoder = OrtEncoder::open(path, &req.runtime)?;
+fn open_onnx(path: &Path, pooling: Option<Pooling>, layer: i64, runtime: &RuntimeOptions) -> Result<OrtEncoder> {
+    let encoder = OrtEncoder::open(path, runtime)?;
     let meta = &encoder.meta;
-    if req.pooling.is_some_and(|p| p != meta.pooling) {
+    if pooling.is_some_and(|p| p != meta.pooling) {
         return Err(Error::Usage(format!(
             "{} pools {:?}; re-export it with --pooling to change that",
             path.display(),
             meta.pooling
         )));
     }
-    if req.layer != -1 && req.layer != meta.model.layers as i64 {
+    if layer != -1 && layer != meta.model.layers as i64 {
         return Err(Error::Usage(
             "--layer applies to checkpoints; an exported model gives the last layer's states".into(),
         ));
@@ -107,33 +119,13 @@ fn open_onnx(path: &Path, req: &EmbedRequest) -> Result<OrtEncoder> {
 
 pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let start = std::time::Instant::now();
-    let mut encoder = open_encoder(req)?;
-    let layout = encoder.layout();
-    // Tokenize into a scratch corpus: the same reader, validation and tokenizer as ingest.
-    let scratch =
-        tempfile::Builder::new().prefix(".corrflow-embed-").tempdir_in(std::env::temp_dir()).at(std::env::temp_dir())?;
-    let corpus = scratch.path().join("corpus");
-    let ingest = run_ingest(&IngestRequest {
-        corpus: corpus.clone(),
-        atlas: "input".into(),
-        inputs: vec![req.input.clone()],
-        vocab: encoder.vocab().clone(),
-        read: req.read.clone(),
-        tokenize: TokenizeOptions { layout, allow_normalized: req.allow_normalized, transform: req.transform },
-        shard_cells: 50_000,
-        zstd_level: 1,
-        restart: true,
-        show_progress: false,
-    })?;
-    let index = CorpusIndex::open(&corpus, &["input".into()])?;
-    let bar = if req.progress {
-        indicatif::ProgressBar::new(index.cells).with_style(
-            indicatif::ProgressStyle::with_template("embed {bar:40} {pos}/{len} cells ({per_sec}, eta {eta})")
-                .expect("static template"),
-        )
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let mut encoder = open_encoder(&req.model, req.pooling, req.layer, &req.runtime)?;
+    if req.genes {
+        return genes::embed_genes(req, encoder.as_mut(), start);
+    }
+    let (_scratch, index, ingest) =
+        tokenize_input(&req.input, &req.read, req.allow_normalized, req.transform, encoder.as_ref())?;
+    let bar = progress_bar(req.progress, index.cells, "embed");
     let tmp = temp_path(&req.out);
     let dim = encoder.dim();
     let mut writer: Option<ArrowWriter<File>> = None;
@@ -174,18 +166,71 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     if let Some(h5) = &req.h5ad_out {
         write_obsm(&req.input, h5, &all_ids, &all_emb, dim)?;
     }
-    let seconds = start.elapsed().as_secs_f64();
-    Ok(EmbedSummary {
-        command: "embed".into(),
-        encoder: encoder.name().into(),
-        out: req.out.display().to_string(),
-        cells: ingest.cells_kept,
-        dropped: ingest.dropped.total(),
-        dim,
-        layer: encoder.layer(),
-        seconds,
-        cells_per_s: ingest.cells_kept as f64 / seconds.max(1e-9),
-    })
+    Ok(EmbedSummary::of(req, encoder.as_ref(), &ingest, start, None))
+}
+
+impl EmbedSummary {
+    /// The summary of a finished `embed` (of cells, or of `genes` genes).
+    fn of(
+        req: &EmbedRequest,
+        encoder: &dyn Encoder,
+        ingest: &corrflow_io::ingest::IngestSummary,
+        start: std::time::Instant,
+        genes: Option<usize>,
+    ) -> Self {
+        let seconds = start.elapsed().as_secs_f64();
+        Self {
+            command: if genes.is_some() { "embed --genes" } else { "embed" }.into(),
+            encoder: encoder.name().into(),
+            out: req.out.display().to_string(),
+            cells: ingest.cells_kept,
+            dropped: ingest.dropped.total(),
+            dim: encoder.dim(),
+            layer: encoder.layer(),
+            seconds,
+            cells_per_s: ingest.cells_kept as f64 / seconds.max(1e-9),
+            genes,
+        }
+    }
+}
+
+/// A progress bar over `cells` (hidden without `show`).
+fn progress_bar(show: bool, cells: u64, what: &str) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let template = format!("{what} {{bar:40}} {{pos}}/{{len}} cells ({{per_sec}}, eta {{eta}})");
+    indicatif::ProgressBar::new(cells)
+        .with_style(indicatif::ProgressStyle::with_template(&template).expect("static template"))
+}
+
+/// The input tokenized with the encoder's vocabulary and layout into a scratch corpus (the same
+/// reader, validation and tokenizer as ingest; bounded memory), removed when the guard drops.
+pub(crate) fn tokenize_input(
+    input: &Path,
+    read: &ReadOptions,
+    allow_normalized: bool,
+    transform: ValueTransform,
+    encoder: &dyn Encoder,
+) -> Result<(tempfile::TempDir, CorpusIndex, corrflow_io::ingest::IngestSummary)> {
+    let scratch =
+        tempfile::Builder::new().prefix(".corrflow-embed-").tempdir_in(std::env::temp_dir()).at(std::env::temp_dir())?;
+    let corpus = scratch.path().join("corpus");
+    let ingest = run_ingest(&IngestRequest {
+        corpus: corpus.clone(),
+        atlas: "input".into(),
+        inputs: vec![input.to_path_buf()],
+        vocab: encoder.vocab().clone(),
+        read: read.clone(),
+        tokenize: TokenizeOptions { layout: encoder.layout(), allow_normalized, transform },
+        shard_cells: 50_000,
+        zstd_level: 1,
+        restart: true,
+        show_progress: false,
+        cancel: Default::default(),
+    })?;
+    let index = CorpusIndex::open(&corpus, &["input".into()])?;
+    Ok((scratch, index, ingest))
 }
 
 /// Embeddings (row-major `rows × dim`) of a shard record batch, in its row order.

@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: the binary, the Python venv, fixtures, data.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

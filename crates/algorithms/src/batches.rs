@@ -1,7 +1,7 @@
 //! Training batches: cells grouped by length (so little of a batch is padding), padded, with
 //! attention masks and labels.
 
-use crate::mask::{MaskedSequence, IGNORE_INDEX};
+use crate::mask::{prefetch_cell, MaskScratch, MaskedSequence, Masker, IGNORE_INDEX};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -58,6 +58,27 @@ impl TrainingBatch {
             b.labels[r * len..r * len + n].copy_from_slice(&c.labels);
         }
         b
+    }
+
+    /// Masks the cells of a planned batch with `masker` (masks depend on the batch's epoch and
+    /// each cell's key only) and pads them with `pad`; `scratch` and `masked` are reused buffers.
+    pub fn mask(
+        planned: &PlannedBatch,
+        masker: &Masker<'_>,
+        pad: u32,
+        scratch: &mut MaskScratch,
+        masked: &mut Vec<MaskedSequence>,
+    ) -> Self {
+        let cells = &planned.cells;
+        masked.resize_with(cells.len(), MaskedSequence::default);
+        for (i, ((key, tokens), out)) in cells.iter().zip(masked.iter_mut()).enumerate() {
+            if let Some((_, next)) = cells.get(i + 1) {
+                prefetch_cell(next);
+            }
+            masker.mask(tokens, planned.epoch, *key, scratch, out);
+        }
+        let keys = cells.iter().map(|c| c.0).collect();
+        Self::pad(planned.seq, planned.epoch, keys, &masked[..cells.len()], pad)
     }
 
     /// Positions that are predicted.

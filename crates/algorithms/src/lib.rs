@@ -3,10 +3,12 @@
 //! Nothing here does I/O or knows about dataflow; the `corrflow` crate wires these into readers,
 //! writers and timely/differential operators. Each algorithm is unit-tested on its own.
 
+pub mod auroc;
 pub mod batches;
 pub mod graph;
 pub mod mask;
 pub mod nn;
+pub mod perturb;
 pub mod quantile;
 pub mod rank;
 

@@ -56,6 +56,10 @@ pub enum Error {
     /// ONNX Runtime could not be loaded or failed to run a model.
     #[error("ONNX Runtime: {0}")]
     Runtime(String),
+
+    /// The caller cancelled the work (a Ctrl-C in the Python package); what was committed stays.
+    #[error("{0}: interrupted")]
+    Interrupted(String),
 }
 
 impl Error {

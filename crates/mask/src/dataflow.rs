@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use corrflow_algorithms::mask::{prefetch_cell, MaskScratch, MaskTables, MaskedSequence, Masker, NeighbourTable};
+use corrflow_algorithms::mask::{MaskScratch, MaskTables, MaskedSequence, Masker, NeighbourTable};
 use crossbeam_channel::{Receiver, Sender};
 use differential_dataflow::input::Input as _;
 use timely::dataflow::channels::pact::{Exchange, Pipeline};
@@ -287,15 +287,7 @@ impl MaskOperator {
             replacement: &ctx.replacement,
             layout: &ctx.layout,
         };
-        self.masked.resize_with(b.cells.len(), MaskedSequence::default);
-        for (i, ((key, tokens), out)) in b.cells.iter().zip(&mut self.masked).enumerate() {
-            if let Some((_, next)) = b.cells.get(i + 1) {
-                prefetch_cell(next);
-            }
-            masker.mask(tokens, b.epoch, *key, &mut self.scratch, out);
-        }
-        let keys = b.cells.iter().map(|c| c.0).collect();
-        let mut batch = TrainingBatch::pad(b.seq, b.epoch, keys, &self.masked[..b.cells.len()], ctx.pad);
+        let mut batch = TrainingBatch::mask(&b, &masker, ctx.pad, &mut self.scratch, &mut self.masked);
         batch.graph_time = self.graph_time;
         batch.graph_edges = self.table.edges();
         batch

@@ -123,4 +123,9 @@ impl Encoder for BurnEncoder {
         let (_, pooled) = self.loaded.forward(batch, self.layer, self.pooling);
         pooled.into_data().to_vec().map_err(|e| Error::Model(format!("burn forward: {e:?}")))
     }
+
+    fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        let (states, _) = self.loaded.forward(batch, self.layer, self.pooling);
+        states.into_data().to_vec().map_err(|e| Error::Model(format!("burn forward: {e:?}")))
+    }
 }

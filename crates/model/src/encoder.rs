@@ -11,6 +11,8 @@ use burn::tensor::activation::{gelu, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
+use corrflow_io::model_meta::HeadActivation;
+
 use crate::dropout::dropout;
 use crate::fused::{add_layer_norm, linear, FusedOps};
 use crate::layer::encoder_layer;
@@ -44,6 +46,9 @@ pub struct CellEncoder<B: Backend> {
     pub cell_head: Option<WholeCellHead<B>>,
     /// The pooled head of objectives predicting per-cell labels, when the objective has one.
     pub label_head: Option<WholeCellHead<B>>,
+    /// The MLM transform's activation (`model.mlm_activation`). Not part of the weights.
+    #[module(skip)]
+    pub mlm_activation: HeadActivation,
     /// The LayerNorms' epsilon (`model.layer_norm_eps`; burn keeps its own private), for the fused
     /// LayerNorm. Not part of the weights.
     #[module(skip)]
@@ -85,15 +90,22 @@ impl<B: FusedOps> CellEncoder<B> {
     /// BERT's MLM transform of some token states `[n, hidden]` (dense, GELU, LayerNorm): what the
     /// tied decoder multiplies by the token embeddings.
     pub fn mlm_transform(&self, states: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.mlm_norm.forward(gelu(linear(states, &self.mlm_dense)))
+        self.mlm_norm.forward(self.head_activation(linear(states, &self.mlm_dense)))
     }
 }
 
 impl<B: Backend> CellEncoder<B> {
     /// Vocabulary logits of some token states `[n, hidden]` → `[n, vocab]` (tied decoder).
     pub fn mlm_logits(&self, states: Tensor<B, 2>) -> Tensor<B, 2> {
-        let h = self.mlm_norm.forward(gelu(self.mlm_dense.forward(states)));
+        let h = self.mlm_norm.forward(self.head_activation(self.mlm_dense.forward(states)));
         h.matmul(self.tokens.weight.val().transpose()) + self.mlm_bias.val().unsqueeze_dim(0)
+    }
+
+    fn head_activation<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self.mlm_activation {
+            HeadActivation::Gelu => gelu(x),
+            HeadActivation::Relu => relu(x),
+        }
     }
 
     /// Mean of the token states over `weights` (1 on gene positions, 0 on specials and padding):

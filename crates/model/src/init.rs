@@ -45,6 +45,7 @@ impl InitModel for ModelConfig {
             mlm_bias: burn::module::Param::from_tensor(Tensor::zeros([vocab_size], device)),
             cell_head: heads.cell.map(&whole_cell),
             label_head: heads.label.map(&whole_cell),
+            mlm_activation: self.mlm_activation,
             layer_norm_eps: self.layer_norm_eps,
         }
     }

@@ -10,6 +10,7 @@ pub mod dropout;
 pub mod encoder;
 pub mod export;
 pub mod fused;
+pub mod import;
 mod init;
 pub mod layer;
 pub mod objective;

@@ -6,7 +6,7 @@
 //! ChaCha8: the same seed gives the same bytes. [`sweep`] trains the small encoder of B.2 with
 //! the trainer's model and MLM loss. The command (`src/commands/synth.rs`) lives in the binary.
 
-pub mod auroc;
+pub use corrflow_algorithms::auroc;
 pub mod modularity;
 pub mod params;
 pub mod plot;

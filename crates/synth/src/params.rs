@@ -184,6 +184,7 @@ impl Default for ModularityParams {
                 dropout: 0.0,
                 layer_norm_eps: 1e-5,
                 objective: "mlm".into(),
+                mlm_activation: Default::default(),
             },
         }
     }

@@ -10,8 +10,8 @@ use corrflow_algorithms::graph::{adjacency_counts, co_presence, GraphVocab, Scor
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::auroc::pair_auroc;
 use super::{exponential, normal, rng, StructureParams};
+use corrflow_algorithms::auroc::pair_auroc;
 
 /// A generated data set.
 #[derive(Clone, Debug, PartialEq)]

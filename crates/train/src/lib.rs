@@ -1,7 +1,8 @@
 //! The trainer (DESIGN.md §5): the Geneformer V1 BERT in burn, pre-trained on batches from the
 //! masking dataflow, on the CPU (ndarray backend) or with `--features cuda` on an NVIDIA GPU.
 
-pub mod data;
+/// The training data plan, which lives with the masking stage (the Python loader uses it too).
+pub use corrflow_mask::plan as data;
 pub mod eval;
 mod held_out;
 mod run;

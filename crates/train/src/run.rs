@@ -27,9 +27,9 @@ use corrflow_model::objective::{self, batch_tensors, Objective, Targets};
 use corrflow_model::{learning_rate, CellEncoder, FusedOps, InitModel, ModelConfig, TrainConfig, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{DataPlan, GraphWatch};
 use crate::held_out::{evaluate, EvalSet};
 use crate::step::{clip_global_norm, StepPhases};
+use corrflow_mask::plan::{DataPlan, GraphWatch};
 
 /// Everything `train` needs.
 #[derive(Clone, Debug)]

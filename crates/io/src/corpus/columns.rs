@@ -45,6 +45,14 @@ impl<'a> InputIds<'a> {
         self.list.is_empty()
     }
 
+    /// Every row's token ids at once: the flat int32 values and the `len() + 1` offsets into
+    /// them (decoding row by row allocates an array per row).
+    pub fn flat(&self) -> Result<(&'a [i32], &'a [i32])> {
+        let values =
+            self.list.values().as_any().downcast_ref::<Int32Array>().ok_or_else(|| missing(self.path, INPUT_IDS))?;
+        Ok((values.values(), self.list.value_offsets()))
+    }
+
     /// Row `i`'s token ids as stored (int32).
     pub fn row(&self, i: usize) -> Result<Int32Array> {
         let v = self.list.value(i);

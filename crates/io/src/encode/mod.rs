@@ -26,6 +26,12 @@ pub trait Encoder: Send {
     fn layer(&self) -> usize;
     /// Row-major `[rows, dim]` cell vectors of a batch.
     fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>>;
+
+    /// Row-major `[rows, len, dim]` token states of a batch (the layer cells are pooled from),
+    /// for gene embeddings; a backend without them says so.
+    fn token_states(&mut self, _batch: &PaddedBatch) -> Result<Vec<f32>> {
+        Err(crate::Error::Usage(format!("the {} backend gives no token states", self.name())))
+    }
 }
 
 impl<E: Encoder + ?Sized> Encoder for Box<E> {
@@ -46,5 +52,8 @@ impl<E: Encoder + ?Sized> Encoder for Box<E> {
     }
     fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         (**self).encode(batch)
+    }
+    fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        (**self).token_states(batch)
     }
 }

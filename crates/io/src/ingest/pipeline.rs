@@ -45,7 +45,7 @@ pub(super) fn pipeline(
                 let mut start = if fi == resume_at.0 { resume_at.1 } else { 0 };
                 while start < n {
                     let end = (start + chunk_cells).min(n);
-                    let msg = source.read_chunk(start..end).map(|chunk| {
+                    let msg = req.cancel.check("ingest").and_then(|()| source.read_chunk(start..end)).map(|chunk| {
                         let next = if end == n { (fi + 1, 0) } else { (fi, end) };
                         ReadMsg { file: fi, chunk, next }
                     });

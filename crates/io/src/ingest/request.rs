@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::corpus::DropCounts;
 use crate::formats::{CellSource, ReadOptions};
 use crate::tokenize::{GeneMapper, TokenizeOptions};
+use crate::util::Cancel;
 use crate::vocab::Vocabulary;
 
 /// Everything `ingest` needs.
@@ -24,6 +25,8 @@ pub struct IngestRequest {
     /// Discard an interrupted ingest of this atlas instead of resuming it.
     pub restart: bool,
     pub show_progress: bool,
+    /// Set to stop after the chunk being read (committed shards stay; the ingest resumes).
+    pub cancel: Cancel,
 }
 
 /// What `ingest --json` prints.

@@ -46,6 +46,26 @@ pub struct ModelConfig {
     /// The pre-training objective by name (`mlm`, `wced`, `poisson`, ...): which heads the model
     /// has and what loss trains it; the objectives live with the model (`corrflow-model`).
     pub objective: String,
+    /// The activation of the MLM head's transform: BERT's GELU for models trained here; an
+    /// imported Hugging Face model uses its `hidden_act` (ReLU for Geneformer). Left out of the
+    /// serialized config when GELU, so configs and checkpoints written before it are unchanged.
+    #[serde(skip_serializing_if = "HeadActivation::is_gelu")]
+    pub mlm_activation: HeadActivation,
+}
+
+/// An activation of the MLM head's transform.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeadActivation {
+    #[default]
+    Gelu,
+    Relu,
+}
+
+impl HeadActivation {
+    pub fn is_gelu(&self) -> bool {
+        *self == Self::Gelu
+    }
 }
 
 impl Default for ModelConfig {
@@ -59,6 +79,7 @@ impl Default for ModelConfig {
             dropout: 0.02,
             layer_norm_eps: 1e-12,
             objective: DEFAULT_OBJECTIVE.into(),
+            mlm_activation: HeadActivation::Gelu,
         }
     }
 }

@@ -38,6 +38,31 @@ pub struct TokenizeOptions {
     pub transform: ValueTransform,
 }
 
+/// The vocabulary and sequence layout of a Geneformer version: V1 (2,048 genes, no special
+/// tokens) or V2 (`<cls>` genes `<eos>`, 4,094 genes; the vocabulary gains the two tokens).
+/// `max_genes` overrides the gene count.
+pub fn versioned_layout(vocab: Vocabulary, v2: bool, max_genes: Option<usize>) -> Result<(Vocabulary, SequenceLayout)> {
+    let (vocab, mut layout) = if v2 {
+        let vocab = vocab.with_v2_specials();
+        let (Some(cls), Some(eos)) = (vocab.cls, vocab.eos) else {
+            return Err(Error::Vocab {
+                name: vocab.name().to_string(),
+                msg: "a V2 vocabulary needs <cls> and <eos>".into(),
+            });
+        };
+        (vocab, SequenceLayout::v2(cls, eos))
+    } else {
+        (vocab, SequenceLayout::v1())
+    };
+    if let Some(m) = max_genes {
+        if m == 0 {
+            return Err(Error::Usage("max_genes must be at least 1".into()));
+        }
+        layout.max_genes = m;
+    }
+    Ok((vocab, layout))
+}
+
 /// The tokens of the kept cells of a chunk.
 #[derive(Debug, Default)]
 pub struct TokenizedChunk {

@@ -4,6 +4,9 @@ pub mod atomic;
 pub mod lock;
 pub mod writeback;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -55,6 +58,30 @@ impl<W: Write> Write for HashingWriter<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// A flag a caller sets to stop long work at its next safe point (between chunks); cloning it
+/// shares it. Work that sees it set returns [`crate::Error::Interrupted`].
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// `Err(Interrupted)` naming `what` once cancelled.
+    pub fn check(&self, what: &str) -> Result<()> {
+        if self.is_cancelled() {
+            Err(crate::Error::Interrupted(what.to_string()))
+        } else {
+            Ok(())
+        }
     }
 }
 

@@ -27,6 +27,8 @@ pub const EOS: &str = "<eos>";
 /// Name of the vocabulary compiled into the binary.
 pub const BUILTIN: &str = "geneformer-v1";
 
+mod pickles;
+
 mod builtin {
     pub const TOKENS: &str = include_str!("../../../../vocab/geneformer-v1/token_dictionary.tsv");
     pub const MEDIANS: &str = include_str!("../../../../vocab/geneformer-v1/gene_median_dictionary.tsv");
@@ -87,12 +89,19 @@ impl Vocabulary {
             return Ok(vocab);
         }
         let dir = Path::new(spec);
+        if dir.is_dir() && !dir.join(TOKEN_FILE).exists() && pickles::has_pickles(dir) {
+            let (tokens, medians, names) = pickles::tables_from_pickles(dir)?;
+            let name = dir.file_name().map_or_else(|| spec.to_string(), |n| n.to_string_lossy().into_owned());
+            return Self::from_tables(&name, &tokens, &medians, names.as_deref());
+        }
         if dir.is_dir() {
             return Self::load_dir(dir);
         }
         Err(Error::Vocab {
             name: spec.to_string(),
-            msg: format!("not a built-in vocabulary ({BUILTIN}) nor a vocabulary directory"),
+            msg: format!(
+                "not a built-in vocabulary ({BUILTIN}) nor a vocabulary directory (TSV tables, or Geneformer's pickled dictionaries)"
+            ),
         })
     }
 

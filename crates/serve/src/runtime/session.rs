@@ -10,7 +10,7 @@ use ort::value::TensorRef;
 use corrflow_algorithms::SequenceLayout;
 use corrflow_io::encode::{Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::model_meta::{open_exported, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS};
+use corrflow_io::model_meta::{open_exported, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE};
 use corrflow_io::vocab::Vocabulary;
 
 use super::library;
@@ -35,6 +35,8 @@ pub struct RuntimeOptions {
 pub struct OrtEncoder {
     session: Session,
     run_options: RunOptions<ort::session::HasSelectedOutputs>,
+    /// Selects the token states instead (gene embeddings).
+    states_options: RunOptions<ort::session::HasSelectedOutputs>,
     pub path: PathBuf,
     pub meta: ModelMeta,
     pub vocab: Vocabulary,
@@ -65,9 +67,13 @@ impl OrtEncoder {
         let run_options = RunOptions::new()
             .map_err(ort_err(path, "run options"))?
             .with_outputs(OutputSelector::no_default().with(CELL_EMBEDDING));
+        let states_options = RunOptions::new()
+            .map_err(ort_err(path, "run options"))?
+            .with_outputs(OutputSelector::no_default().with(LAST_HIDDEN_STATE));
         Ok(Self {
             session,
             run_options,
+            states_options,
             path: path.to_path_buf(),
             meta: exported.meta,
             vocab: exported.vocab,
@@ -81,23 +87,32 @@ impl OrtEncoder {
 
     /// Cell embeddings of a batch, row-major `[rows, hidden]`.
     pub fn embed(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        self.run(batch, CELL_EMBEDDING, &[batch.rows, self.meta.model.hidden])
+    }
+
+    /// Final token states of a batch, row-major `[rows, len, hidden]`.
+    pub fn states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        self.run(batch, LAST_HIDDEN_STATE, &[batch.rows, batch.len, self.meta.model.hidden])
+    }
+
+    /// The output `name` of a batch, which must have shape `want`.
+    fn run(&mut self, batch: &PaddedBatch, name: &str, want: &[usize]) -> Result<Vec<f32>> {
         let shape = [batch.rows, batch.len];
         let ids = TensorRef::from_array_view((shape, batch.input_ids.as_slice()))
             .map_err(ort_err(&self.path, "input_ids"))?;
         let mask = TensorRef::from_array_view((shape, batch.attention_mask.as_slice()))
             .map_err(ort_err(&self.path, "attention_mask"))?;
+        let options = if name == CELL_EMBEDDING { &self.run_options } else { &self.states_options };
         let outputs = self
             .session
-            .run_with_options(ort::inputs![INPUT_IDS => ids, ATTENTION_MASK => mask], &self.run_options)
+            .run_with_options(ort::inputs![INPUT_IDS => ids, ATTENTION_MASK => mask], options)
             .map_err(ort_err(&self.path, "running the model"))?;
-        let value = outputs
-            .get(CELL_EMBEDDING)
-            .ok_or_else(|| Error::Runtime(format!("{}: no {CELL_EMBEDDING} output", self.path.display())))?;
-        let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&self.path, CELL_EMBEDDING))?;
-        let want = [batch.rows as i64, self.meta.model.hidden as i64];
-        if dims.as_ref() != want {
+        let value =
+            outputs.get(name).ok_or_else(|| Error::Runtime(format!("{}: no {name} output", self.path.display())))?;
+        let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&self.path, name))?;
+        if !dims.iter().map(|&d| d as usize).eq(want.iter().copied()) {
             return Err(Error::Runtime(format!(
-                "{}: {CELL_EMBEDDING} has shape {dims:?}, expected {want:?}",
+                "{}: {name} has shape {dims:?}, expected {want:?}",
                 self.path.display()
             )));
         }
@@ -129,5 +144,9 @@ impl Encoder for OrtEncoder {
 
     fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         self.embed(batch)
+    }
+
+    fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        self.states(batch)
     }
 }

@@ -1,0 +1,103 @@
+//! Geneformer's pickled dictionaries (`token_dictionary*.pkl`, `gene_median_dictionary*.pkl`,
+//! `gene_name_id_dict*.pkl`, `ensembl_mapping_dict*.pkl`, as they ship with its models) read
+//! into the text of the three tables a [`super::Vocabulary`] is built from. The Ensembl mapping
+//! dictionary (other ids → the vocabulary's id, Geneformer V2's collapse) is added to the name
+//! table, so a gene given by a mapped id finds its token the way a symbol does.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_pickle::{DeOptions, HashableValue, Value};
+
+use crate::error::{Error, IoContext, Result};
+
+/// Whether `dir` holds Geneformer's pickled token dictionary.
+pub fn has_pickles(dir: &Path) -> bool {
+    find(dir, "token_dictionary").is_some()
+}
+
+/// `(tokens, medians, names)` TSV text from the pickles in `dir`.
+pub fn tables_from_pickles(dir: &Path) -> Result<(String, String, Option<String>)> {
+    let tokens_path = find(dir, "token_dictionary")
+        .ok_or_else(|| Error::format(dir, "no token_dictionary*.pkl (Geneformer's token dictionary)"))?;
+    let medians_path = find(dir, "gene_median_dictionary")
+        .ok_or_else(|| Error::format(dir, "no gene_median_dictionary*.pkl (Geneformer's gene medians)"))?;
+    let mut tokens: Vec<(String, i64)> = read_dict(&tokens_path)?
+        .into_iter()
+        .map(|(k, v)| Ok((k, int(&v).ok_or_else(|| Error::format(&tokens_path, "token ids must be integers"))?)))
+        .collect::<Result<_>>()?;
+    tokens.sort_by_key(|t| t.1);
+    let mut t = String::from("token\tid\n");
+    for (name, id) in &tokens {
+        let _ = writeln!(t, "{name}\t{id}");
+    }
+    let mut m = String::from("ensembl_id\tmedian\n");
+    for (gene, v) in read_dict(&medians_path)? {
+        let median = float(&v).ok_or_else(|| {
+            Error::format(
+                &medians_path,
+                format!("the median of {gene} is not a number (numpy scalars: re-pickle with float())"),
+            )
+        })?;
+        let _ = writeln!(m, "{gene}\t{median:?}");
+    }
+    let mut names = String::new();
+    if let Some(p) = find(dir, "gene_name_id") {
+        for (symbol, v) in read_dict(&p)? {
+            if let Value::String(id) = v {
+                let _ = writeln!(names, "{symbol}\t{id}");
+            }
+        }
+    }
+    if let Some(p) = find(dir, "ensembl_mapping_dict") {
+        for (from, v) in read_dict(&p)? {
+            if let Value::String(to) = v {
+                if from != to {
+                    let _ = writeln!(names, "{from}\t{to}");
+                }
+            }
+        }
+    }
+    let names = (!names.is_empty()).then(|| format!("symbol\tensembl_id\n{names}"));
+    Ok((t, m, names))
+}
+
+fn find(dir: &Path, stem: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(stem) && n.ends_with(".pkl")))
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+fn read_dict(path: &Path) -> Result<BTreeMap<String, Value>> {
+    let bytes = std::fs::read(path).at(path)?;
+    let value = serde_pickle::value_from_slice(&bytes, DeOptions::new().replace_unresolved_globals())
+        .map_err(|e| Error::format(path, format!("not a readable pickle: {e}")))?;
+    let Value::Dict(d) = value else { return Err(Error::format(path, "the pickle is not a dictionary")) };
+    d.into_iter()
+        .map(|(k, v)| match k {
+            HashableValue::String(s) => Ok((s, v)),
+            other => Err(Error::format(path, format!("a key is not a string: {other:?}"))),
+        })
+        .collect()
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::I64(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn float(v: &Value) -> Option<f64> {
+    match v {
+        Value::F64(f) => Some(*f),
+        Value::I64(i) => Some(*i as f64),
+        _ => None,
+    }
+}

@@ -1,0 +1,300 @@
+//! The training data: the corpus split into training and held-out cells by a seeded hash of the
+//! cell key, epochs read in a seeded shard order through a shuffle buffer, length-grouped into
+//! planned batches for the masking dataflow; and a watch on the graph directory so that a graph
+//! updated during training reaches the masking operator.
+
+use std::path::PathBuf;
+
+use corrflow_algorithms::SequenceLayout;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use corrflow_algorithms::batches::{LengthGrouper, PlannedBatch};
+use corrflow_io::corpus::CorpusIndex;
+use corrflow_io::error::Result;
+
+use crate::dataflow::{EdgeChange, Feed, FeedSource};
+
+/// How cells become planned batches.
+#[derive(Clone, Debug)]
+pub struct DataPlan {
+    pub index: CorpusIndex,
+    pub vocab_size: usize,
+    pub layout: SequenceLayout,
+    pub batch_size: usize,
+    pub group_batches: usize,
+    pub shuffle_buffer: usize,
+    pub epochs: usize,
+    /// Longest sequence kept (tokens beyond are cut; a trailing `<eos>` is kept).
+    pub max_len: usize,
+    pub eval_fraction: f64,
+    pub seed: u64,
+}
+
+fn mix(mut z: u64) -> u64 {
+    // splitmix64 finaliser
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl DataPlan {
+    /// Whether cell `key` is held out.
+    pub fn is_eval(&self, key: u64) -> bool {
+        (mix(key ^ mix(self.seed ^ 0x5eed)) as f64 / u64::MAX as f64) < self.eval_fraction
+    }
+
+    pub fn truncate(&self, mut tokens: Vec<u32>) -> Vec<u32> {
+        if self.max_len > 0 && tokens.len() > self.max_len {
+            let eos = self.layout.eos.filter(|e| tokens.last() == Some(e));
+            tokens.truncate(self.max_len);
+            if let Some(e) = eos {
+                *tokens.last_mut().expect("max_len > 0") = e;
+            }
+        }
+        tokens
+    }
+
+    /// [`Self::truncate`] of a borrowed cell, copying only the tokens kept.
+    fn truncate_slice(&self, tokens: &[u32]) -> Vec<u32> {
+        if self.max_len > 0 && tokens.len() > self.max_len {
+            let mut kept = tokens[..self.max_len].to_vec();
+            if let Some(e) = self.layout.eos.filter(|e| tokens.last() == Some(e)) {
+                *kept.last_mut().expect("max_len > 0") = e;
+            }
+            kept
+        } else {
+            tokens.to_vec()
+        }
+    }
+
+    pub fn train_cells(&self) -> u64 {
+        (0..self.index.cells).filter(|&k| !self.is_eval(k)).count() as u64
+    }
+
+    /// Batches per epoch: full groups of `group_batches`, then the last group's remainder.
+    pub fn batches_per_epoch(&self) -> u64 {
+        let n = self.train_cells();
+        let group = (self.batch_size * self.group_batches) as u64;
+        (n / group) * self.group_batches as u64 + (n % group).div_ceil(self.batch_size as u64)
+    }
+
+    /// The first `n` held-out cells (key order): the fixed evaluation set.
+    pub fn eval_set(&self, n: usize) -> Result<Vec<(u64, Vec<u32>)>> {
+        let mut out = Vec::new();
+        for s in 0..self.index.shards.len() {
+            if out.len() >= n {
+                break;
+            }
+            self.index.for_each_block(s, self.vocab_size, |b| {
+                for i in 0..b.len() {
+                    let key = b.first_key + i as u64;
+                    if out.len() < n && self.is_eval(key) {
+                        out.push((key, self.truncate(b.cell(i).to_vec())));
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// The feed of the masking dataflow from batch `first_seq` on; batches before it are planned
+    /// (to keep the order) but not emitted. `graph` is polled every `poll` batches.
+    pub fn feed(self, first_seq: u64, graph: Option<GraphWatch>) -> FeedSource {
+        Box::new(move |emit| {
+            let mut watch = graph;
+            let per_epoch = self.batches_per_epoch();
+            for epoch in 0..self.epochs as u64 {
+                let go_on = self.plan_epoch(epoch, epoch * per_epoch, &mut |b| {
+                    if b.seq < first_seq {
+                        return true;
+                    }
+                    if let Some(changes) = watch.as_mut().and_then(|w| w.poll(b.seq)) {
+                        if !emit(Feed::Graph(changes)) {
+                            return false;
+                        }
+                    }
+                    emit(Feed::Batch(b))
+                })?;
+                if !go_on {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The feed of one rank's shard of `epoch` for data-parallel training over `world` ranks:
+    /// batch `k` of the epoch goes to rank `k mod world`, and the cells of the epoch's last
+    /// `batches mod world` batches are split into `world` contiguous parts, one more batch per
+    /// rank, so every rank gets the same number of batches and every cell is in exactly one
+    /// shard. (Only when those last batches hold fewer cells than there are ranks do some ranks
+    /// repeat a cell of them: DDP needs every rank to take the same number of steps.) Batches are
+    /// numbered from 0 within the shard; masks depend on (seed, epoch, cell) only, so a cell is
+    /// masked the same in any shard. With `world == 1` this is the trainer's epoch.
+    pub fn shard_feed(self, epoch: u64, rank: usize, world: usize) -> FeedSource {
+        Box::new(move |emit| {
+            let per_epoch = self.batches_per_epoch();
+            let world = world.max(1) as u64;
+            let rank = rank as u64;
+            let full = per_epoch / world * world;
+            let mut local = 0u64;
+            let mut tail: Vec<(u64, Vec<u32>)> = Vec::new();
+            let go_on = self.plan_epoch(epoch, 0, &mut |b| {
+                if b.seq >= full {
+                    tail.extend(b.cells);
+                    return true;
+                }
+                if b.seq % world != rank {
+                    return true;
+                }
+                local += 1;
+                emit(Feed::Batch(PlannedBatch { seq: local - 1, ..b }))
+            })?;
+            if go_on && !tail.is_empty() {
+                let cells = split_part(tail, rank as usize, world as usize);
+                emit(Feed::Batch(PlannedBatch { seq: local, epoch, cells }));
+            }
+            Ok(())
+        })
+    }
+
+    /// Plans the batches of `epoch`, numbered from `first_seq`, into `send`; returns false when
+    /// `send` asked to stop. Shards are read and decoded on a thread of their own, a couple of
+    /// blocks ahead, so reading overlaps planning and masking (the order is fixed up front: the
+    /// batches are the same).
+    fn plan_epoch(&self, epoch: u64, first_seq: u64, send: &mut dyn FnMut(PlannedBatch) -> bool) -> Result<bool> {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed ^ mix(epoch + 1)));
+        let mut order: Vec<usize> = (0..self.index.shards.len()).collect();
+        order.shuffle(&mut rng);
+        let mut grouper = LengthGrouper::new(self.batch_size, self.group_batches, self.seed, epoch, first_seq);
+        let mut buffer: Vec<(u64, Vec<u32>)> = Vec::with_capacity(self.shuffle_buffer.max(1));
+        std::thread::scope(|scope| {
+            let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<(u64, Vec<u32>)>>>(2);
+            scope.spawn(move || self.read_training_cells(&order, &tx));
+            for block in rx {
+                for (k, t) in block? {
+                    buffer.push((k, t));
+                    if buffer.len() >= self.shuffle_buffer.max(1) {
+                        let j = rng.random_range(0..buffer.len());
+                        let (k, t) = buffer.swap_remove(j);
+                        if !grouper.push(k, t).into_iter().all(&mut *send) {
+                            return Ok(false); // the reader stops at its next send
+                        }
+                    }
+                }
+            }
+            buffer.shuffle(&mut rng);
+            for (k, t) in buffer.drain(..) {
+                if !grouper.push(k, t).into_iter().all(&mut *send) {
+                    return Ok(false);
+                }
+            }
+            Ok(grouper.flush().into_iter().all(send))
+        })
+    }
+
+    /// Sends the training cells of `shards`, in order, a block at a time (cut to `max_len`);
+    /// stops when the receiver has gone, sends the error when a shard cannot be read.
+    fn read_training_cells(&self, shards: &[usize], tx: &crossbeam_channel::Sender<Result<Vec<(u64, Vec<u32>)>>>) {
+        for &s in shards {
+            let mut gone = false;
+            let read = self.index.for_each_block_parallel(s, self.vocab_size, |b| {
+                let cells = (0..b.len())
+                    .map(|i| (b.first_key + i as u64, i))
+                    .filter(|&(key, _)| !self.is_eval(key))
+                    .map(|(key, i)| (key, self.truncate_slice(b.cell(i))))
+                    .collect();
+                gone = tx.send(Ok(cells)).is_err();
+                if gone {
+                    Err(corrflow_io::error::Error::Usage("stopped".into()))
+                } else {
+                    Ok(())
+                }
+            });
+            if gone {
+                return;
+            }
+            if let Err(e) = read {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+/// Part `rank` of `world` contiguous, nearly equal parts of `cells`; when there are fewer cells
+/// than parts, a part past the end takes the cell its rank wraps onto.
+fn split_part(cells: Vec<(u64, Vec<u32>)>, rank: usize, world: usize) -> Vec<(u64, Vec<u32>)> {
+    let n = cells.len();
+    if n < world {
+        return vec![cells[rank % n].clone()];
+    }
+    let (base, extra) = (n / world, n % world);
+    let start = rank * base + rank.min(extra);
+    let len = base + usize::from(rank < extra);
+    cells.into_iter().skip(start).take(len).collect()
+}
+
+/// Polls a graph directory for a new version (its `graph.json` content hash) and returns the
+/// edge changes against the version the masking operator holds.
+pub struct GraphWatch {
+    pub dir: PathBuf,
+    pub every: u64,
+    pub hash: String,
+    pub edges: std::collections::BTreeSet<(u32, u32)>,
+}
+
+impl GraphWatch {
+    fn poll(&mut self, seq: u64) -> Option<Vec<EdgeChange>> {
+        if !seq.is_multiple_of(self.every.max(1)) {
+            return None;
+        }
+        let text = std::fs::read_to_string(self.dir.join(corrflow_io::graph_files::INFO)).ok()?;
+        let info: corrflow_io::graph_files::GraphInfo = serde_json::from_str(&text).ok()?;
+        if info.content_hash == self.hash {
+            return None;
+        }
+        // A graph being replaced may be half-visible for a moment: keep the old one then.
+        let g = corrflow_io::graph_files::read_graph(&self.dir).ok()?;
+        let new: std::collections::BTreeSet<(u32, u32)> = g.edges.iter().map(|e| (e.u, e.v)).collect();
+        let mut changes: Vec<EdgeChange> = self.edges.difference(&new).map(|&e| (e, -1)).collect();
+        changes.extend(new.difference(&self.edges).map(|&e| (e, 1)));
+        tracing::info!(
+            seq,
+            added = new.difference(&self.edges).count(),
+            "dependency graph changed; masking uses it from this batch on"
+        );
+        self.hash = g.info.content_hash;
+        self.edges = new;
+        Some(changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_part;
+
+    fn cells(n: u64) -> Vec<(u64, Vec<u32>)> {
+        (0..n).map(|k| (k, vec![k as u32])).collect()
+    }
+
+    #[test]
+    fn tail_parts_cover_every_cell_once_in_order_with_sizes_differing_by_at_most_one() {
+        for (n, world) in [(7, 2), (7, 3), (12, 4), (5, 5), (9, 8)] {
+            let parts: Vec<Vec<u64>> =
+                (0..world).map(|r| split_part(cells(n), r, world).into_iter().map(|c| c.0).collect()).collect();
+            assert_eq!(parts.concat(), (0..n).collect::<Vec<_>>(), "n={n} world={world}");
+            let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
+            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{sizes:?}");
+        }
+    }
+
+    #[test]
+    fn fewer_tail_cells_than_ranks_still_gives_every_rank_a_cell() {
+        let parts: Vec<u64> = (0..4).map(|r| split_part(cells(3), r, 4)[0].0).collect();
+        assert_eq!(parts, vec![0, 1, 2, 0]);
+    }
+}

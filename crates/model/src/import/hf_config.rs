@@ -1,0 +1,119 @@
+//! A Hugging Face BERT `config.json`, and whether corrflow's encoder can hold the model it
+//! describes.
+
+use corrflow_algorithms::SequenceLayout;
+use corrflow_io::model_meta::{HeadActivation, ModelConfig, DEFAULT_OBJECTIVE};
+use corrflow_io::vocab::Vocabulary;
+use serde::Deserialize;
+
+/// The fields of `config.json` the import reads (the rest are ignored).
+#[derive(Clone, Debug, Deserialize)]
+pub struct HfBertConfig {
+    pub model_type: Option<String>,
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "relu")]
+    pub hidden_act: String,
+    pub max_position_embeddings: usize,
+    #[serde(default = "eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "absolute")]
+    pub position_embedding_type: String,
+    #[serde(default)]
+    pub hidden_dropout_prob: f64,
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+    /// `BertForSequenceClassification`: the number of classes.
+    #[serde(default)]
+    pub id2label: Option<std::collections::BTreeMap<String, String>>,
+    /// Newer transformers write `"is_decoder"` / `"add_cross_attention"`; a decoder is not BERT's
+    /// encoder.
+    #[serde(default)]
+    pub is_decoder: bool,
+}
+
+fn relu() -> String {
+    "relu".into()
+}
+fn eps() -> f64 {
+    1e-12
+}
+fn absolute() -> String {
+    "absolute".into()
+}
+
+/// Architectures the import reads the weights of.
+pub const SUPPORTED: [&str; 3] = ["BertForMaskedLM", "BertForSequenceClassification", "BertModel"];
+
+impl HfBertConfig {
+    /// corrflow's model configuration for this model with `vocab`, and the sequence layout its
+    /// inputs have; the reason when the encoder cannot hold it.
+    pub fn to_corrflow(&self, vocab: &Vocabulary) -> Result<(ModelConfig, SequenceLayout), String> {
+        if self.model_type.as_deref().is_some_and(|t| t != "bert") {
+            return Err(format!(
+                "model_type '{}' is not supported: corrflow's encoder is a post-LayerNorm BERT (model_type 'bert')",
+                self.model_type.as_deref().unwrap_or_default()
+            ));
+        }
+        if let Some(a) = self.architectures.iter().find(|a| !SUPPORTED.contains(&a.as_str())) {
+            return Err(format!("architecture '{a}' is not supported (supported: {})", SUPPORTED.join(", ")));
+        }
+        if self.is_decoder {
+            return Err("a decoder (is_decoder: true) is not supported: corrflow's encoder is bidirectional".into());
+        }
+        if self.hidden_act != "relu" {
+            return Err(format!(
+                "hidden_act '{}' is not supported: corrflow's encoder feed-forward is ReLU, as in Geneformer",
+                self.hidden_act
+            ));
+        }
+        if self.position_embedding_type != "absolute" {
+            return Err(format!(
+                "position_embedding_type '{}' is not supported: corrflow learns absolute positions",
+                self.position_embedding_type
+            ));
+        }
+        if self.vocab_size != vocab.len() {
+            return Err(format!(
+                "the model has {} tokens but vocabulary '{}' has {} (V2 models count <cls> and <eos>: pass the V2 dictionaries)",
+                self.vocab_size,
+                vocab.name(),
+                vocab.len()
+            ));
+        }
+        if let Some(pad) = self.pad_token_id.filter(|&p| p != vocab.pad) {
+            return Err(format!("pad_token_id {pad} is not the vocabulary's <pad> ({})", vocab.pad));
+        }
+        let config = ModelConfig {
+            hidden: self.hidden_size,
+            ffn: self.intermediate_size,
+            heads: self.num_attention_heads,
+            layers: self.num_hidden_layers,
+            max_positions: self.max_position_embeddings,
+            dropout: self.hidden_dropout_prob.clamp(0.0, 0.99),
+            layer_norm_eps: self.layer_norm_eps,
+            objective: DEFAULT_OBJECTIVE.into(),
+            mlm_activation: HeadActivation::Relu,
+        };
+        config.validate()?;
+        // The layout follows the dictionaries: with <cls> and <eos> it is V2's, cut to the
+        // positions the model has.
+        let mut layout = match (vocab.cls, vocab.eos) {
+            (Some(cls), Some(eos)) => SequenceLayout::v2(cls, eos),
+            _ => SequenceLayout::v1(),
+        };
+        let specials = usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
+        layout.max_genes = layout.max_genes.min(self.max_position_embeddings.saturating_sub(specials)).max(1);
+        Ok((config, layout))
+    }
+
+    /// Classes of a `BertForSequenceClassification` head.
+    pub fn classes(&self) -> usize {
+        self.id2label.as_ref().map_or(0, |m| m.len())
+    }
+}

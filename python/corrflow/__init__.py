@@ -1,0 +1,480 @@
+"""corrflow from Python: tokenize AnnData in memory, ingest files into a corpus, build and
+update the gene dependency graph, stream the trainer's CorrMask batches into a PyTorch loop,
+and embed cells with an exported ONNX model.
+
+Everything runs in corrflow's Rust library (the same code as the ``corrflow`` command line), with
+the GIL released; a Ctrl-C stops a long call at its next safe point. Library errors are raised
+as :class:`CorrflowError` with the library's message (it names the file and the problem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+
+from . import _native
+from ._native import CorrflowError, __version__
+
+__all__ = [
+    "CorrflowError",
+    "Corpus",
+    "Graph",
+    "MaskedBatches",
+    "embed",
+    "ingest",
+    "tokenize",
+    "__version__",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+# --- AnnData in memory -> CSR arrays ------------------------------------------------------------
+
+
+def _counts_and_genes(adata: Any, counts: str, gene_column: Optional[str]):
+    """The counts matrix a `counts` spec names (X, raw, layer:NAME) and its gene ids."""
+    if counts == "X":
+        matrix, var = adata.X, adata.var
+    elif counts in ("raw", "raw/X"):
+        if adata.raw is None:
+            raise ValueError("counts='raw' but the AnnData has no .raw")
+        matrix, var = adata.raw.X, adata.raw.var
+    elif counts.startswith("layer:") and len(counts) > len("layer:"):
+        name = counts[len("layer:"):]
+        if name not in adata.layers:
+            raise ValueError(f"counts={counts!r}: no layer {name!r} (layers: {list(adata.layers.keys())})")
+        matrix, var = adata.layers[name], adata.var
+    else:
+        raise ValueError(f"counts={counts!r} is not 'X', 'raw' or 'layer:NAME'")
+    if matrix is None:
+        raise ValueError(f"counts={counts!r}: the AnnData has no matrix there")
+    if gene_column is None:
+        genes = [str(g) for g in var.index]
+    else:
+        if gene_column not in var.columns:
+            raise ValueError(
+                f"gene_column={gene_column!r} is not a var column (columns: {list(var.columns)})"
+            )
+        genes = [str(g) for g in var[gene_column]]
+    return matrix, genes
+
+
+def _csr_arrays(matrix: Any):
+    """indptr, indices, data of a cells x genes matrix (CSR, CSC or dense), in the dtypes the
+    library reads in place; CSC and dense matrices are converted to CSR in memory."""
+    import scipy.sparse as sp
+
+    if sp.issparse(matrix):
+        csr = matrix.tocsr() if matrix.format != "csr" else matrix
+    elif isinstance(matrix, np.ndarray):
+        dense = np.asarray(matrix)
+        if dense.ndim != 2:
+            raise ValueError(f"the counts matrix must be 2-d, got shape {dense.shape}")
+        _check_dtype(dense.dtype)
+        csr = sp.csr_matrix(dense)
+    else:
+        raise TypeError(
+            f"counts matrix of type {type(matrix).__name__} is not supported in memory: use a "
+            "scipy.sparse matrix or a NumPy array (for a backed AnnData, call corrflow.ingest on the file)"
+        )
+    _check_dtype(csr.data.dtype)
+    data = csr.data
+    if data.dtype not in (np.float32, np.float64):
+        data = data.astype(np.float64)
+    indices = csr.indices
+    if indices.dtype != np.int32:
+        indices = indices.astype(np.int32)
+    indptr = csr.indptr
+    if indptr.dtype not in (np.int32, np.int64):
+        indptr = indptr.astype(np.int64)
+    return (
+        np.ascontiguousarray(indptr),
+        np.ascontiguousarray(indices),
+        np.ascontiguousarray(data),
+        csr.shape,
+    )
+
+
+def _check_dtype(dtype: np.dtype) -> None:
+    if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)) or dtype == np.bool_:
+        raise TypeError(f"counts must be integers or floats, got dtype {dtype}")
+
+
+def _prepare(adata: Any, counts: str, gene_column: Optional[str]):
+    matrix, genes = _counts_and_genes(adata, counts, gene_column)
+    indptr, indices, data, shape = _csr_arrays(matrix)
+    if shape[1] != len(genes):
+        raise ValueError(f"the matrix has {shape[1]} genes but var has {len(genes)}")
+    cells = [str(c) for c in adata.obs_names]
+    return indptr, indices, data, genes, cells
+
+
+def tokenize(
+    adata: Any,
+    vocab: str = "geneformer-v1",
+    gene_column: Optional[str] = None,
+    counts: str = "X",
+    version: str = "v1",
+    *,
+    max_genes: Optional[int] = None,
+    allow_normalized: bool = False,
+    log1p: bool = False,
+    as_lists: bool = False,
+) -> Union[pa.ListArray, List[Optional[List[int]]]]:
+    """Rank-value tokens of every cell of an in-memory AnnData, as ``corrflow ingest`` makes them.
+
+    The matrix may be CSR, CSC or dense (``counts``: ``"X"``, ``"raw"`` or ``"layer:NAME"``);
+    genes are the var index or ``gene_column`` (Ensembl ids or symbols). Returns a pyarrow
+    ``ListArray`` of int32 tokens aligned with ``adata.obs`` (built over the library's buffers
+    without a copy); a cell with no vocabulary gene expressed, which ``ingest`` drops, is null.
+    ``as_lists=True`` gives Python lists instead.
+    """
+    indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
+    offsets, tokens, kept, _stats = _native.tokenize_csr(
+        indptr, indices, data, genes, cells, vocab=vocab, version=version, max_genes=max_genes,
+        allow_normalized=allow_normalized, log1p=log1p,
+    )
+    array = _list_array(offsets, tokens, kept)
+    return array.to_pylist() if as_lists else array
+
+
+def _list_array(offsets: np.ndarray, tokens: np.ndarray, kept: np.ndarray) -> pa.Array:
+    mask = pa.array(~kept)
+    if tokens.size < 2**31 - 1:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(tokens), mask=mask)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tokens), mask=mask)
+
+
+# --- files -> corpus -----------------------------------------------------------------------------
+
+
+def ingest(
+    paths: Union[PathLike, Sequence[PathLike]],
+    corpus: PathLike,
+    atlas: str,
+    *,
+    vocab: str = "geneformer-v1",
+    version: str = "v1",
+    max_genes: Optional[int] = None,
+    counts: str = "X",
+    gene_column: Optional[str] = None,
+    obs_columns: Sequence[str] = (),
+    allow_normalized: bool = False,
+    log1p: bool = False,
+    chunk_cells: int = 256,
+    shard_cells: int = 100_000,
+    zstd_level: int = 1,
+    restart: bool = False,
+) -> Dict[str, Any]:
+    """``corrflow ingest``: h5ad / 10x h5 / Matrix Market files streamed into atlas ``atlas`` of
+    ``corpus`` (bounded memory, shards committed atomically). Returns the summary the CLI's
+    ``--json`` prints. A Ctrl-C stops it after the chunk being read; calling it again resumes."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    summary = _native.ingest(
+        [os.fspath(p) for p in paths], os.fspath(corpus), atlas, vocab=vocab, version=version,
+        max_genes=max_genes, counts=counts, gene_column=gene_column, obs_columns=list(obs_columns),
+        allow_normalized=allow_normalized, log1p=log1p, chunk_cells=chunk_cells,
+        shard_cells=shard_cells, zstd_level=zstd_level, restart=restart,
+    )
+    return json.loads(summary)
+
+
+class Corpus:
+    """A token corpus on disk (``corrflow ingest``'s output): its atlases, cells and vocabulary.
+
+    ``atlases`` restricts it to some atlases (default: every finished one)."""
+
+    def __init__(self, path: PathLike, atlases: Optional[Sequence[str]] = None):
+        self.path = Path(path)
+        self._atlases = list(atlases or [])
+        self._info = _native.corpus_info(os.fspath(self.path), self._atlases)
+
+    @property
+    def atlases(self) -> List[str]:
+        return list(self._info["atlases"])
+
+    @property
+    def n_cells(self) -> int:
+        return int(self._info["cells"])
+
+    def __len__(self) -> int:
+        return self.n_cells
+
+    @property
+    def vocab(self) -> Dict[str, Any]:
+        """Vocabulary name, hash and size, the sequence layout and the special tokens."""
+        keys = ("vocab_name", "vocab_hash", "vocab_size", "max_genes", "cls", "eos", "pad", "mask")
+        return {k: self._info[k] for k in keys}
+
+    def shards(self) -> List[Dict[str, Any]]:
+        return [dict(s) for s in self._info["shards"]]
+
+    def to_arrow(self, verify: bool = True) -> pa.Table:
+        """Every cell as one pyarrow Table (``cell_id``, ``input_ids``, ``length``, obs columns),
+        in key order; shard checksums are verified first unless ``verify=False``."""
+        import pyarrow.parquet as pq
+
+        info = _native.corpus_info(os.fspath(self.path), self._atlases, verify=verify)
+        tables = [pq.read_table(s["path"]) for s in info["shards"]]
+        if not tables:
+            raise CorrflowError(f"{self.path}: no cells")
+        return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+
+    def to_hf(self, path: Optional[PathLike] = None):
+        """The corpus as a Hugging Face ``datasets.Dataset`` (written in ``save_to_disk`` layout to
+        ``path``, or a temporary directory, and loaded from there)."""
+        import datasets
+
+        out = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="corrflow-hf-")) / "dataset"
+        _native.export_hf(os.fspath(self.path), os.fspath(out), self._atlases)
+        return datasets.load_from_disk(os.fspath(out))
+
+    def __repr__(self) -> str:
+        return f"Corpus({os.fspath(self.path)!r}, atlases={self.atlases}, cells={self.n_cells})"
+
+
+# --- the dependency graph ------------------------------------------------------------------------
+
+
+class Graph:
+    """A gene dependency graph directory (CorrMask Algorithm 1): genes, edges with ρ_local,
+    ρ_global and co-presence counts. ``vocab`` names genes by symbol in :meth:`neighbours`."""
+
+    def __init__(self, path: PathLike, vocab: str = "geneformer-v1"):
+        self.path = Path(path)
+        self._vocab = vocab
+        self._load()
+
+    def _load(self) -> None:
+        d = _native.graph_read(os.fspath(self.path))
+        self.info: Dict[str, Any] = json.loads(d.pop("info"))
+        self._d = d
+        self._symbols: Optional[Dict[int, str]] = None
+
+    @classmethod
+    def open(cls, path: PathLike, vocab: str = "geneformer-v1") -> "Graph":
+        return cls(path, vocab=vocab)
+
+    @classmethod
+    def build(
+        cls,
+        corpus: Union[PathLike, Corpus],
+        out: PathLike,
+        *,
+        atlases: Optional[Sequence[str]] = None,
+        incremental: bool = False,
+        workers: int = 1,
+        vocab: str = "geneformer-v1",
+        **params: Any,
+    ) -> "Graph":
+        """``corrflow graph build``: the graph of ``corpus`` written to ``out``. ``params`` override
+        the graph parameters (``n_sub``, ``l_max``, ``min_presence``, ``max_genes``, ``rho_min``,
+        ``m_min``, ``n_neigh``, ``seed``, ...); ``incremental=True`` builds the rank-map graph that
+        :meth:`update` and :meth:`retract` change exactly. The summary is in ``.summary``."""
+        corpus_path = corpus.path if isinstance(corpus, Corpus) else Path(corpus)
+        if atlases is None and isinstance(corpus, Corpus):
+            atlases = corpus._atlases
+        summary = _native.graph_build(
+            os.fspath(corpus_path), os.fspath(out), list(atlases or []), json.dumps(params),
+            incremental=incremental, workers=workers,
+        )
+        g = cls(out, vocab=vocab)
+        g.summary = json.loads(summary)
+        return g
+
+    def update(self, add: Optional[PathLike] = None, *, retract: Optional[str] = None,
+               rebase: bool = False, workers: int = 1) -> Dict[str, Any]:
+        """``corrflow graph update``: add an atlas (its directory, ``corpus/atlases/NAME``), retract
+        an included atlas by name, or rebase. Returns the summary; the graph is reloaded."""
+        summary = _native.graph_update(
+            os.fspath(self.path), add=os.fspath(add) if add is not None else None, retract=retract,
+            rebase=rebase, workers=workers,
+        )
+        self._load()
+        return json.loads(summary)
+
+    def retract(self, name: str, workers: int = 1) -> Dict[str, Any]:
+        """Retracts the included atlas ``name`` (exact: as if it had never been added)."""
+        return self.update(retract=name, workers=workers)
+
+    @property
+    def n_genes(self) -> int:
+        return len(self._d["token_id"])
+
+    @property
+    def n_edges(self) -> int:
+        return len(self._d["u"])
+
+    def genes(self) -> pa.Table:
+        """``token_id``, ``gene_id``, ``symbol``, ``presence`` of the graph's genes."""
+        symbols = self._symbol_map()
+        tokens = self._d["token_id"]
+        return pa.table({
+            "token_id": tokens,
+            "gene_id": self._d["gene_id"],
+            "symbol": [symbols.get(int(t), "") for t in tokens],
+            "presence": self._d["presence"],
+        })
+
+    def edges(self) -> pa.Table:
+        """Every edge: ``u``, ``v`` (token ids, u < v), their gene ids, ``rho`` (ρ_local),
+        ``rho_global``, ``co_count``."""
+        gene_of = dict(zip(self._d["token_id"].tolist(), self._d["gene_id"]))
+        u, v = self._d["u"], self._d["v"]
+        return pa.table({
+            "u": u,
+            "v": v,
+            "gene_u": [gene_of.get(int(t), "") for t in u],
+            "gene_v": [gene_of.get(int(t), "") for t in v],
+            "rho": self._d["rho"],
+            "rho_global": self._d["rho_global"],
+            "co_count": self._d["co_count"],
+        })
+
+    def neighbours(self, gene: str) -> pa.Table:
+        """The partners of ``gene`` (Ensembl id or symbol), strongest |ρ_local| first:
+        ``token_id``, ``gene_id``, ``symbol``, ``rho``, ``rho_global``, ``co_count``. Call
+        ``.to_pandas()`` on it for a DataFrame."""
+        token = self._token_of(gene)
+        u, v = self._d["u"], self._d["v"]
+        hit = (u == token) | (v == token)
+        other = np.where(u[hit] == token, v[hit], u[hit])
+        rho = self._d["rho"][hit]
+        order = np.lexsort((other, -np.abs(rho)))
+        gene_of = dict(zip(self._d["token_id"].tolist(), self._d["gene_id"]))
+        symbols = self._symbol_map()
+        other = other[order]
+        return pa.table({
+            "token_id": other,
+            "gene_id": [gene_of.get(int(t), "") for t in other],
+            "symbol": [symbols.get(int(t), "") for t in other],
+            "rho": rho[order],
+            "rho_global": self._d["rho_global"][hit][order],
+            "co_count": self._d["co_count"][hit][order],
+        })
+
+    def _symbol_map(self) -> Dict[int, str]:
+        if self._symbols is None:
+            try:
+                ids, _genes, names = _native.vocabulary_genes(self._vocab)
+                self._symbols = {int(t): s for t, s in zip(ids, names) if s}
+            except CorrflowError:
+                self._symbols = {}
+        return self._symbols
+
+    def _token_of(self, gene: str) -> int:
+        tokens = self._d["token_id"]
+        for t, g in zip(tokens.tolist(), self._d["gene_id"]):
+            if g == gene or g.split(".")[0] == gene:
+                return int(t)
+        wanted = gene.upper()
+        for t, s in self._symbol_map().items():
+            if s.upper() == wanted and t in set(tokens.tolist()):
+                return t
+        raise KeyError(f"gene {gene!r} is not in the graph ({self.n_genes} genes; ids or symbols of vocabulary {self._vocab!r})")
+
+    def __repr__(self) -> str:
+        return f"Graph({os.fspath(self.path)!r}, genes={self.n_genes}, edges={self.n_edges})"
+
+
+# --- masked batches ------------------------------------------------------------------------------
+
+
+class MaskedBatches:
+    """One epoch of the trainer's masked batches as dicts of NumPy arrays: ``input_ids``,
+    ``attention_mask``, ``labels`` (int64 ``[rows, len]``, labels −100 at positions that are not
+    predicted: the layout ``transformers`` models take) and ``cell_index`` (the cells' corpus keys).
+
+    The cells, their order, length grouping and masks are those ``corrflow train`` uses for the
+    same ``seed`` and ``epoch`` (held-out cells, ``eval_fraction``, are left out as in training).
+    ``rank``/``world_size`` give each data-parallel rank a disjoint shard with the same number of
+    batches; the shards together are the epoch. Masking runs on ``num_threads`` threads (default:
+    all cores); the batches do not depend on it. ``mask_params`` override masking parameters
+    (``p``, ``lambda``, ``k_max``, ``mask_token_rate``, ...).
+    """
+
+    def __init__(
+        self,
+        corpus: Union[PathLike, Corpus],
+        graph: Union[None, PathLike, Graph] = None,
+        strategy: str = "corrmask",
+        batch_size: int = 12,
+        max_len: int = 2048,
+        epoch: int = 0,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        group_batches: int = 50,
+        num_threads: Optional[int] = None,
+        *,
+        shuffle_buffer: int = 10_000,
+        eval_fraction: float = 0.05,
+        atlases: Optional[Sequence[str]] = None,
+        **mask_params: Any,
+    ):
+        if isinstance(corpus, Corpus):
+            atlases = atlases if atlases is not None else corpus._atlases
+            corpus = corpus.path
+        if isinstance(graph, Graph):
+            graph = graph.path
+        self._it = _native.MaskedBatches(
+            os.fspath(corpus), None if graph is None else os.fspath(graph), strategy=strategy,
+            batch_size=batch_size, max_len=max_len, epoch=epoch, seed=seed, rank=rank,
+            world_size=world_size, group_batches=group_batches, shuffle_buffer=shuffle_buffer,
+            eval_fraction=eval_fraction, num_threads=num_threads, atlases=list(atlases or []),
+            mask_params=json.dumps(mask_params),
+        )
+
+    def __len__(self) -> int:
+        return len(self._it)
+
+    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+        return self
+
+    def __next__(self) -> Dict[str, np.ndarray]:
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stops the masking threads; iteration ends."""
+        self._it.close()
+
+
+# --- embeddings ----------------------------------------------------------------------------------
+
+
+def embed(
+    adata: Any,
+    model: PathLike = "model.onnx",
+    pooling: Optional[str] = None,
+    key: Optional[str] = "X_corrflow",
+    *,
+    gene_column: Optional[str] = None,
+    counts: str = "X",
+    batch_size: int = 64,
+    token_budget: int = 16384,
+    threads: int = 0,
+    allow_normalized: bool = False,
+    log1p: bool = False,
+) -> np.ndarray:
+    """Cell embeddings from a model written by ``corrflow export onnx``, run by ONNX Runtime on
+    all cores (``threads=0``), written to ``adata.obsm[key]`` (unless ``key`` is None) and
+    returned, float32 ``[n_obs, dim]``. Cells with no vocabulary gene get NaN rows. A cell's
+    vector does not depend on ``batch_size`` or ``token_budget``. ``pooling`` ("mean"/"cls"), if
+    given, must be the one the model was exported with."""
+    indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
+    out = _native.embed_csr(
+        indptr, indices, data, genes, cells, os.fspath(model), pooling=pooling,
+        batch_size=batch_size, token_budget=token_budget, threads=threads,
+        allow_normalized=allow_normalized, log1p=log1p,
+    )
+    if key is not None:
+        adata.obsm[key] = out
+    return out

@@ -1,0 +1,80 @@
+//! `corrflow.embed`: cell embeddings of an in-memory matrix from an exported ONNX model, run by
+//! ONNX Runtime on all cores. Cells are tokenized with the model's vocabulary and layout and
+//! encoded in length-sorted batches; a cell's vector does not depend on the batch it was in.
+
+use std::path::PathBuf;
+
+use corrflow_io::encode::{encode_in_batches, Encoder};
+use corrflow_io::model_meta::Pooling;
+use corrflow_serve::runtime::{OrtEncoder, RuntimeOptions};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::matrix::CsrArrays;
+use crate::py_err;
+use crate::tokenize::{options, Tokenizer};
+
+/// Embeds the cells of a CSR matrix with `model` (a file written by `corrflow export onnx`):
+/// float32 `[n_cells, dim]`, NaN rows for cells with no vocabulary gene.
+#[pyfunction]
+#[pyo3(signature = (indptr, indices, data, gene_ids, cell_ids, model, pooling=None, batch_size=64, token_budget=16384, threads=0, allow_normalized=false, log1p=false, source="AnnData"))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn embed_csr<'py>(
+    py: Python<'py>,
+    indptr: &Bound<'py, PyAny>,
+    indices: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+    gene_ids: Vec<String>,
+    cell_ids: Vec<String>,
+    model: PathBuf,
+    pooling: Option<&str>,
+    batch_size: usize,
+    token_budget: usize,
+    threads: usize,
+    allow_normalized: bool,
+    log1p: bool,
+    source: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    if batch_size == 0 || token_budget == 0 {
+        return Err(PyValueError::new_err("batch_size and token_budget must be at least 1"));
+    }
+    let csr = CsrArrays::extract(indptr, indices, data, gene_ids.len())?;
+    let mut encoder =
+        py.detach(|| OrtEncoder::open(&model, &RuntimeOptions { threads, ..Default::default() })).map_err(py_err)?;
+    if let Some(p) = pooling {
+        let want = match p {
+            "mean" => Pooling::Mean,
+            "cls" => Pooling::Cls,
+            other => return Err(PyValueError::new_err(format!("pooling must be 'mean' or 'cls', got '{other}'"))),
+        };
+        if want != encoder.meta.pooling {
+            return Err(PyValueError::new_err(format!(
+                "{} pools {:?}; re-export it with `corrflow export onnx --pooling {p}`",
+                model.display(),
+                encoder.meta.pooling
+            )));
+        }
+    }
+    let tok = Tokenizer::new(
+        encoder.vocab.clone(),
+        &gene_ids,
+        options(encoder.layout(), allow_normalized, log1p),
+        source.to_string(),
+    )?;
+    let (dim, pad) = (encoder.dim(), encoder.vocab.pad);
+    let n = csr.n_cells();
+    let mut out = vec![f32::NAN; n * dim];
+    tok.for_each_chunk(py, &csr, &gene_ids, &cell_ids, |start, chunk| {
+        let cells: Vec<Vec<u32>> = chunk.offsets.windows(2).map(|w| chunk.tokens[w[0]..w[1]].to_vec()).collect();
+        let emb = py
+            .detach(|| encode_in_batches(&cells, pad, dim, token_budget, batch_size, |b| encoder.encode(b)))
+            .map_err(py_err)?;
+        for (r, &k) in chunk.kept.iter().enumerate() {
+            let cell = start + k;
+            out[cell * dim..(cell + 1) * dim].copy_from_slice(&emb[r * dim..(r + 1) * dim]);
+        }
+        Ok(())
+    })?;
+    Ok(PyArray1::from_vec(py, out).reshape([n, dim])?.into_any())
+}

@@ -1,0 +1,35 @@
+"""corrflow.embed equals `corrflow embed --model` and does not depend on batching."""
+
+import anndata
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import corrflow
+from conftest import BUNDLED, corrflow as cli
+
+
+def test_embed_writes_obsm_equal_to_the_cli_embeddings(work, onnx_model):
+    out = work / "emb.parquet"
+    cli("embed", "--model", onnx_model, "--input", BUNDLED, "--gene-column", "gene_ids", "--out", out)
+    theirs = pq.read_table(out)
+    adata = anndata.read_h5ad(BUNDLED)
+    mine = corrflow.embed(adata, onnx_model, gene_column="gene_ids")
+    assert adata.obsm["X_corrflow"] is mine and mine.dtype == np.float32
+    row_of = {c: i for i, c in enumerate(adata.obs_names)}
+    want = np.array(theirs.column("embedding").to_pylist(), dtype=np.float32)
+    got = mine[[row_of[c] for c in theirs.column("cell_id").to_pylist()]]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_embeddings_do_not_depend_on_the_batch_size(onnx_model):
+    adata = anndata.read_h5ad(BUNDLED)[:150].copy()
+    runs = [corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids", batch_size=b) for b in (1, 7, 64)]
+    np.testing.assert_allclose(runs[0], runs[1], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(runs[0], runs[2], rtol=0, atol=1e-5)
+
+
+def test_a_pooling_other_than_the_exported_one_is_refused(onnx_model):
+    adata = anndata.read_h5ad(BUNDLED)[:5].copy()
+    with pytest.raises(ValueError, match="re-export it"):
+        corrflow.embed(adata, onnx_model, pooling="cls", gene_column="gene_ids")

@@ -1,0 +1,334 @@
+//! `corrflow perturb`: in-silico deletion or overexpression of genes in every cell of an h5ad
+//! (Geneformer's definitions, `corrflow_algorithms::perturb`), and how far each cell's embedding
+//! moves (cosine). `--module GRAPH` perturbs each gene together with its dependency-graph
+//! partners. The effect is compared with random gene sets of matched expression (each gene
+//! replaced by a random gene of the same expression decile among the cells), as a permutation
+//! test. Streamed: cells are read from the scratch corpus a block at a time and their rows
+//! written as they are done; memory does not grow with the input.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::{Array, ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema};
+use corrflow_algorithms::perturb::{cosine, perturb, Perturbation};
+use parquet::arrow::ArrowWriter;
+use rand::seq::IndexedRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use corrflow_io::corpus::columns::{InputIds, CELL_ID};
+use corrflow_io::corpus::for_each_shard_batch;
+use corrflow_io::encode::{encode_in_batches, Encoder};
+use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::formats::ReadOptions;
+use corrflow_io::tokenize::ValueTransform;
+use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_io::vocab::Vocabulary;
+use corrflow_serve::runtime::RuntimeOptions;
+
+use crate::embed::{open_encoder, tokenize_input, ModelSource};
+
+#[derive(Clone, Debug)]
+pub struct PerturbRequest {
+    pub model: ModelSource,
+    pub input: PathBuf,
+    pub out: PathBuf,
+    pub read: ReadOptions,
+    pub allow_normalized: bool,
+    pub transform: ValueTransform,
+    /// Genes by Ensembl id or symbol.
+    pub genes: Vec<String>,
+    pub how: Perturbation,
+    /// A dependency graph: each gene is perturbed together with its partners.
+    pub module: Option<PathBuf>,
+    /// Only the cells whose obs column has this value.
+    pub cells_where: Option<(String, String)>,
+    /// Random gene sets of matched expression for the permutation test (0: none).
+    pub random_sets: usize,
+    pub seed: u64,
+    pub batch_size: usize,
+    pub token_budget: usize,
+    pub runtime: RuntimeOptions,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PerturbSummary {
+    pub command: String,
+    pub how: String,
+    pub genes: Vec<String>,
+    /// Tokens perturbed: the genes and, with `--module`, their partners.
+    pub tokens: Vec<u32>,
+    pub module_partners: usize,
+    pub cells: u64,
+    /// Cells the perturbation applies to (deletion: expressing at least one of the genes).
+    pub cells_perturbed: u64,
+    /// Mean of 1 − cosine(original, perturbed) over those cells.
+    pub mean_shift: f64,
+    pub random_sets: usize,
+    pub random_mean_shifts: Vec<f64>,
+    /// (1 + random sets with a mean shift ≥ the genes') / (1 + random sets).
+    pub p_value: Option<f64>,
+    pub out: String,
+    pub seconds: f64,
+}
+
+pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
+    let start = Instant::now();
+    let mut encoder = open_encoder(&req.model, None, -1, &req.runtime)?;
+    let vocab = encoder.vocab().clone();
+    let mut read = req.read.clone();
+    if let Some((col, _)) = &req.cells_where {
+        read.obs_columns = vec![col.clone()];
+    }
+    let (_scratch, index, _) =
+        tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
+    let (tokens, partners) = resolve_genes(&vocab, &req.genes, req.module.as_deref())?;
+    let layout = encoder.layout();
+    let max_len = layout.max_genes + usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
+    // Pass 1 (tokens only): how many selected cells express each gene, for matched random sets.
+    let mut expressed = vec![0u64; vocab.len()];
+    let mut cells = 0u64;
+    for_each_cell(&index, req.cells_where.as_ref(), &mut |_, cell| {
+        cells += 1;
+        cell.iter().for_each(|&t| expressed[t as usize] += 1);
+        Ok(())
+    })?;
+    if cells == 0 {
+        return Err(Error::Usage(match &req.cells_where {
+            Some((c, v)) => format!("no cell has {c} = {v}"),
+            None => format!("{}: no cell could be tokenized with the model's vocabulary", req.input.display()),
+        }));
+    }
+    let sets = random_sets(&tokens, &expressed, &vocab, req.random_sets, req.seed);
+    // Pass 2: embeddings of the original and the perturbed cells, the rows of the output.
+    let mut writer = RowWriter::new(&req.out)?;
+    let mut sums = vec![(0f64, 0u64); sets.len() + 1];
+    let result = for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
+        let original = encode(encoder.as_mut(), block, &vocab, req)?;
+        let dim = encoder.dim();
+        for (s, set) in std::iter::once(&tokens).chain(&sets).enumerate() {
+            let edited: Vec<(Vec<u32>, usize)> =
+                block.iter().map(|c| perturb(c, set, req.how, &layout, max_len)).collect();
+            let applies: Vec<usize> =
+                (0..block.len()).filter(|&i| req.how == Perturbation::Overexpress || edited[i].1 > 0).collect();
+            let cells: Vec<Vec<u32>> = applies.iter().map(|&i| edited[i].0.clone()).collect();
+            let moved = encode(encoder.as_mut(), &cells, &vocab, req)?;
+            let mut shift = vec![None; block.len()];
+            for (r, &i) in applies.iter().enumerate() {
+                let cos = cosine(&original[i * dim..(i + 1) * dim], &moved[r * dim..(r + 1) * dim]);
+                shift[i] = Some(cos);
+                sums[s].0 += 1.0 - cos;
+                sums[s].1 += 1;
+            }
+            if s == 0 {
+                let present: Vec<u32> = edited.iter().map(|e| e.1 as u32).collect();
+                writer.write(ids, &present, &shift)?;
+            }
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => writer.finish(&req.out)?,
+        Err(e) => {
+            writer.abandon();
+            return Err(e);
+        }
+    }
+    let mean = |(sum, n): (f64, u64)| if n == 0 { f64::NAN } else { sum / n as f64 };
+    let mean_shift = mean(sums[0]);
+    let random: Vec<f64> = sums[1..].iter().map(|&s| mean(s)).collect();
+    let p_value = (!random.is_empty())
+        .then(|| (1 + random.iter().filter(|&&r| r >= mean_shift).count()) as f64 / (1 + random.len()) as f64);
+    Ok(PerturbSummary {
+        command: "perturb".into(),
+        how: format!("{:?}", req.how).to_lowercase(),
+        genes: req.genes.clone(),
+        tokens,
+        module_partners: partners,
+        cells,
+        cells_perturbed: sums[0].1,
+        mean_shift,
+        random_sets: sets.len(),
+        random_mean_shifts: random,
+        p_value,
+        out: req.out.display().to_string(),
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Cell vectors of `cells` (row-major), batched under the request's budget.
+fn encode(encoder: &mut dyn Encoder, cells: &[Vec<u32>], vocab: &Vocabulary, req: &PerturbRequest) -> Result<Vec<f32>> {
+    let dim = encoder.dim();
+    encode_in_batches(cells, vocab.pad, dim, req.token_budget, req.batch_size, |b| encoder.encode(b))
+}
+
+/// The tokens of `genes` (unknown ones are an error naming them) and, with a graph, their
+/// partners; returns the tokens and how many partners were added.
+fn resolve_genes(vocab: &Vocabulary, genes: &[String], module: Option<&std::path::Path>) -> Result<(Vec<u32>, usize)> {
+    if genes.is_empty() {
+        return Err(Error::Usage("name at least one gene (--delete or --overexpress)".into()));
+    }
+    let unknown: Vec<&str> = genes.iter().filter(|g| vocab.lookup(g).is_none()).map(String::as_str).collect();
+    if !unknown.is_empty() {
+        return Err(Error::Usage(format!(
+            "not in the model's vocabulary '{}': {} (Ensembl ids or symbols)",
+            vocab.name(),
+            unknown.join(", ")
+        )));
+    }
+    let mut tokens: Vec<u32> = Vec::new();
+    for g in genes {
+        let t = vocab.lookup(g).expect("checked above").token();
+        if !tokens.contains(&t) {
+            tokens.push(t);
+        }
+    }
+    let Some(dir) = module else { return Ok((tokens, 0)) };
+    let graph = corrflow_io::graph_files::read_graph(dir)?;
+    if graph.info.vocab_hash != vocab.hash() {
+        return Err(Error::conflict(dir, "the graph was built with another vocabulary than the model's"));
+    }
+    let seeds: BTreeSet<u32> = tokens.iter().copied().collect();
+    let before = tokens.len();
+    for e in &graph.edges {
+        for (a, b) in [(e.u, e.v), (e.v, e.u)] {
+            if seeds.contains(&a) && !tokens.contains(&b) {
+                tokens.push(b);
+            }
+        }
+    }
+    let added = tokens.len() - before;
+    Ok((tokens, added))
+}
+
+/// `count` random gene sets as large as `genes`, each gene replaced by a random gene expressed
+/// in a similar number of cells (the same decile of the expressed genes), none of `genes`.
+fn random_sets(genes: &[u32], expressed: &[u64], vocab: &Vocabulary, count: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut pool: Vec<u32> =
+        (0..expressed.len() as u32).filter(|&t| vocab.is_gene(t) && expressed[t as usize] > 0).collect();
+    pool.sort_by_key(|&t| (expressed[t as usize], t));
+    let decile = |t: u32| -> usize {
+        let rank = pool.partition_point(|&p| (expressed[p as usize], p) < (expressed[t as usize], t));
+        (rank * 10 / pool.len().max(1)).min(9)
+    };
+    let bins: Vec<Vec<u32>> =
+        (0..10).map(|d| pool.iter().copied().filter(|&t| decile(t) == d && !genes.contains(&t)).collect()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            genes
+                .iter()
+                .filter_map(|&g| {
+                    // A gene no selected cell expresses gets a random gene of the lowest decile.
+                    let d = if expressed[g as usize] > 0 { decile(g) } else { 0 };
+                    bins[d].choose(&mut rng).copied()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Calls `f` with the ids and tokens of the selected cells of each shard record batch.
+fn for_each_block(
+    index: &corrflow_io::corpus::CorpusIndex,
+    filter: Option<&(String, String)>,
+    f: &mut dyn FnMut(&[String], &[Vec<u32>]) -> Result<()>,
+) -> Result<()> {
+    for shard in &index.shards {
+        let p = &shard.path;
+        for_each_shard_batch(p, |rb| {
+            let (values, offsets) = InputIds::of(rb, p)?.flat()?;
+            let ids = rb
+                .column_by_name(CELL_ID)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                .ok_or_else(|| corrflow_io::corpus::columns::missing(p, CELL_ID))?;
+            let keep: Vec<bool> = match filter {
+                None => vec![true; rb.num_rows()],
+                Some((col, want)) => {
+                    let c = rb.column_by_name(col).ok_or_else(|| corrflow_io::corpus::columns::missing(p, col))?;
+                    let c = arrow_cast::cast(c, &DataType::Utf8).map_err(|e| Error::parquet(p, e))?;
+                    let c = c.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
+                    (0..rb.num_rows()).map(|i| c.is_valid(i) && c.value(i) == want).collect()
+                }
+            };
+            let rows: Vec<usize> = (0..rb.num_rows()).filter(|&i| keep[i]).collect();
+            let names: Vec<String> = rows.iter().map(|&i| ids.value(i).to_string()).collect();
+            let cells: Vec<Vec<u32>> = rows
+                .iter()
+                .map(|&i| values[offsets[i] as usize..offsets[i + 1] as usize].iter().map(|&t| t as u32).collect())
+                .collect();
+            if cells.is_empty() {
+                Ok(())
+            } else {
+                f(&names, &cells)
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// [`for_each_block`] cell by cell.
+fn for_each_cell(
+    index: &corrflow_io::corpus::CorpusIndex,
+    filter: Option<&(String, String)>,
+    f: &mut dyn FnMut(&str, &[u32]) -> Result<()>,
+) -> Result<()> {
+    for_each_block(index, filter, &mut |ids, cells| ids.iter().zip(cells).try_for_each(|(id, c)| f(id, c)))
+}
+
+/// The per-cell output, written a block at a time into a temporary file renamed at the end.
+struct RowWriter {
+    tmp: PathBuf,
+    writer: ArrowWriter<File>,
+    schema: Arc<Schema>,
+}
+
+impl RowWriter {
+    fn new(out: &std::path::Path) -> Result<Self> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(CELL_ID, DataType::Utf8, false),
+            Field::new("genes_present", DataType::UInt32, false),
+            Field::new("cosine", DataType::Float64, true),
+            Field::new("shift", DataType::Float64, true),
+        ]));
+        let tmp = temp_path(out);
+        let f = File::create(&tmp).at(&tmp)?;
+        let writer = ArrowWriter::try_new(f, schema.clone(), None).map_err(|e| Error::parquet(&tmp, e))?;
+        Ok(Self { tmp, writer, schema })
+    }
+
+    fn write(&mut self, ids: &[String], present: &[u32], cosine: &[Option<f64>]) -> Result<()> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(ids)),
+            Arc::new(UInt32Array::from(present.to_vec())),
+            Arc::new(Float64Array::from(cosine.to_vec())),
+            Arc::new(Float64Array::from(cosine.iter().map(|c| c.map(|c| 1.0 - c)).collect::<Vec<_>>())),
+        ];
+        let rb = RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| Error::parquet(&self.tmp, e))?;
+        self.writer.write(&rb).map_err(|e| Error::parquet(&self.tmp, e))
+    }
+
+    fn abandon(self) {
+        let tmp = self.tmp.clone();
+        drop(self.writer);
+        let _ = std::fs::remove_file(tmp);
+    }
+
+    fn finish(self, out: &std::path::Path) -> Result<()> {
+        let tmp = self.tmp.clone();
+        let done = self
+            .writer
+            .into_inner()
+            .map_err(|e| Error::parquet(&tmp, e))
+            .and_then(|f| f.sync_all().at(&tmp))
+            .and_then(|()| commit(&tmp, out));
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done
+    }
+}

@@ -1,0 +1,147 @@
+//! `corrflow perturb` on real cells: deletion moves the cells that express the genes and no
+//! other, overexpression moves every cell, the shifts do not depend on the batch size, a graph
+//! module adds the genes' partners, the permutation test runs against matched random sets, and
+//! bad input is refused with a clear message and nothing written.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use arrow_array::{Array, Float64Array, StringArray, UInt32Array};
+use common::*;
+
+/// cell_id → (genes present, shift) of a perturb output.
+fn read(path: &Path) -> HashMap<String, (u32, Option<f64>)> {
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    let mut out = HashMap::new();
+    for rb in reader {
+        let rb = rb.unwrap();
+        let ids = rb.column(0).as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let present = rb.column(1).as_any().downcast_ref::<UInt32Array>().unwrap().clone();
+        let shift = rb.column(3).as_any().downcast_ref::<Float64Array>().unwrap().clone();
+        for i in 0..rb.num_rows() {
+            out.insert(ids.value(i).to_string(), (present.value(i), shift.is_valid(i).then(|| shift.value(i))));
+        }
+    }
+    out
+}
+
+fn perturb(args: &[&str]) -> std::process::Output {
+    let bundled = bundled();
+    let mut all = vec!["perturb", "--json", "--input", bundled.to_str().unwrap(), "--gene-column", "gene_ids"];
+    all.extend_from_slice(args);
+    corrflow(&all)
+}
+
+const GENES: &str = "B2M,TMSB4X,FTL";
+
+#[test]
+fn deletion_moves_exactly_the_cells_that_express_the_genes_whatever_the_batch_size() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = f.model.to_str().unwrap();
+    let mut runs = Vec::new();
+    for b in ["1", "7", "64"] {
+        let out = tmp.path().join(format!("b{b}.parquet"));
+        let s = ok_json(&perturb(&[
+            "--model",
+            model,
+            "--delete",
+            GENES,
+            "--batch-size",
+            b,
+            "--random-sets",
+            "3",
+            "--out",
+            out.to_str().unwrap(),
+        ]));
+        assert_eq!(s["cells"], 1000);
+        assert!(s["cells_perturbed"].as_u64().unwrap() > 500, "{s}");
+        assert_eq!(s["random_mean_shifts"].as_array().unwrap().len(), 3);
+        let p = s["p_value"].as_f64().unwrap();
+        assert!((0.25..=1.0).contains(&p), "(1 + k) / 4: {p}");
+        runs.push((s, read(&out)));
+    }
+    let (_, base) = &runs[0];
+    assert_eq!(base.len(), 1000);
+    for (id, (present, shift)) in base {
+        assert_eq!(shift.is_some(), *present > 0, "{id}: shifted iff it expresses a gene");
+        if let Some(s) = shift {
+            assert!(*s >= -1e-6 && *s <= 2.0, "{id}: {s}");
+        }
+        for (_, other) in &runs[1..] {
+            let (p2, s2) = other[id];
+            assert_eq!(p2, *present);
+            assert!((s2.unwrap_or(0.0) - shift.unwrap_or(0.0)).abs() <= 1e-5, "{id}: batch size changed the shift");
+        }
+    }
+    assert!(runs[0].0["mean_shift"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn overexpression_moves_every_cell_and_a_graph_module_adds_the_partners() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o.parquet");
+    let model = f.model.to_str().unwrap();
+    let s = ok_json(&perturb(&[
+        "--model",
+        model,
+        "--overexpress",
+        "CD3E",
+        "--random-sets",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert_eq!(s["cells_perturbed"], 1000);
+    assert!(s["p_value"].is_null());
+    assert!(read(&out).values().all(|(_, shift)| shift.is_some()));
+    // The bundled graph: a gene with partners brings them along.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, graph) = bundled_corpus_and_graph(dir.path());
+    let g = corrflow::graph::read_graph(&graph).unwrap();
+    let vocab = corrflow::vocab::Vocabulary::resolve("geneformer-v1").unwrap();
+    let hub = g.edges[0].u;
+    let degree = g.edges.iter().filter(|e| e.u == hub || e.v == hub).count();
+    let hub_id = vocab.token(hub).unwrap().to_string();
+    let s = ok_json(&perturb(&[
+        "--model",
+        model,
+        "--delete",
+        &hub_id,
+        "--module",
+        graph.to_str().unwrap(),
+        "--random-sets",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert_eq!(s["module_partners"].as_u64().unwrap() as usize, degree);
+    assert_eq!(s["tokens"].as_array().unwrap().len(), degree + 1);
+}
+
+#[test]
+fn bad_requests_are_refused_clearly_and_write_nothing() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x.parquet");
+    let model = f.model.to_str().unwrap();
+    let o = perturb(&["--model", model, "--delete", "B2M,NOT_A_GENE", "--out", out.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("not in the model's vocabulary 'model.vocab': NOT_A_GENE"),
+        "{}",
+        stderr(&o)
+    );
+    let o =
+        perturb(&["--model", model, "--delete", "B2M", "--cells-where", "n_counts=-1", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("no cell has n_counts = -1"), "{}", stderr(&o));
+    let o = perturb(&["--model", model, "--delete", "B2M", "--cells-where", "nope", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("COL=VALUE"), "{}", stderr(&o));
+    let o = perturb(&["--model", model, "--delete", "B2M", "--overexpress", "FTL", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(!out.exists(), "nothing written");
+    assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none(), "no temporary file left");
+}

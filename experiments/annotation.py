@@ -144,7 +144,7 @@ def main():
                         once(emb, lambda: corrflow(a.corrflow, "embed", "--checkpoint", run, "--input", path, *flags,
                                                    "--obs-columns", label, "--out", emb))
                         extra = ["--exclude", ",".join(exclude)] if exclude else []
-                        r = corrflow(a.corrflow, "eval", "probe", "--embeddings", emb, "--label", label, "--seed", "0", *extra)
+                        r = corrflow(a.corrflow, "eval", "probe", "--embeddings", emb, "--label", label, "--seed", "0", "--folds", "1", *extra)
                         results.append({"set": name, "probe": probe, "steps": n, "cells_seen": n * 8,
                                         "strategy": strategy, "seed": seed, "report": r})
                         print(f"{name}/{probe} steps {n} {strategy} seed {seed}: macro-F1 {r['macro_f1']:.4f}", flush=True)

@@ -176,6 +176,29 @@ fn embeddings_reach_parquet_and_an_h5ad_that_anndata_reads_and_the_probe_runs() 
     assert!(acc > 0.3, "probe accuracy {acc} is no better than chance");
     assert!(p["per_class"].as_array().unwrap().len() == p["classes"].as_u64().unwrap() as usize);
     assert!(!p["rare_classes"].as_array().unwrap().is_empty());
+    // 5-fold by default: every cell is tested once; the k-NN vote and the AUROC are reported.
+    assert_eq!(p["folds"], 5);
+    assert_eq!(p["test_cells"], p["cells"]);
+    let knn = p["knn_accuracy"].as_f64().unwrap();
+    assert!(knn > 0.3 && knn <= 1.0, "k-NN accuracy {knn}");
+    let auroc = p["macro_auroc"].as_f64().unwrap();
+    assert!(auroc > 0.5 && auroc <= 1.0, "macro AUROC {auroc}");
+    assert!(p["macro_f1_sd"].as_f64().unwrap() >= 0.0);
+    // One seeded split holds out a fifth of each class.
+    let one = ok_json(&corrflow(&[
+        "eval",
+        "probe",
+        "--json",
+        "--embeddings",
+        s(&emb2),
+        "--label",
+        "cell_type_annotations",
+        "--folds",
+        "1",
+    ]));
+    assert_eq!(one["folds"], 1);
+    let share = one["test_cells"].as_f64().unwrap() / one["cells"].as_f64().unwrap();
+    assert!((0.18..0.3).contains(&share), "held-out share {share}");
 }
 
 #[test]

@@ -318,15 +318,24 @@ pub(crate) enum MaskCommand {
 
 #[derive(Subcommand)]
 pub(crate) enum EvalCommand {
-    /// Logistic-regression probe on frozen embeddings (seeded stratified split).
+    /// Probes of frozen cell embeddings under seeded stratified k-fold cross-validation: a
+    /// logistic regression and a cosine k-NN vote; accuracy, macro-F1, per-class F1 and AUROC,
+    /// mean ± sd over the folds.
     Probe {
         #[arg(long, value_name = "FILE")]
         embeddings: PathBuf,
         /// Label column of the embeddings file.
         #[arg(long)]
         label: String,
+        /// Stratified folds; 1 = one seeded split holding out --test-fraction of each class.
+        #[arg(long, default_value_t = 5)]
+        folds: usize,
+        /// Held-out share of each class with --folds 1.
         #[arg(long, default_value_t = 0.2)]
         test_fraction: f64,
+        /// Neighbours of the k-NN vote.
+        #[arg(long, default_value_t = 10)]
+        neighbours: usize,
         /// Share of classes (rarest first) whose macro-F1 is reported separately.
         #[arg(long, default_value_t = 0.25)]
         rare_fraction: f64,

@@ -65,17 +65,33 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
 }
 
 pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
-    let (embeddings, label, test_fraction, rare_fraction, alpha, max_iterations, seed, exclude) = match cmd {
+    match cmd {
         EvalCommand::Probe {
             embeddings,
             label,
+            folds,
             test_fraction,
+            neighbours,
             rare_fraction,
             alpha,
             max_iterations,
             seed,
             exclude,
-        } => (embeddings, label, test_fraction, rare_fraction, alpha, max_iterations, seed, exclude),
+        } => probe(
+            corrflow::eval::ProbeRequest {
+                embeddings,
+                label,
+                test_fraction,
+                rare_fraction,
+                alpha,
+                max_iterations,
+                seed,
+                exclude,
+                folds,
+                neighbours,
+            },
+            json,
+        ),
         EvalCommand::Genes { embeddings, labels, id_column, positive, negative, folds, seed, alpha, neighbours } => {
             let req = corrflow::eval::GeneEvalRequest {
                 embeddings,
@@ -93,28 +109,31 @@ pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
                 "eval genes: {} positive / {} negative genes ({} labelled genes without an embedding excluded), {}-fold AUROC: logistic {:.3} ± {:.3}, k-NN {:.3} ± {:.3}",
                 r.positives, r.negatives, r.excluded, r.folds, r.logistic_auroc.mean, r.logistic_auroc.sd, r.knn_auroc.mean, r.knn_auroc.sd
             );
-            return print_summary(json, &human, &r);
+            print_summary(json, &human, &r)
         }
-    };
-    anyhow::ensure!((0.0..1.0).contains(&test_fraction) && test_fraction > 0.0, "--test-fraction must be in (0, 1)");
-    anyhow::ensure!(rare_fraction > 0.0 && rare_fraction <= 1.0, "--rare-fraction must be in (0, 1]");
-    let req = corrflow::eval::ProbeRequest {
-        embeddings,
-        label,
-        test_fraction,
-        rare_fraction,
-        alpha,
-        max_iterations,
-        seed,
-        exclude,
-    };
+    }
+}
+
+fn probe(req: corrflow::eval::ProbeRequest, json: bool) -> Result<()> {
+    anyhow::ensure!(
+        (0.0..1.0).contains(&req.test_fraction) && req.test_fraction > 0.0,
+        "--test-fraction must be in (0, 1)"
+    );
+    anyhow::ensure!(req.rare_fraction > 0.0 && req.rare_fraction <= 1.0, "--rare-fraction must be in (0, 1]");
+    anyhow::ensure!(req.folds >= 1 && req.neighbours >= 1, "--folds and --neighbours must be at least 1");
     let r = corrflow::eval::probe(&req)?;
     let mut human = format!(
-        "probe '{}': {} cells ({} train / {} test), {} classes: accuracy {:.4}, macro-F1 {:.4}, rare-class macro-F1 {:.4} ({})",
-        r.label, r.cells, r.train_cells, r.test_cells, r.classes, r.accuracy, r.macro_f1, r.rare_macro_f1, r.rare_classes.join(", ")
+        "probe '{}': {} cells, {} classes, {} fold(s): logistic accuracy {:.4} ± {:.4}, macro-F1 {:.4} ± {:.4}, macro-AUROC {:.4} ± {:.4}; {}-NN accuracy {:.4} ± {:.4}, macro-F1 {:.4} ± {:.4}; rare-class macro-F1 {:.4} ({})",
+        r.label, r.cells, r.classes, r.folds, r.accuracy, r.accuracy_sd, r.macro_f1, r.macro_f1_sd, r.macro_auroc,
+        r.macro_auroc_sd, req.neighbours, r.knn_accuracy, r.knn_accuracy_sd, r.knn_macro_f1, r.knn_macro_f1_sd,
+        r.rare_macro_f1, r.rare_classes.join(", ")
     );
     for c in &r.per_class {
-        human.push_str(&format!("\n  {:<30} F1 {:.4}  ({} cells, {} test)", c.class, c.f1, c.cells, c.test_cells));
+        let auroc = c.auroc.map_or("-".to_string(), |a| format!("{a:.4}"));
+        human.push_str(&format!(
+            "\n  {:<30} F1 {:.4} ± {:.4}  AUROC {auroc}  ({} cells, {} tested)",
+            c.class, c.f1, c.f1_sd, c.cells, c.test_cells
+        ));
     }
     print_summary(json, &human, &r)
 }

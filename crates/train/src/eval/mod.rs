@@ -1,6 +1,7 @@
-//! Evaluation of embeddings: the linear probe of cell embeddings, gene classification on gene
+//! Evaluation of embeddings: probes of cell embeddings (k-fold, logistic regression and k-NN), gene classification on gene
 //! embeddings.
 
+mod classify;
 mod genes;
 mod probe;
 

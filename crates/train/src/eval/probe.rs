@@ -1,5 +1,7 @@
-//! `corrflow eval probe`: a logistic-regression probe on frozen cell embeddings, with a seeded
-//! stratified split; accuracy, macro-F1, per-class F1 and the macro-F1 of the rarest classes.
+//! `corrflow eval probe`: probes of frozen cell embeddings under seeded stratified k-fold
+//! cross-validation (or one seeded split): a multinomial logistic regression and a cosine k-NN
+//! vote (`classify`); accuracy, macro-F1, per-class F1 and one-vs-rest AUROC as mean ± sd over the
+//! folds, and the macro-F1 of the rarest classes.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -7,15 +9,14 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use arrow_schema::DataType;
-use linfa::prelude::*;
-use linfa_logistic::MultiLogisticRegression;
-use ndarray15::{Array1, Array2};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use corrflow_io::error::{Error, IoContext, Result};
+
+use super::classify::{Classifiers, SplitScores};
 
 #[derive(Clone, Debug)]
 pub struct ProbeRequest {
@@ -30,14 +31,25 @@ pub struct ProbeRequest {
     pub seed: u64,
     /// Classes left out (e.g. CBMC's "Mouse" and "Unknown").
     pub exclude: Vec<String>,
+    /// Stratified folds; 1 = one seeded split holding out `test_fraction` of each class.
+    pub folds: usize,
+    /// Neighbours of the k-NN vote.
+    pub neighbours: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClassScore {
     pub class: String,
     pub cells: usize,
+    /// Cells of the class scored over all folds.
     pub test_cells: usize,
+    /// Mean over the folds that test the class (0 when none does), and its sd.
     pub f1: f64,
+    #[serde(default)]
+    pub f1_sd: f64,
+    /// One-vs-rest AUROC of the logistic regression's probability, mean over folds.
+    #[serde(default)]
+    pub auroc: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -54,6 +66,24 @@ pub struct ProbeReport {
     pub rare_classes: Vec<String>,
     pub rare_macro_f1: f64,
     pub per_class: Vec<ClassScore>,
+    #[serde(default)]
+    pub folds: usize,
+    #[serde(default)]
+    pub accuracy_sd: f64,
+    #[serde(default)]
+    pub macro_f1_sd: f64,
+    #[serde(default)]
+    pub macro_auroc: f64,
+    #[serde(default)]
+    pub macro_auroc_sd: f64,
+    #[serde(default)]
+    pub knn_accuracy: f64,
+    #[serde(default)]
+    pub knn_accuracy_sd: f64,
+    #[serde(default)]
+    pub knn_macro_f1: f64,
+    #[serde(default)]
+    pub knn_macro_f1_sd: f64,
 }
 
 /// Rows with a label and a finite embedding: (embeddings row-major, labels, dim).
@@ -118,84 +148,122 @@ pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
     }
     let class_of: BTreeMap<&str, usize> = classes.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect();
     let y: Vec<usize> = labels.iter().map(|l| class_of[l.as_str()]).collect();
-    // Seeded stratified split: per class, a shuffled ⌈f·n_c⌉ to test (none for singleton classes).
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(req.seed);
-    let mut test = vec![false; n];
-    let mut counts = vec![0usize; classes.len()];
-    for (c, count) in counts.iter_mut().enumerate() {
-        let mut rows: Vec<usize> = (0..n).filter(|&i| y[i] == c).collect();
-        *count = rows.len();
-        rows.shuffle(&mut rng);
-        let k = if rows.len() < 2 {
-            0
-        } else {
-            ((rows.len() as f64 * req.test_fraction).ceil() as usize).clamp(1, rows.len() - 1)
-        };
-        rows.iter().take(k).for_each(|&i| test[i] = true);
-    }
-    let split = |want: bool| -> (Array2<f64>, Array1<usize>) {
-        let rows: Vec<usize> = (0..n).filter(|&i| test[i] == want).collect();
-        let mut m = Array2::<f64>::zeros((rows.len(), dim));
-        for (r, &i) in rows.iter().enumerate() {
-            m.row_mut(r).assign(&ndarray15::ArrayView1::from(&x[i * dim..(i + 1) * dim]));
-        }
-        (m, rows.iter().map(|&i| y[i]).collect())
-    };
-    let (mut xtr, ytr) = split(false);
-    let (mut xte, yte) = split(true);
-    // Standardise with the training statistics.
-    let mean = xtr.mean_axis(ndarray15::Axis(0)).expect("non-empty training set");
-    let sd = xtr.std_axis(ndarray15::Axis(0), 0.0).mapv(|s| if s > 1e-12 { s } else { 1.0 });
-    xtr = (xtr - &mean) / &sd;
-    xte = (xte - &mean) / &sd;
-    let model = MultiLogisticRegression::default()
-        .alpha(req.alpha)
-        .max_iterations(req.max_iterations)
-        .fit(&Dataset::new(xtr, ytr.clone()))
-        .map_err(|e| Error::format(p, format!("logistic regression failed: {e}")))?;
-    let pred = model.predict(&xte);
     let k = classes.len();
-    let (mut tp, mut fp, mut fne, mut support) = (vec![0usize; k], vec![0usize; k], vec![0usize; k], vec![0usize; k]);
-    for (&t, &pr) in yte.iter().zip(pred.iter()) {
-        support[t] += 1;
-        if t == pr {
-            tp[t] += 1;
+    let counts: Vec<usize> = (0..k).map(|c| y.iter().filter(|&&t| t == c).count()).collect();
+    let test_fold = assign_folds(&y, k, req)?;
+    let fit = Classifiers {
+        x: &x,
+        y: &y,
+        dim,
+        classes: k,
+        alpha: req.alpha,
+        max_iterations: req.max_iterations,
+        neighbours: req.neighbours,
+    };
+    let folds = req.folds.max(1);
+    let mut scores = Vec::with_capacity(folds);
+    let mut train_cells = 0;
+    for f in 0..folds {
+        let (test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| test_fold[i] == Some(f));
+        train_cells = train.len();
+        scores.push(fit.score(&train, &test)?);
+    }
+    Ok(report(req, p, &classes, &counts, &scores, n, train_cells))
+}
+
+/// The fold each cell is tested in (`None`: only trained on). k-fold: per class a seeded shuffle
+/// dealt round-robin; one split: per class a shuffled ⌈f·n_c⌉ (none for singleton classes).
+fn assign_folds(y: &[usize], k: usize, req: &ProbeRequest) -> Result<Vec<Option<usize>>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(req.seed);
+    let mut fold = vec![None; y.len()];
+    for c in 0..k {
+        let mut rows: Vec<usize> = (0..y.len()).filter(|&i| y[i] == c).collect();
+        rows.shuffle(&mut rng);
+        if req.folds <= 1 {
+            let take = if rows.len() < 2 {
+                0
+            } else {
+                ((rows.len() as f64 * req.test_fraction).ceil() as usize).clamp(1, rows.len() - 1)
+            };
+            rows.iter().take(take).for_each(|&i| fold[i] = Some(0));
         } else {
-            fp[pr] += 1;
-            fne[t] += 1;
+            rows.iter().enumerate().for_each(|(j, &i)| fold[i] = Some(j % req.folds));
         }
     }
-    let f1 = |c: usize| {
-        let d = 2 * tp[c] + fp[c] + fne[c];
-        if d == 0 {
-            0.0
-        } else {
-            2.0 * tp[c] as f64 / d as f64
-        }
-    };
-    // Macro-F1 over the classes present in the test split (as scikit-learn with their labels).
-    let tested: Vec<usize> = (0..k).filter(|&c| support[c] > 0).collect();
-    let macro_f1 = tested.iter().map(|&c| f1(c)).sum::<f64>() / tested.len().max(1) as f64;
-    let mut by_size = tested.clone();
-    by_size.sort_by_key(|&c| (counts[c], c));
+    if req.folds > 1 && y.len() < 2 * req.folds {
+        return Err(Error::format(&req.embeddings, format!("{} cells are too few for {} folds", y.len(), req.folds)));
+    }
+    Ok(fold)
+}
+
+fn mean_sd(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    let v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    let sd =
+        if v.len() > 1 { (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt() } else { 0.0 };
+    (m, sd)
+}
+
+/// Folds' scores into the report: each metric as mean ± sd over the folds.
+fn report(
+    req: &ProbeRequest,
+    p: &Path,
+    classes: &[String],
+    counts: &[usize],
+    scores: &[SplitScores],
+    n: usize,
+    train_cells: usize,
+) -> ProbeReport {
+    let k = classes.len();
+    let macro_of = |v: &[f64]| mean_sd(v.iter().copied()).0;
+    let (accuracy, accuracy_sd) = mean_sd(scores.iter().map(|s| s.accuracy));
+    let (macro_f1, macro_f1_sd) = mean_sd(scores.iter().map(|s| macro_of(&s.f1)));
+    let (macro_auroc, macro_auroc_sd) = mean_sd(scores.iter().map(|s| macro_of(&s.auroc)));
+    let (knn_accuracy, knn_accuracy_sd) = mean_sd(scores.iter().map(|s| s.knn_accuracy));
+    let (knn_macro_f1, knn_macro_f1_sd) = mean_sd(scores.iter().map(|s| macro_of(&s.knn_f1)));
+    let per_class: Vec<ClassScore> = (0..k)
+        .map(|c| {
+            let (f1, f1_sd) = mean_sd(scores.iter().map(|s| s.f1[c]));
+            let tested: Vec<f64> = scores.iter().map(|s| s.auroc[c]).filter(|a| !a.is_nan()).collect();
+            ClassScore {
+                class: classes[c].clone(),
+                cells: counts[c],
+                test_cells: scores.iter().map(|s| s.support[c]).sum(),
+                f1,
+                f1_sd,
+                auroc: (!tested.is_empty()).then(|| mean_sd(tested).0),
+            }
+        })
+        .collect();
+    let mut tested: Vec<usize> = (0..k).filter(|&c| per_class[c].test_cells > 0).collect();
+    tested.sort_by_key(|&c| (counts[c], c));
     let n_rare = ((tested.len() as f64 * req.rare_fraction).ceil() as usize).clamp(1, tested.len().max(1));
-    let rare: Vec<usize> = by_size.into_iter().take(n_rare).collect();
-    let rare_macro_f1 = rare.iter().map(|&c| f1(c)).sum::<f64>() / rare.len().max(1) as f64;
-    let correct = yte.iter().zip(pred.iter()).filter(|(a, b)| a == b).count();
-    Ok(ProbeReport {
+    let rare: Vec<usize> = tested.into_iter().take(n_rare).collect();
+    let rare_macro_f1 = rare.iter().map(|&c| per_class[c].f1).sum::<f64>() / rare.len().max(1) as f64;
+    ProbeReport {
         command: "eval probe".into(),
         embeddings: p.display().to_string(),
         label: req.label.clone(),
         cells: n,
-        train_cells: ytr.len(),
-        test_cells: yte.len(),
+        train_cells,
+        test_cells: scores.iter().map(|s| s.support.iter().sum::<usize>()).sum(),
         classes: k,
-        accuracy: correct as f64 / yte.len().max(1) as f64,
+        accuracy,
         macro_f1,
         rare_classes: rare.iter().map(|&c| classes[c].clone()).collect(),
         rare_macro_f1,
-        per_class: (0..k)
-            .map(|c| ClassScore { class: classes[c].clone(), cells: counts[c], test_cells: support[c], f1: f1(c) })
-            .collect(),
-    })
+        per_class,
+        folds: scores.len(),
+        accuracy_sd,
+        macro_f1_sd,
+        macro_auroc,
+        macro_auroc_sd,
+        knn_accuracy,
+        knn_accuracy_sd,
+        knn_macro_f1,
+        knn_macro_f1_sd,
+    }
 }

@@ -1,0 +1,138 @@
+//! One train/test split of a cell-type probe: a standardised multinomial logistic regression and a
+//! cosine k-nearest-neighbour vote, scored by accuracy, per-class F1 and one-vs-rest AUROC.
+
+use corrflow_algorithms::auroc::auroc;
+use linfa::prelude::*;
+use linfa_logistic::MultiLogisticRegression;
+use ndarray15::{Array1, Array2, Axis};
+
+use corrflow_io::error::{Error, Result};
+
+/// Scores of one split; per-class vectors are indexed by class (NaN: class not in the test part).
+pub struct SplitScores {
+    pub accuracy: f64,
+    pub f1: Vec<f64>,
+    pub auroc: Vec<f64>,
+    pub knn_accuracy: f64,
+    pub knn_f1: Vec<f64>,
+    /// Test cells per class.
+    pub support: Vec<usize>,
+}
+
+pub struct Classifiers<'a> {
+    pub x: &'a [f64],
+    pub y: &'a [usize],
+    pub dim: usize,
+    pub classes: usize,
+    pub alpha: f64,
+    pub max_iterations: u64,
+    pub neighbours: usize,
+}
+
+impl Classifiers<'_> {
+    fn matrix(&self, rows: &[usize]) -> Array2<f64> {
+        let mut m = Array2::<f64>::zeros((rows.len(), self.dim));
+        for (r, &i) in rows.iter().enumerate() {
+            m.row_mut(r).assign(&ndarray15::ArrayView1::from(&self.x[i * self.dim..(i + 1) * self.dim]));
+        }
+        m
+    }
+
+    /// Trains on `train`, scores on `test`.
+    pub fn score(&self, train: &[usize], test: &[usize]) -> Result<SplitScores> {
+        let (mut xtr, mut xte) = (self.matrix(train), self.matrix(test));
+        let mean = xtr.mean_axis(Axis(0)).expect("non-empty training set");
+        let sd = xtr.std_axis(Axis(0), 0.0).mapv(|s| if s > 1e-12 { s } else { 1.0 });
+        xtr = (xtr - &mean) / &sd;
+        xte = (xte - &mean) / &sd;
+        let ytr: Array1<usize> = train.iter().map(|&i| self.y[i]).collect();
+        let yte: Vec<usize> = test.iter().map(|&i| self.y[i]).collect();
+        let model = MultiLogisticRegression::default()
+            .alpha(self.alpha)
+            .max_iterations(self.max_iterations)
+            .fit(&Dataset::new(xtr.clone(), ytr.clone()))
+            .map_err(|e| Error::internal("eval probe", format!("logistic regression failed: {e}")))?;
+        let pred: Vec<usize> = model.predict(&xte).to_vec();
+        let probs = model.predict_probabilities(&xte);
+        // One-vs-rest AUROC per class from its probability column (classes the fold trained on).
+        let mut aurocs = vec![f64::NAN; self.classes];
+        for (col, &c) in model.classes().iter().enumerate() {
+            let scores: Vec<f64> = probs.column(col).to_vec();
+            let positive: Vec<bool> = yte.iter().map(|&t| t == c).collect();
+            if let Some(a) = auroc(&scores, &positive) {
+                aurocs[c] = a;
+            }
+        }
+        let knn = knn_predict(&xtr, ytr.as_slice().expect("contiguous"), &xte, self.neighbours, self.classes);
+        let (f1, support) = f1_scores(&yte, &pred, self.classes);
+        let (knn_f1, _) = f1_scores(&yte, &knn, self.classes);
+        let acc = |p: &[usize]| yte.iter().zip(p).filter(|(a, b)| a == b).count() as f64 / yte.len().max(1) as f64;
+        Ok(SplitScores { accuracy: acc(&pred), f1, auroc: aurocs, knn_accuracy: acc(&knn), knn_f1, support })
+    }
+}
+
+/// Per-class F1 (NaN for classes without test cells) and test cells per class.
+fn f1_scores(truth: &[usize], pred: &[usize], k: usize) -> (Vec<f64>, Vec<usize>) {
+    let (mut tp, mut fp, mut fne, mut support) = (vec![0usize; k], vec![0usize; k], vec![0usize; k], vec![0usize; k]);
+    for (&t, &p) in truth.iter().zip(pred) {
+        support[t] += 1;
+        if t == p {
+            tp[t] += 1;
+        } else {
+            fp[p] += 1;
+            fne[t] += 1;
+        }
+    }
+    let f1 = (0..k)
+        .map(|c| {
+            let d = 2 * tp[c] + fp[c] + fne[c];
+            if support[c] == 0 {
+                f64::NAN
+            } else if d == 0 {
+                0.0
+            } else {
+                2.0 * tp[c] as f64 / d as f64
+            }
+        })
+        .collect();
+    (f1, support)
+}
+
+/// Majority class among the `k` most cosine-similar training rows (ties: the smaller class id).
+fn knn_predict(train: &Array2<f64>, y: &[usize], test: &Array2<f64>, k: usize, classes: usize) -> Vec<usize> {
+    let norms = |m: &Array2<f64>| m.rows().into_iter().map(|r| r.dot(&r).sqrt().max(1e-12)).collect::<Vec<_>>();
+    let (ntr, nte) = (norms(train), norms(test));
+    let sims = test.dot(&train.t());
+    let k = k.clamp(1, y.len().max(1));
+    sims.rows()
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let mut order: Vec<(f64, usize)> =
+                row.iter().enumerate().map(|(j, &s)| (s / (ntr[j] * nte[i]), j)).collect();
+            order.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut votes = vec![0usize; classes];
+            order[..k].iter().for_each(|&(_, j)| votes[y[j]] += 1);
+            (0..classes).max_by_key(|&c| (votes[c], std::cmp::Reverse(c))).unwrap_or(0)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f1_counts_false_positives_against_the_predicted_class_and_skips_untested_classes() {
+        let (f1, support) = f1_scores(&[0, 0, 1, 1], &[0, 1, 1, 1], 3);
+        assert_eq!(support, vec![2, 2, 0]);
+        assert!((f1[0] - 2.0 / 3.0).abs() < 1e-12 && (f1[1] - 0.8).abs() < 1e-12 && f1[2].is_nan());
+    }
+
+    #[test]
+    fn knn_votes_the_nearest_class_by_cosine() {
+        let train = Array2::from_shape_vec((4, 2), vec![1.0, 0.0, 0.9, 0.1, 0.0, 1.0, 0.1, 0.9]).unwrap();
+        let test = Array2::from_shape_vec((2, 2), vec![1.0, 0.05, 0.05, 1.0]).unwrap();
+        assert_eq!(knn_predict(&train, &[0, 0, 1, 1], &test, 2, 2), vec![0, 1]);
+    }
+}

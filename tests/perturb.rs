@@ -43,8 +43,10 @@ fn deletion_moves_exactly_the_cells_that_express_the_genes_whatever_the_batch_si
     let tmp = tempfile::tempdir().unwrap();
     let model = f.model.to_str().unwrap();
     let mut runs = Vec::new();
+    let mut gene_shifts = Vec::new();
     for b in ["1", "7", "64"] {
         let out = tmp.path().join(format!("b{b}.parquet"));
+        let genes_out = tmp.path().join(format!("g{b}.parquet"));
         let s = ok_json(&perturb(&[
             "--model",
             model,
@@ -56,7 +58,11 @@ fn deletion_moves_exactly_the_cells_that_express_the_genes_whatever_the_batch_si
             "3",
             "--out",
             out.to_str().unwrap(),
+            "--genes-out",
+            genes_out.to_str().unwrap(),
         ]));
+        gene_shifts.push(read_gene_shifts(&genes_out));
+        assert_eq!(s["genes_shifted"].as_u64().unwrap() as usize, gene_shifts.last().unwrap().len());
         assert_eq!(s["cells"], 1000);
         assert!(s["cells_perturbed"].as_u64().unwrap() > 500, "{s}");
         assert_eq!(s["random_mean_shifts"].as_array().unwrap().len(), 3);
@@ -78,6 +84,39 @@ fn deletion_moves_exactly_the_cells_that_express_the_genes_whatever_the_batch_si
         }
     }
     assert!(runs[0].0["mean_shift"].as_f64().unwrap() > 0.0);
+    // Every other gene's embedding shift: the deleted genes are not in it, each gene was seen in
+    // at most the perturbed cells, and the batch size does not change it.
+    let perturbed = runs[0].0["cells_perturbed"].as_u64().unwrap();
+    let (first, rest) = gene_shifts.split_first().unwrap();
+    assert!(first.len() > 500, "{} genes", first.len());
+    for deleted in ["B2M", "TMSB4X", "FTL"] {
+        assert!(!first.values().any(|(symbol, _, _)| symbol == deleted), "{deleted} is not shifted, it is gone");
+    }
+    for (id, (_, n, shift)) in first {
+        assert!(*n <= perturbed && *shift >= -1e-9, "{id}: {n} cells, shift {shift}");
+        for other in rest {
+            assert!((other[id].2 - shift).abs() <= 1e-5, "{id}: batch size changed its shift");
+        }
+    }
+}
+
+/// gene_id → (symbol, n_cells, mean_shift) of a `--genes-out` file.
+fn read_gene_shifts(path: &Path) -> HashMap<String, (String, u64, f64)> {
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    let mut out = HashMap::new();
+    for rb in reader {
+        let rb = rb.unwrap();
+        let ids = rb.column(0).as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let symbols = rb.column(1).as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let n = rb.column(3).as_any().downcast_ref::<arrow_array::UInt64Array>().unwrap().clone();
+        let shift = rb.column(4).as_any().downcast_ref::<Float64Array>().unwrap().clone();
+        for i in 0..rb.num_rows() {
+            let symbol = if symbols.is_valid(i) { symbols.value(i).to_string() } else { String::new() };
+            out.insert(ids.value(i).to_string(), (symbol, n.value(i), shift.value(i)));
+        }
+    }
+    out
 }
 
 #[test]

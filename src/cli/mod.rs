@@ -105,6 +105,10 @@ pub(crate) struct PerturbArgs {
     /// Per-cell output (Parquet): cell_id, genes_present, cosine, shift.
     #[arg(long, value_name = "FILE")]
     pub(crate) out: PathBuf,
+    /// Also every other gene's mean embedding shift over the perturbed cells (Parquet: gene_id,
+    /// symbol, token_id, n_cells, mean_shift), Geneformer's gene output.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) genes_out: Option<PathBuf>,
     /// Genes to delete (Ensembl ids or symbols), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "G1,G2")]
     pub(crate) delete: Vec<String>,

@@ -139,6 +139,7 @@ pub(crate) fn perturb(cfg: &Config, a: PerturbArgs, json: bool) -> Result<()> {
         model,
         input: a.input,
         out: a.out,
+        genes_out: a.genes_out,
         read: a.read.read_options(cfg, Vec::new()),
         allow_normalized: a.read.allow_normalized || a.read.log1p,
         transform: a.read.transform(),

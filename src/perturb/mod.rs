@@ -32,11 +32,16 @@ use corrflow_serve::runtime::RuntimeOptions;
 
 use crate::embed::{open_encoder, tokenize_input, ModelSource};
 
+mod gene_shifts;
+use gene_shifts::GeneShifts;
+
 #[derive(Clone, Debug)]
 pub struct PerturbRequest {
     pub model: ModelSource,
     pub input: PathBuf,
     pub out: PathBuf,
+    /// Also each other gene's mean embedding shift (Parquet), over the perturbed cells.
+    pub genes_out: Option<PathBuf>,
     pub read: ReadOptions,
     pub allow_normalized: bool,
     pub transform: ValueTransform,
@@ -73,6 +78,8 @@ pub struct PerturbSummary {
     /// (1 + random sets with a mean shift ≥ the genes') / (1 + random sets).
     pub p_value: Option<f64>,
     pub out: String,
+    /// Genes written to `genes_out`.
+    pub genes_shifted: Option<usize>,
     pub seconds: f64,
 }
 
@@ -107,6 +114,7 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
     // Pass 2: embeddings of the original and the perturbed cells, the rows of the output.
     let mut writer = RowWriter::new(&req.out)?;
     let mut sums = vec![(0f64, 0u64); sets.len() + 1];
+    let mut gene_shifts = req.genes_out.as_ref().map(|_| GeneShifts::new(vocab.len()));
     let result = for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
         let original = encode(encoder.as_mut(), block, &vocab, req)?;
         let dim = encoder.dim();
@@ -127,6 +135,11 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
             if s == 0 {
                 let present: Vec<u32> = edited.iter().map(|e| e.1 as u32).collect();
                 writer.write(ids, &present, &shift)?;
+                if let Some(g) = gene_shifts.as_mut() {
+                    let pairs: Vec<(&[u32], &[u32])> =
+                        applies.iter().zip(&cells).map(|(&i, c)| (block[i].as_slice(), c.as_slice())).collect();
+                    g.add(encoder.as_mut(), &vocab, &pairs, set, (req.token_budget, req.batch_size))?;
+                }
             }
         }
         Ok(())
@@ -138,6 +151,10 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
             return Err(e);
         }
     }
+    let genes_shifted = match (&gene_shifts, &req.genes_out) {
+        (Some(g), Some(path)) => Some(g.write(&vocab, path)?),
+        _ => None,
+    };
     let mean = |(sum, n): (f64, u64)| if n == 0 { f64::NAN } else { sum / n as f64 };
     let mean_shift = mean(sums[0]);
     let random: Vec<f64> = sums[1..].iter().map(|&s| mean(s)).collect();
@@ -156,6 +173,7 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         random_mean_shifts: random,
         p_value,
         out: req.out.display().to_string(),
+        genes_shifted,
         seconds: start.elapsed().as_secs_f64(),
     })
 }

@@ -137,3 +137,47 @@ fn cell_labels_follow_an_obs_column_by_cell_key_across_atlases() {
     let e = CellLabels::read(&index, "no_such_column").unwrap_err().to_string();
     assert!(e.contains("no_such_column") && e.contains("shard-00000.parquet"), "{e}");
 }
+
+#[test]
+fn nullable_integer_and_boolean_obs_keep_their_values_and_missing_entries_and_zero_cell_files_are_refused() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (nullable, zero) = (tmp.path().join("nullable.h5ad"), tmp.path().join("zero.h5ad"));
+    // anndata writes pandas' nullable Int64/boolean as groups of values and a boolean mask.
+    let make = r#"
+import sys, anndata as ad, pandas as pd
+a = ad.read_h5ad(sys.argv[1])[:40].copy()
+a.obs["nint"] = pd.array([7, None, -3, None] * 10, dtype="Int64")
+a.obs["nbool"] = pd.array([True, None, False, None] * 10, dtype="boolean")
+a.write_h5ad(sys.argv[2])
+a[:0].copy().write_h5ad(sys.argv[3])
+"#;
+    let o = std::process::Command::new(&py)
+        .args(["-c", make, bundled().to_str().unwrap(), nullable.to_str().unwrap(), zero.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    ingest(tmp.path(), "n", &["--gene-column", "gene_ids", "--obs-columns", "nint,nbool"], &nullable);
+    let check = r#"
+import sys, pyarrow.parquet as pq
+t = pq.read_table(f"{sys.argv[1]}/atlases/n/shard-00000.parquet")
+assert t["nint"].to_pylist() == [7, None, -3, None] * 10, t["nint"].to_pylist()[:8]
+assert t["nbool"].to_pylist() == [True, None, False, None] * 10, t["nbool"].to_pylist()[:8]
+print("ok")
+"#;
+    let o = std::process::Command::new(&py).args(["-c", check, tmp.path().to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c = tmp.path().join("z");
+    let o = corrflow(&[
+        "ingest",
+        "--atlas",
+        "z",
+        "--gene-column",
+        "gene_ids",
+        "--out",
+        c.to_str().unwrap(),
+        zero.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("has no cells (0 rows)"), "{}", stderr(&o));
+    assert!(!c.join("atlases/z").exists(), "no atlas is published");
+}

@@ -144,6 +144,7 @@ fn every_error_status_has_a_json_message() {
         (r#"{"input_ids":[[999999]]}"#.to_string(), auth, 422, "outside the vocabulary"),
         (r#"{"cells":[{"genes":["TSPAN6"],"counts":[-1]}]}"#.to_string(), auth, 422, "finite"),
         (r#"{"cells":[{"genes":["nope"],"counts":[1]}]}"#.to_string(), auth, 422, "no expressed gene"),
+        (r#"{"input_ids":[[0,1,0]]}"#.to_string(), auth, 422, "no gene token"),
     ] {
         let (got, text) = post(&url, &body, token);
         assert_eq!(got, status, "{body:.60}: {text}");
@@ -152,10 +153,14 @@ fn every_error_status_has_a_json_message() {
     }
     assert_eq!(post(&url, r#"{"input_ids":[[5,6]]}"#, auth).0, 200);
     assert_eq!(get(&format!("{}/nope", server.url), auth).0, 404);
+    // A wrong method gets a JSON message too.
+    let (status, text) = get(&url, auth);
+    assert_eq!(status, 405, "{text}");
+    assert!(json(&text)["error"]["message"].as_str().unwrap().contains("GET is not allowed on /v1/embed"), "{text}");
     assert_eq!(get(&format!("{}/health", server.url), None).0, 200, "/health needs no token");
     assert_eq!(get(&format!("{}/metrics", server.url), None).0, 401);
     let (_, m) = get(&format!("{}/metrics", server.url), auth);
-    assert!(m.contains("status=\"422\"} 4") && m.contains("status=\"401\"} 2"), "{m}");
+    assert!(m.contains("status=\"422\"} 5") && m.contains("status=\"401\"} 2"), "{m}");
 }
 
 #[test]

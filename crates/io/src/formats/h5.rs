@@ -223,6 +223,8 @@ pub fn read_i64(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize
             .into_iter()
             .map(|v| i64::try_from(v).map_err(|_| Error::format(path, format!("{what}: value {v} out of range"))))
             .collect::<Result<_>>()?,
+        // anndata writes the masks of nullable columns as HDF5 booleans.
+        NumKind::Bool => read_vec::<bool>(path, ds, what, range)?.into_iter().map(i64::from).collect(),
         other => return Err(Error::format(path, format!("{what}: expected integers, found {other:?}"))),
     })
 }

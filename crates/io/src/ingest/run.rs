@@ -141,6 +141,9 @@ fn open_inputs(req: &IngestRequest, read: &ReadOptions) -> Result<Vec<Opened>> {
     let mut opened: Vec<Opened> = Vec::new();
     for path in &req.inputs {
         let source = open(path, read)?;
+        if source.n_cells() == 0 {
+            return Err(Error::format(path, "has no cells (0 rows): nothing to ingest"));
+        }
         let mapper = GeneMapper::new(&req.vocab, source.gene_ids());
         if mapper.n_matched() == 0 {
             let column = read.gene_column.as_deref().unwrap_or("the var index");

@@ -132,6 +132,12 @@ pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) 
                 }
                 tokens.push(t as u32);
             }
+            // Only special tokens: the mean over gene positions would be a zero vector.
+            if !tokens.iter().any(|&t| vocab.is_gene(t)) {
+                return Err(ApiError::invalid(format!(
+                    "input_ids[{i}] has no gene token, only special tokens (<pad>, <mask>, <cls>, <eos>): it has no cell embedding"
+                )));
+            }
             parsed.cells.push(tokens);
             parsed.unknown_genes.push(0);
         }

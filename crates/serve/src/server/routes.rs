@@ -27,6 +27,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { error(404, "no such endpoint") })
+        .method_not_allowed_fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            error(405, format!("{method} is not allowed on {} (see GET /openapi.json)", uri.path()))
+        })
         .layer(from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
         .with_state(state)

@@ -120,6 +120,27 @@ fn read_gene_shifts(path: &Path) -> HashMap<String, (String, u64, f64)> {
 }
 
 #[test]
+fn shifts_do_not_depend_on_the_runtime_thread_count() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = f.model.to_str().unwrap();
+    let runs: Vec<_> = ["1", "2"]
+        .iter()
+        .map(|threads| {
+            let out = tmp.path().join(format!("t{threads}.parquet"));
+            let args = ["--model", model, "--delete", GENES, "--threads", threads, "--random-sets", "0"];
+            ok_json(&perturb(&[&args[..], &["--out", out.to_str().unwrap()]].concat()));
+            read(&out)
+        })
+        .collect();
+    for (id, (present, shift)) in &runs[0] {
+        let (p2, s2) = runs[1][id];
+        assert_eq!(p2, *present);
+        assert!((s2.unwrap_or(0.0) - shift.unwrap_or(0.0)).abs() <= 1e-5, "{id}: thread count changed the shift");
+    }
+}
+
+#[test]
 fn overexpression_moves_every_cell_and_a_graph_module_adds_the_partners() {
     let f = tiny_model();
     let tmp = tempfile::tempdir().unwrap();

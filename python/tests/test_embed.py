@@ -29,6 +29,13 @@ def test_embeddings_do_not_depend_on_the_batch_size(onnx_model):
     np.testing.assert_allclose(runs[0], runs[2], rtol=0, atol=1e-5)
 
 
+def test_embeddings_do_not_depend_on_the_thread_count(onnx_model):
+    adata = anndata.read_h5ad(BUNDLED)[:100].copy()
+    one = corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids", threads=1)
+    two = corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids", threads=2)
+    np.testing.assert_allclose(one, two, rtol=0, atol=1e-5)
+
+
 def test_a_pooling_other_than_the_exported_one_is_refused(onnx_model):
     adata = anndata.read_h5ad(BUNDLED)[:5].copy()
     with pytest.raises(ValueError, match="re-export it"):

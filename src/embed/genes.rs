@@ -4,20 +4,18 @@
 //! f64), so memory does not grow with the number of cells. Written as Parquet: `gene_id`,
 //! `symbol`, `token_id`, `n_cells`, `embedding`.
 
-use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use parquet::arrow::ArrowWriter;
 
 use corrflow_io::corpus::columns::InputIds;
 use corrflow_io::corpus::for_each_shard_batch;
 use corrflow_io::encode::{plan_batches, Encoder, PaddedBatch};
-use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_io::error::{Error, Result};
+use corrflow_io::util::atomic::write_parquet_atomic;
 
 use super::{tokenize_input, EmbedRequest, EmbedSummary};
 
@@ -57,10 +55,7 @@ pub(super) fn embed_genes(req: &EmbedRequest, encoder: &mut dyn Encoder, start: 
     let bar = super::progress_bar(req.progress, index.cells, "embed --genes");
     for shard in &index.shards {
         for_each_shard_batch(&shard.path, |rb| {
-            let ids = InputIds::of(rb, &shard.path)?;
-            let (values, offsets) = ids.flat()?;
-            let cells: Vec<&[i32]> = offsets.windows(2).map(|w| &values[w[0] as usize..w[1] as usize]).collect();
-            let cells: Vec<Vec<u32>> = cells.iter().map(|c| c.iter().map(|&t| t as u32).collect()).collect();
+            let cells = InputIds::of(rb, &shard.path)?.cells()?;
             let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
             for rows in plan_batches(&lengths, req.token_budget, req.batch_size) {
                 let batch = PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), vocab.pad);
@@ -110,17 +105,7 @@ fn write(req: &EmbedRequest, vocab: &corrflow_io::vocab::Vocabulary, sums: &Gene
         Arc::new(UInt64Array::from_iter_values(seen.iter().map(|&t| sums.cells[t]))),
         Arc::new(list.finish()),
     ];
-    let rb = RecordBatch::try_new(schema.clone(), columns).map_err(|e| Error::parquet(&req.out, e))?;
-    let tmp = temp_path(&req.out);
-    let result = (|| {
-        let f = File::create(&tmp).at(&tmp)?;
-        let mut w = ArrowWriter::try_new(f, schema, None).map_err(|e| Error::parquet(&tmp, e))?;
-        w.write(&rb).map_err(|e| Error::parquet(&tmp, e))?;
-        w.into_inner().map_err(|e| Error::parquet(&tmp, e))?.sync_all().at(&tmp)?;
-        commit(&tmp, &req.out)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map(|()| seen.len())
+    let rb = RecordBatch::try_new(schema, columns).map_err(|e| Error::parquet(&req.out, e))?;
+    write_parquet_atomic(&req.out, &rb)?;
+    Ok(seen.len())
 }

@@ -241,9 +241,7 @@ fn embed_rows(
     token_budget: usize,
     max_rows: usize,
 ) -> Result<Vec<f32>> {
-    let ids = InputIds::of(rb, path)?;
-    let cells: Vec<Vec<u32>> =
-        (0..ids.len()).map(|i| Ok(ids.row(i)?.values().iter().map(|&t| t as u32).collect())).collect::<Result<_>>()?;
+    let cells = InputIds::of(rb, path)?.cells()?;
     let (dim, pad) = (encoder.dim(), encoder.vocab().pad);
     encode_in_batches(&cells, pad, dim, token_budget, max_rows, |batch| encoder.encode(batch))
 }

@@ -4,18 +4,16 @@
 //! the cells. Computed a batch at a time, both sequences of the same cells together, so only one
 //! batch of states is held.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use corrflow_algorithms::perturb::cosine;
-use parquet::arrow::ArrowWriter;
 
 use corrflow_io::encode::{plan_batches, Encoder, PaddedBatch};
-use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_io::error::{Error, Result};
+use corrflow_io::util::atomic::write_parquet_atomic;
 use corrflow_io::vocab::Vocabulary;
 
 /// Per-gene sums of embedding shifts.
@@ -86,18 +84,8 @@ impl GeneShifts {
             Arc::new(UInt64Array::from_iter_values(seen.iter().map(|&t| self.cells[t]))),
             Arc::new(Float64Array::from_iter_values(seen.iter().map(|&t| mean(t)))),
         ];
-        let rb = RecordBatch::try_new(schema.clone(), columns).map_err(|e| Error::parquet(out, e))?;
-        let tmp = temp_path(out);
-        let result = (|| {
-            let f = File::create(&tmp).at(&tmp)?;
-            let mut w = ArrowWriter::try_new(f, schema, None).map_err(|e| Error::parquet(&tmp, e))?;
-            w.write(&rb).map_err(|e| Error::parquet(&tmp, e))?;
-            w.into_inner().map_err(|e| Error::parquet(&tmp, e))?.sync_all().at(&tmp)?;
-            commit(&tmp, out)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map(|()| seen.len())
+        let rb = RecordBatch::try_new(schema, columns).map_err(|e| Error::parquet(out, e))?;
+        write_parquet_atomic(out, &rb)?;
+        Ok(seen.len())
     }
 }

@@ -95,62 +95,42 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
     let (tokens, partners) = resolve_genes(&vocab, &req.genes, req.module.as_deref())?;
     let layout = encoder.layout();
-    let max_len = layout.max_genes + usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
-    // Pass 1 (tokens only): how many selected cells express each gene, for matched random sets.
-    let mut expressed = vec![0u64; vocab.len()];
-    let mut cells = 0u64;
-    for_each_cell(&index, req.cells_where.as_ref(), &mut |_, cell| {
-        cells += 1;
-        cell.iter().for_each(|&t| expressed[t as usize] += 1);
-        Ok(())
-    })?;
-    if cells == 0 {
+    // Expression counts only serve the matched random sets: without them, no pass over the cells.
+    let sets = if req.random_sets > 0 {
+        let expressed = expression(&index, req.cells_where.as_ref(), vocab.len())?;
+        random_sets(&tokens, &expressed, &vocab, req.random_sets, req.seed)
+    } else {
+        Vec::new()
+    };
+    let pass = Pass {
+        req,
+        vocab: &vocab,
+        layout,
+        max_len: layout.max_genes + usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some()),
+        sets: std::iter::once(tokens.as_slice()).chain(sets.iter().map(Vec::as_slice)).collect(),
+    };
+    let mut writer = RowWriter::new(&req.out)?;
+    let mut tally = Tally {
+        cells: 0,
+        sums: vec![(0.0, 0); pass.sets.len()],
+        genes: req.genes_out.as_ref().map(|_| GeneShifts::new(vocab.len())),
+    };
+    let result = for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
+        pass.block(encoder.as_mut(), ids, block, &mut writer, &mut tally)
+    });
+    if let Err(e) = result {
+        writer.abandon();
+        return Err(e);
+    }
+    if tally.cells == 0 {
+        writer.abandon();
         return Err(Error::Usage(match &req.cells_where {
             Some((c, v)) => format!("no cell has {c} = {v}"),
             None => format!("{}: no cell could be tokenized with the model's vocabulary", req.input.display()),
         }));
     }
-    let sets = random_sets(&tokens, &expressed, &vocab, req.random_sets, req.seed);
-    // Pass 2: embeddings of the original and the perturbed cells, the rows of the output.
-    let mut writer = RowWriter::new(&req.out)?;
-    let mut sums = vec![(0f64, 0u64); sets.len() + 1];
-    let mut gene_shifts = req.genes_out.as_ref().map(|_| GeneShifts::new(vocab.len()));
-    let result = for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
-        let original = encode(encoder.as_mut(), block, &vocab, req)?;
-        let dim = encoder.dim();
-        for (s, set) in std::iter::once(&tokens).chain(&sets).enumerate() {
-            let edited: Vec<(Vec<u32>, usize)> =
-                block.iter().map(|c| perturb(c, set, req.how, &layout, max_len)).collect();
-            let applies: Vec<usize> =
-                (0..block.len()).filter(|&i| req.how == Perturbation::Overexpress || edited[i].1 > 0).collect();
-            let cells: Vec<Vec<u32>> = applies.iter().map(|&i| edited[i].0.clone()).collect();
-            let moved = encode(encoder.as_mut(), &cells, &vocab, req)?;
-            let mut shift = vec![None; block.len()];
-            for (r, &i) in applies.iter().enumerate() {
-                let cos = cosine(&original[i * dim..(i + 1) * dim], &moved[r * dim..(r + 1) * dim]);
-                shift[i] = Some(cos);
-                sums[s].0 += 1.0 - cos;
-                sums[s].1 += 1;
-            }
-            if s == 0 {
-                let present: Vec<u32> = edited.iter().map(|e| e.1 as u32).collect();
-                writer.write(ids, &present, &shift)?;
-                if let Some(g) = gene_shifts.as_mut() {
-                    let pairs: Vec<(&[u32], &[u32])> =
-                        applies.iter().zip(&cells).map(|(&i, c)| (block[i].as_slice(), c.as_slice())).collect();
-                    g.add(encoder.as_mut(), &vocab, &pairs, set, (req.token_budget, req.batch_size))?;
-                }
-            }
-        }
-        Ok(())
-    });
-    match result {
-        Ok(()) => writer.finish(&req.out)?,
-        Err(e) => {
-            writer.abandon();
-            return Err(e);
-        }
-    }
+    writer.finish(&req.out)?;
+    let (cells, sums, gene_shifts) = (tally.cells, tally.sums, tally.genes);
     let genes_shifted = match (&gene_shifts, &req.genes_out) {
         (Some(g), Some(path)) => Some(g.write(&vocab, path)?),
         _ => None,
@@ -169,13 +149,87 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         cells,
         cells_perturbed: sums[0].1,
         mean_shift,
-        random_sets: sets.len(),
+        random_sets: sums.len() - 1,
         random_mean_shifts: random,
         p_value,
         out: req.out.display().to_string(),
         genes_shifted,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The fixed parts of the perturbation pass: the gene sets (the perturbed genes first, then the
+/// random sets) and how sequences are cut.
+struct Pass<'a> {
+    req: &'a PerturbRequest,
+    vocab: &'a Vocabulary,
+    layout: corrflow_algorithms::SequenceLayout,
+    max_len: usize,
+    sets: Vec<&'a [u32]>,
+}
+
+/// What the pass accumulates: cells seen, per set the sum of shifts and the cells perturbed, and
+/// the other genes' shifts of the first set.
+struct Tally {
+    cells: u64,
+    sums: Vec<(f64, u64)>,
+    genes: Option<GeneShifts>,
+}
+
+impl Pass<'_> {
+    /// Perturbs a block of cells with every set and writes the first set's rows.
+    fn block(
+        &self,
+        encoder: &mut dyn Encoder,
+        ids: &[String],
+        block: &[Vec<u32>],
+        writer: &mut RowWriter,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let (req, dim) = (self.req, encoder.dim());
+        tally.cells += block.len() as u64;
+        let original = encode(encoder, block, self.vocab, req)?;
+        for (s, &set) in self.sets.iter().enumerate() {
+            let mut edited: Vec<(Vec<u32>, usize)> =
+                block.iter().map(|c| perturb(c, set, req.how, &self.layout, self.max_len)).collect();
+            let applies: Vec<usize> =
+                (0..block.len()).filter(|&i| req.how == Perturbation::Overexpress || edited[i].1 > 0).collect();
+            let cells: Vec<Vec<u32>> = applies.iter().map(|&i| std::mem::take(&mut edited[i].0)).collect();
+            let moved = encode(encoder, &cells, self.vocab, req)?;
+            let mut cosines = vec![None; block.len()];
+            for (r, &i) in applies.iter().enumerate() {
+                let cos = cosine(&original[i * dim..(i + 1) * dim], &moved[r * dim..(r + 1) * dim]);
+                cosines[i] = Some(cos);
+                tally.sums[s].0 += 1.0 - cos;
+                tally.sums[s].1 += 1;
+            }
+            if s > 0 {
+                continue;
+            }
+            let present: Vec<u32> = edited.iter().map(|e| e.1 as u32).collect();
+            writer.write(ids, &present, &cosines)?;
+            if let Some(g) = tally.genes.as_mut() {
+                let pairs: Vec<(&[u32], &[u32])> =
+                    applies.iter().zip(&cells).map(|(&i, c)| (block[i].as_slice(), c.as_slice())).collect();
+                g.add(encoder, self.vocab, &pairs, set, (req.token_budget, req.batch_size))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How many selected cells express each token (a pass over the tokens only).
+fn expression(
+    index: &corrflow_io::corpus::CorpusIndex,
+    filter: Option<&(String, String)>,
+    vocab_size: usize,
+) -> Result<Vec<u64>> {
+    let mut expressed = vec![0u64; vocab_size];
+    for_each_block(index, filter, &mut |_, cells| {
+        cells.iter().flatten().for_each(|&t| expressed[t as usize] += 1);
+        Ok(())
+    })?;
+    Ok(expressed)
 }
 
 /// Cell vectors of `cells` (row-major), batched under the request's budget.
@@ -259,7 +313,7 @@ fn for_each_block(
     for shard in &index.shards {
         let p = &shard.path;
         for_each_shard_batch(p, |rb| {
-            let (values, offsets) = InputIds::of(rb, p)?.flat()?;
+            let all = InputIds::of(rb, p)?.cells()?;
             let ids = rb
                 .column_by_name(CELL_ID)
                 .and_then(|c| c.as_any().downcast_ref::<StringArray>())
@@ -275,10 +329,7 @@ fn for_each_block(
             };
             let rows: Vec<usize> = (0..rb.num_rows()).filter(|&i| keep[i]).collect();
             let names: Vec<String> = rows.iter().map(|&i| ids.value(i).to_string()).collect();
-            let cells: Vec<Vec<u32>> = rows
-                .iter()
-                .map(|&i| values[offsets[i] as usize..offsets[i + 1] as usize].iter().map(|&t| t as u32).collect())
-                .collect();
+            let cells: Vec<Vec<u32>> = all.into_iter().zip(&keep).filter(|(_, &k)| k).map(|(c, _)| c).collect();
             if cells.is_empty() {
                 Ok(())
             } else {
@@ -287,15 +338,6 @@ fn for_each_block(
         })?;
     }
     Ok(())
-}
-
-/// [`for_each_block`] cell by cell.
-fn for_each_cell(
-    index: &corrflow_io::corpus::CorpusIndex,
-    filter: Option<&(String, String)>,
-    f: &mut dyn FnMut(&str, &[u32]) -> Result<()>,
-) -> Result<()> {
-    for_each_block(index, filter, &mut |ids, cells| ids.iter().zip(cells).try_for_each(|(id, c)| f(id, c)))
 }
 
 /// The per-cell output, written a block at a time into a temporary file renamed at the end.

@@ -1,6 +1,5 @@
 //! Graph directory I/O: `edges.parquet`, `genes.parquet`, `graph.json`, published atomically.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -8,12 +7,11 @@ use arrow_array::{Array, ArrayRef, Float64Array, RecordBatch, StringArray, UInt3
 use arrow_schema::{DataType, Field, Schema};
 use corrflow_algorithms::graph::{GraphEdge, GraphParams, GraphVocab, ScoreHistograms};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
-use crate::util::atomic::write_json_atomic;
+use crate::util::atomic::{write_json_atomic, write_parquet};
 use crate::vocab::Vocabulary;
 
 pub const EDGES: &str = "edges.parquet";
@@ -92,13 +90,6 @@ impl Graph {
             edges,
         }
     }
-}
-
-fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<()> {
-    let file = File::create(path).at(path)?;
-    let mut w = ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| Error::parquet(path, e))?;
-    w.write(batch).map_err(|e| Error::parquet(path, e))?;
-    w.into_inner().map_err(|e| Error::parquet(path, e))?.sync_all().at(path)
 }
 
 /// Writes `graph` to `dir` (replacing an existing graph directory only as a whole).

@@ -23,6 +23,16 @@ pub struct ShardRef {
     pub sha256: String,
 }
 
+impl ShardRef {
+    /// The cells read from the shard must be the cells its manifest counts.
+    fn check_cells(&self, read: u64) -> Result<()> {
+        if read != self.cells {
+            return Err(Error::format(&self.path, format!("shard has {read} cells, its manifest says {}", self.cells)));
+        }
+        Ok(())
+    }
+}
+
 /// The shards of some atlases of a corpus, in key order.
 #[derive(Clone, Debug, Default)]
 pub struct CorpusIndex {
@@ -75,13 +85,7 @@ impl CorpusIndex {
             key += block.len() as u64;
             f(&block)
         })?;
-        if key - shard.first_key != shard.cells {
-            return Err(Error::format(
-                p,
-                format!("shard has {} cells, its manifest says {}", key - shard.first_key, shard.cells),
-            ));
-        }
-        Ok(())
+        shard.check_cells(key - shard.first_key)
     }
 
     /// [`Self::for_each_block`] with the shard's row groups decoded in parallel on the rayon pool
@@ -111,10 +115,7 @@ impl CorpusIndex {
                 }
             }
         }
-        if cells != shard.cells {
-            return Err(Error::format(p, format!("shard has {cells} cells, its manifest says {}", shard.cells)));
-        }
-        Ok(())
+        shard.check_cells(cells)
     }
 
     /// Reads every shard in key order.

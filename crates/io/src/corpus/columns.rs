@@ -53,6 +53,15 @@ impl<'a> InputIds<'a> {
         Ok((values.values(), self.list.value_offsets()))
     }
 
+    /// Every row's token ids as `u32` sequences, for consumers that keep the cells.
+    pub fn cells(&self) -> Result<Vec<Vec<u32>>> {
+        let (values, offsets) = self.flat()?;
+        Ok(offsets
+            .windows(2)
+            .map(|w| values[w[0] as usize..w[1] as usize].iter().map(|&t| t as u32).collect())
+            .collect())
+    }
+
     /// Row `i`'s token ids as stored (int32).
     pub fn row(&self, i: usize) -> Result<Int32Array> {
         let v = self.list.value(i);

@@ -72,6 +72,27 @@ pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Writes one record batch as a Parquet file at `path` (synced; not atomic by itself: for files
+/// inside a staging directory, or under a temporary name).
+pub fn write_parquet(path: &Path, batch: &arrow_array::RecordBatch) -> Result<()> {
+    use crate::error::Error;
+    let file = File::create(path).at(path)?;
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| Error::parquet(path, e))?;
+    w.write(batch).map_err(|e| Error::parquet(path, e))?;
+    w.into_inner().map_err(|e| Error::parquet(path, e))?.sync_all().at(path)
+}
+
+/// Writes one record batch as a Parquet file at `target` atomically.
+pub fn write_parquet_atomic(target: &Path, batch: &arrow_array::RecordBatch) -> Result<()> {
+    let tmp = temp_path(target);
+    let result = write_parquet(&tmp, batch).and_then(|()| commit(&tmp, target));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Serializes `value` as pretty JSON and writes it atomically.
 pub fn write_json_atomic<T: serde::Serialize>(target: &Path, value: &T) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| crate::error::Error::io(target, e.into()))?;

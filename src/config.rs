@@ -22,6 +22,8 @@ pub struct Config {
     pub model: crate::model::ModelConfig,
     /// Optimisation and data of `corrflow train`.
     pub train: crate::model::TrainConfig,
+    /// `corrflow finetune` (classification heads on a pre-trained checkpoint).
+    pub finetune: crate::train::finetune::FinetuneConfig,
     /// The paper's synthetic experiments (`corrflow synth`; preset `configs/synth.toml`).
     pub synth: crate::synth::SynthConfig,
 }
@@ -89,6 +91,13 @@ impl Config {
         if i.chunk_cells == 0 || i.shard_cells == 0 {
             return Err("ingest.chunk_cells and ingest.shard_cells must be > 0".into());
         }
+        // Streaming reads a chunk of cells at a time: a chunk as large as an atlas holds it all.
+        if i.chunk_cells > 1_000_000 {
+            return Err(format!(
+                "ingest.chunk_cells = {} is more than 1,000,000; larger chunks only cost memory (streaming reads one chunk at a time)",
+                i.chunk_cells
+            ));
+        }
         if !(1..=22).contains(&i.zstd_level) {
             return Err(format!("ingest.zstd_level must be 1..=22, got {}", i.zstd_level));
         }
@@ -99,6 +108,7 @@ impl Config {
         self.mask.validate()?;
         self.model.validate()?;
         self.train.validate()?;
+        self.finetune.validate()?;
         self.synth.validate()?;
         if !(self.vocab.alpha > 0.0 && self.vocab.alpha < 0.5) {
             return Err(format!("vocab.alpha must be in (0, 0.5), got {}", self.vocab.alpha));
@@ -120,6 +130,16 @@ mod tests {
     #[test]
     fn impossible_values_are_rejected() {
         assert!(Config::parse("[ingest]\nchunk_cells = 0\n").is_err());
+        for absurd in [
+            "[ingest]\nchunk_cells = 10000000000\n",
+            "[model]\nhidden = 1000000\n",
+            "[model]\nlayers = 100000\n",
+            "[train]\nbatch_size = 100000000\n",
+            "[finetune]\nvalidation_fraction = 0.0\n",
+        ] {
+            let e = Config::parse(absurd).unwrap_err();
+            assert!(e.contains("at most") || e.contains("more than") || e.contains("must be"), "{absurd}: {e}");
+        }
         assert!(Config::parse("[vocab]\nalpha = 2.0\n").is_err());
     }
 

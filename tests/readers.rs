@@ -31,11 +31,27 @@ fn all_formats_give_identical_tokens() {
         ("layer", &["--gene-column", "gene_ids", "--counts", "layer:counts"], "raw_layers.h5ad"),
         ("log1p", &["--gene-column", "gene_ids", "--log1p"], "raw_layers.h5ad"),
         ("tenx", &[], "tenx_v3.h5"),
+        ("tenx_v2_human", &["--genome", "GRCh38"], "tenx_v2_two_genomes.h5"),
+        ("tenx_v3_human", &["--genome", "GRCh38"], "tenx_v3_two_genomes.h5"),
         ("mtx", &[], "mtx"),
     ];
     for (atlas, extra, file) in cases {
         ingest(tmp.path(), atlas, extra, &good.join(file));
         assert_eq!(atlas_tokens(tmp.path(), atlas), reference, "{atlas} ({file}) differs from csr");
+    }
+    // A v2 file of two genomes is refused without --genome, naming them; an unknown one too.
+    for (extra, file, needle) in [
+        (&[][..], "tenx_v2_two_genomes.h5", "2 genomes (GRCh38, mm10): choose one with --genome"),
+        (&["--genome", "hg19"][..], "tenx_v2_two_genomes.h5", "no genome 'hg19' (genomes: GRCh38, mm10)"),
+        (&["--genome", "hg19"][..], "tenx_v3_two_genomes.h5", "no genome 'hg19' (genomes: GRCh38, mm10)"),
+    ] {
+        let corpus = tmp.path().join("refused");
+        let (c, f) = (corpus.display().to_string(), good.join(file).display().to_string());
+        let mut args = vec!["ingest", "--atlas", "x", "--out", c.as_str()];
+        args.extend(extra);
+        args.push(f.as_str());
+        let o = corrflow(&args);
+        assert!(!o.status.success() && stderr(&o).contains(needle) && stderr(&o).contains(file), "{}", stderr(&o));
     }
     // Symbols map through gene_name_id.tsv; old symbols may miss, so only the mapping is checked.
     ingest(tmp.path(), "symbols", &[], &good.join("csr.h5ad"));

@@ -7,9 +7,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
 use common::*;
 
 fn s(p: &Path) -> &str {
@@ -26,21 +23,6 @@ fn train(corpus: &Path, graph: &Path, out: &Path, extra: &[&str], env: &[(&str, 
         vec!["train", "--json", "--config", s(&cfg), "--corpus", s(corpus), "--graph", s(graph), "--out", s(out)];
     args.extend_from_slice(extra);
     corrflow_env(&args, env)
-}
-
-struct Weights(Vec<f32>);
-
-impl<B: Backend> ModuleVisitor<B> for Weights {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.extend(param.val().into_data().to_vec::<f32>().unwrap());
-    }
-}
-
-fn weights(run: &Path) -> Vec<f32> {
-    let m = corrflow::embed::load_checkpoint::<corrflow::train::CpuBackend>(run, &Default::default()).unwrap();
-    let mut w = Weights(Vec::new());
-    m.model.visit(&mut w);
-    w.0
 }
 
 fn metrics(run: &Path) -> Vec<serde_json::Value> {

@@ -79,6 +79,7 @@ impl MaskedBatches {
                     max_len,
                     eval_fraction,
                     seed,
+                    subset: None,
                 })
             })
             .map_err(py_err)?;

@@ -1,5 +1,6 @@
 //! The command-line interface: subcommands and their arguments (clap derive).
 
+pub(crate) mod finetune;
 pub(crate) mod synth;
 
 use std::path::PathBuf;
@@ -65,6 +66,9 @@ pub(crate) enum Command {
     /// Pre-train the encoder (sections [model], [train] and [mask] of the config); resumes from
     /// the latest checkpoint in --out.
     Train(TrainArgs),
+    /// Fine-tune a pre-trained checkpoint to classify cells (an obs column) or genes (a labels
+    /// CSV): stratified split, early stopping on validation macro-F1, test scores and predictions.
+    Finetune(finetune::FinetuneArgs),
     /// In-silico perturbation: delete or overexpress genes in every cell and measure how far the
     /// cell embeddings move, against random gene sets of matched expression.
     Perturb(PerturbArgs),
@@ -515,6 +519,9 @@ pub(crate) struct ReadArgs {
     /// Values are log1p-transformed: apply expm1 first (implies --allow-normalized).
     #[arg(long)]
     pub(crate) log1p: bool,
+    /// 10x files with several genomes: the one to read (a v2 file of several is refused without it).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) genome: Option<String>,
 }
 
 impl ReadArgs {
@@ -525,6 +532,7 @@ impl ReadArgs {
             obs_columns,
             chunk_cells: cfg.ingest.chunk_cells,
             scratch_dir: std::env::temp_dir(),
+            genome: self.genome.clone(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! the human summary (and with `--json` a JSON line after it). One module per pipeline stage.
 
 mod demo;
+mod finetune;
 mod graph;
 mod ingest;
 mod mask;
@@ -42,6 +43,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Mask(c) => mask::mask(&cfg, c, json),
         Command::Train(a) => train::train(&cfg, a, json),
         Command::Eval(c) => train::eval(c, json),
+        Command::Finetune(a) => finetune::finetune(&cfg, a, json),
         Command::Embed(a) => serve::embed(&cfg, a, json),
         Command::Serve(a) => serve::serve(a, json),
         Command::Perturb(a) => serve::perturb(&cfg, a, json),

@@ -3,7 +3,8 @@
 //! length-sorted batches under a token budget, and the embeddings are written as Parquet
 //! (`cell_id`, `embedding`, the requested obs columns) and optionally into a copy of the h5ad as
 //! `obsm["X_corrflow"]`. The encoder is a checkpoint run by burn ([`checkpoint`]) or an
-//! exported model run by ONNX Runtime ([`onnx`]).
+//! exported model run by ONNX Runtime ([`onnx`]). A fine-tuned cell classifier adds each cell's
+//! `predicted_label`, its `probability` and every class's `probabilities`.
 
 mod genes;
 
@@ -128,6 +129,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let bar = progress_bar(req.progress, index.cells, "embed");
     let tmp = temp_path(&req.out);
     let dim = encoder.dim();
+    let classes = encoder.classes().to_vec();
     let mut writer: Option<ArrowWriter<File>> = None;
     let mut all_ids: Vec<String> = Vec::new();
     let mut all_emb: Vec<f32> = Vec::new();
@@ -135,8 +137,9 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let result = (|| -> Result<()> {
         for shard in &index.shards {
             for_each_shard_batch(&shard.path, |rb| {
-                let emb = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
-                let out = with_embedding(rb, &emb, dim, &shard.path)?;
+                let rows = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
+                let (emb, probs) = split_rows(rows, dim, classes.len());
+                let out = with_embedding(rb, &emb, dim, &shard.path, &classes, &probs)?;
                 if writer.is_none() {
                     let f = File::create(&tmp).at(&tmp)?;
                     writer = Some(ArrowWriter::try_new(f, out.schema(), None).map_err(|e| Error::parquet(&tmp, e))?);
@@ -233,7 +236,8 @@ pub(crate) fn tokenize_input(
     Ok((scratch, index, ingest))
 }
 
-/// Embeddings (row-major `rows × dim`) of a shard record batch, in its row order.
+/// Embeddings of a shard record batch, in its row order, each followed by the class
+/// probabilities of a cell classifier: row-major `rows × (dim + classes)`.
 fn embed_rows(
     encoder: &mut dyn Encoder,
     rb: &RecordBatch,
@@ -242,12 +246,33 @@ fn embed_rows(
     max_rows: usize,
 ) -> Result<Vec<f32>> {
     let cells = InputIds::of(rb, path)?.cells()?;
-    let (dim, pad) = (encoder.dim(), encoder.vocab().pad);
-    encode_in_batches(&cells, pad, dim, token_budget, max_rows, |batch| encoder.encode(batch))
+    let (width, pad) = (encoder.dim() + encoder.classes().len(), encoder.vocab().pad);
+    encode_in_batches(&cells, pad, width, token_budget, max_rows, |batch| encoder.encode_with_probabilities(batch))
 }
 
-/// `cell_id`, `embedding` (fixed-size list of f32) and the shard's obs columns.
-fn with_embedding(rb: &RecordBatch, emb: &[f32], dim: usize, path: &Path) -> Result<RecordBatch> {
+/// Rows of `dim + classes` values as the embeddings `[rows, dim]` and probabilities `[rows, classes]`.
+pub fn split_rows(rows: Vec<f32>, dim: usize, classes: usize) -> (Vec<f32>, Vec<f32>) {
+    if classes == 0 {
+        return (rows, Vec::new());
+    }
+    let (mut emb, mut probs) = (Vec::new(), Vec::new());
+    for row in rows.chunks(dim + classes) {
+        emb.extend_from_slice(&row[..dim]);
+        probs.extend_from_slice(&row[dim..]);
+    }
+    (emb, probs)
+}
+
+/// `cell_id`, `embedding` (fixed-size list of f32), with a cell classifier `predicted_label`,
+/// `probability` and `probabilities`, and the shard's obs columns.
+fn with_embedding(
+    rb: &RecordBatch,
+    emb: &[f32],
+    dim: usize,
+    path: &Path,
+    classes: &[String],
+    probs: &[f32],
+) -> Result<RecordBatch> {
     let mut list = FixedSizeListBuilder::new(Float32Builder::with_capacity(emb.len()), dim as i32);
     for row in emb.chunks(dim) {
         list.values().append_slice(row);
@@ -263,6 +288,30 @@ fn with_embedding(rb: &RecordBatch, emb: &[f32], dim: usize, path: &Path) -> Res
     ];
     let mut cols: Vec<ArrayRef> =
         vec![rb.column_by_name(CELL_ID).cloned().ok_or_else(|| missing(path, CELL_ID))?, Arc::new(list.finish())];
+    if !classes.is_empty() {
+        let k = classes.len();
+        let best: Vec<usize> =
+            probs.chunks(k).map(|r| r.iter().enumerate().fold(0, |b, (c, &p)| if p > r[b] { c } else { b })).collect();
+        let mut list = FixedSizeListBuilder::new(Float32Builder::with_capacity(probs.len()), k as i32);
+        for row in probs.chunks(k) {
+            list.values().append_slice(row);
+            list.append(true);
+        }
+        fields.extend([
+            Field::new("predicted_label", DataType::Utf8, false),
+            Field::new("probability", DataType::Float32, false),
+            Field::new(
+                "probabilities",
+                DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), k as i32),
+                true,
+            ),
+        ]);
+        cols.push(Arc::new(arrow_array::StringArray::from_iter_values(best.iter().map(|&c| classes[c].as_str()))));
+        cols.push(Arc::new(arrow_array::Float32Array::from_iter_values(
+            best.iter().enumerate().map(|(i, &c)| probs[i * k + c]),
+        )));
+        cols.push(Arc::new(list.finish()));
+    }
     for (f, c) in rb.schema().fields().iter().zip(rb.columns()) {
         if is_obs_column(f.name()) {
             fields.push(f.as_ref().clone());

@@ -194,3 +194,20 @@ pub fn burn_outputs(run: &Path, ids: &[i64], mask: &[i64], batch: usize, seq: us
     let (states, pooled) = m.forward(&padded, m.state.model.layers, Pooling::Mean);
     (states.into_data().to_vec().unwrap(), pooled.into_data().to_vec().unwrap())
 }
+
+/// Every weight of a checkpoint (or a run's latest), in module order.
+#[allow(dead_code)]
+pub fn weights(run: &Path) -> Vec<f32> {
+    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::tensor::{backend::Backend, Tensor};
+    struct Weights(Vec<f32>);
+    impl<B: Backend> ModuleVisitor<B> for Weights {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.extend(param.val().into_data().to_vec::<f32>().unwrap());
+        }
+    }
+    let m = corrflow::embed::load_checkpoint::<corrflow::train::CpuBackend>(run, &Default::default()).unwrap();
+    let mut w = Weights(Vec::new());
+    m.model.visit(&mut w);
+    w.0
+}

@@ -89,6 +89,33 @@ with h5py.File(good / "tenx_v3.h5", "w") as f:
     feats["name"] = np.array([s.encode() for s in list(a.var_names) + ["CD3"]])
     feats["feature_type"] = np.array([b"Gene Expression"] * a.n_vars + [b"Antibody Capture"])
 
+# 10x Genomics v2 HDF5 of two genomes (a barnyard run): GRCh38 holds the cells' human genes,
+# mm10 the same counts under mouse ids; and a v3 file with both genomes in one matrix.
+with h5py.File(good / "tenx_v2_two_genomes.h5", "w") as f:
+    csc = a.X.T.tocsc()
+    for genome, ids in [("GRCh38", list(a.var["gene_ids"])),
+                        ("mm10", [f"ENSMUSG{i:011d}" for i in range(a.n_vars)])]:
+        g = f.create_group(genome)
+        g["data"] = csc.data.astype(np.int32)
+        g["indices"], g["indptr"] = csc.indices, csc.indptr
+        g["shape"] = np.array(csc.shape, dtype=np.int32)
+        g["barcodes"] = np.array([s.encode() for s in a.obs_names])
+        g["genes"] = np.array([s.encode() for s in ids])
+        g["gene_names"] = np.array([s.encode() for s in a.var_names])
+with h5py.File(good / "tenx_v3_two_genomes.h5", "w") as f:
+    m = f.create_group("matrix")
+    mouse = sp.csr_matrix(np.ones((5, a.n_obs), dtype=np.float32))
+    csc = sp.vstack([a.X.T.tocsr(), mouse]).tocsc()
+    m["data"] = csc.data.astype(np.int32)
+    m["indices"], m["indptr"] = csc.indices, csc.indptr
+    m["shape"] = np.array(csc.shape, dtype=np.int32)
+    m["barcodes"] = np.array([s.encode() for s in a.obs_names])
+    feats = m.create_group("features")
+    feats["id"] = np.array([s.encode() for s in list(a.var["gene_ids"]) + [f"ENSMUSG{i:011d}" for i in range(5)]])
+    feats["name"] = np.array([s.encode() for s in list(a.var_names) + [f"m{i}" for i in range(5)]])
+    feats["feature_type"] = np.array([b"Gene Expression"] * (a.n_vars + 5))
+    feats["genome"] = np.array([b"GRCh38"] * a.n_vars + [b"mm10"] * 5)
+
 # MatrixMarket directory, Cell Ranger layout (genes x cells, gzipped).
 mtx = good / "mtx"
 mtx.mkdir(exist_ok=True)

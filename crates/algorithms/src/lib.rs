@@ -5,6 +5,7 @@
 
 pub mod auroc;
 pub mod batches;
+pub mod classes;
 pub mod graph;
 pub mod mask;
 pub mod nn;

@@ -179,7 +179,7 @@ pub fn check_memory_for(genes: usize, l_max: usize, incremental: bool) -> Result
     if incremental {
         bytes += g * g * (3 * 16 + 8 + 8);
     }
-    let available = available_memory().unwrap_or(u64::MAX);
+    let available = corrflow_io::util::available_memory().unwrap_or(u64::MAX);
     if bytes > available / 2 {
         return Err(Error::Usage(format!(
             "the statistics of {genes} genes need about {:.1} GB, more than half of the {:.1} GB available; \
@@ -189,10 +189,4 @@ pub fn check_memory_for(genes: usize, l_max: usize, incremental: bool) -> Result
         )));
     }
     Ok(())
-}
-
-pub(super) fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }

@@ -103,7 +103,7 @@ pub fn build_streaming(
 /// available memory.
 fn posting_budget(params: &GraphParams) -> u64 {
     let bytes = match params.stream_memory_mb {
-        0 => (super::build::available_memory().unwrap_or(8 << 30) / 8).clamp(64 << 20, 4 << 30),
+        0 => (corrflow_io::util::available_memory().unwrap_or(8 << 30) / 8).clamp(64 << 20, 4 << 30),
         mb => mb << 20,
     };
     bytes / 12

@@ -30,6 +30,9 @@ pub struct DataPlan {
     pub max_len: usize,
     pub eval_fraction: f64,
     pub seed: u64,
+    /// When set, the training cells are exactly the keys marked here (a fine-tuning split) and
+    /// `eval_fraction` is not used.
+    pub subset: Option<std::sync::Arc<Vec<bool>>>,
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -42,6 +45,9 @@ fn mix(mut z: u64) -> u64 {
 impl DataPlan {
     /// Whether cell `key` is held out.
     pub fn is_eval(&self, key: u64) -> bool {
+        if let Some(subset) = &self.subset {
+            return !subset.get(key as usize).copied().unwrap_or(false);
+        }
         (mix(key ^ mix(self.seed ^ 0x5eed)) as f64 / u64::MAX as f64) < self.eval_fraction
     }
 

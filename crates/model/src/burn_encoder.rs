@@ -3,12 +3,13 @@
 use std::path::Path;
 
 use burn::module::Module;
+use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use corrflow_io::encode::{Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::model_meta::{inference_layout, Pooling};
+use corrflow_io::model_meta::{inference_layout, Classifier, Pooling};
 use corrflow_io::vocab::Vocabulary;
 
 use crate::checkpoint::{self, CheckpointState};
@@ -46,6 +47,24 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
     /// burn's forward on a padded batch: the states after `layer` encoder layers
     /// (`[rows, len, hidden]`) and the cell vectors pooled from them (`[rows, hidden]`).
     pub fn forward(&self, batch: &PaddedBatch, layer: usize, pooling: Pooling) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let (input, pad, weights) = self.batch_tensors(batch, pooling);
+        let states = self.model.states_after(input, pad, layer);
+        let pooled = CellEncoder::mean_pool(states.clone(), weights);
+        (states, pooled)
+    }
+
+    /// The cell classifier's probabilities `[rows, classes]` of a padded batch.
+    pub fn cell_probabilities(&self, batch: &PaddedBatch, pooling: Pooling) -> Tensor<B, 2> {
+        let (input, pad, weights) = self.batch_tensors(batch, pooling);
+        softmax(self.model.cell_logits(input, pad, weights), 1)
+    }
+
+    /// Token ids, padding and pooling weights of a padded batch.
+    fn batch_tensors(
+        &self,
+        batch: &PaddedBatch,
+        pooling: Pooling,
+    ) -> (Tensor<B, 2, Int>, Tensor<B, 2, Bool>, Tensor<B, 2>) {
         let device = self.model.devices().into_iter().next().unwrap_or_default();
         let shape = [batch.rows, batch.len];
         let pad: Vec<bool> = batch.attention_mask.iter().map(|&k| k == 0).collect();
@@ -67,9 +86,7 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
         let input = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.input_ids.clone(), shape), &device);
         let pad = Tensor::<B, 2, Bool>::from_data(TensorData::new(pad, shape), &device);
         let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, shape), &device);
-        let states = self.model.states_after(input, pad, layer);
-        let pooled = CellEncoder::mean_pool(states.clone(), weights);
-        (states, pooled)
+        (input, pad, weights)
     }
 }
 
@@ -127,5 +144,26 @@ impl Encoder for BurnEncoder {
     fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let (states, _) = self.loaded.forward(batch, self.layer, self.pooling);
         states.into_data().to_vec().map_err(|e| Error::Model(format!("burn forward: {e:?}")))
+    }
+
+    fn classes(&self) -> &[String] {
+        Classifier::cell_classes(self.loaded.state.model.classifier.as_ref())
+    }
+
+    fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        let Some(c) = self.loaded.state.model.classifier.clone().filter(|_| !self.classes().is_empty()) else {
+            return self.encode(batch);
+        };
+        let vectors = self.encode(batch)?;
+        let probs: Vec<f32> = self
+            .loaded
+            .cell_probabilities(batch, c.pooling)
+            .into_data()
+            .to_vec()
+            .map_err(|e| Error::Model(format!("burn forward: {e:?}")))?;
+        let (dim, k) = (self.dim(), c.classes.len());
+        Ok((0..batch.rows)
+            .flat_map(|r| vectors[r * dim..(r + 1) * dim].iter().chain(&probs[r * k..(r + 1) * k]).copied())
+            .collect())
     }
 }

@@ -27,7 +27,7 @@ impl InitModel for ModelConfig {
         let heads = crate::objective::objective::<crate::CpuBackend>(&self.objective)
             .map(|o| o.heads(vocab_size))
             .unwrap_or_default();
-        let whole_cell = |outputs| WholeCellHead { dense: linear(h, h), out: linear(h, outputs) };
+        let whole_cell = |outputs| head(h, outputs, device);
         CellEncoder {
             tokens: EmbeddingConfig::new(vocab_size, h).with_initializer(normal.clone()).init(device),
             positions: EmbeddingConfig::new(self.max_positions, h).with_initializer(normal.clone()).init(device),
@@ -44,9 +44,19 @@ impl InitModel for ModelConfig {
             mlm_norm: LayerNormConfig::new(h).with_epsilon(self.layer_norm_eps).init(device),
             mlm_bias: burn::module::Param::from_tensor(Tensor::zeros([vocab_size], device)),
             cell_head: heads.cell.map(&whole_cell),
-            label_head: heads.label.map(&whole_cell),
+            // A fine-tuned classifier's head takes the label slot (no objective has one then).
+            label_head: heads.label.or(self.classifier.as_ref().map(|c| c.classes.len())).map(&whole_cell),
             mlm_activation: self.mlm_activation,
             layer_norm_eps: self.layer_norm_eps,
         }
     }
+}
+
+/// A freshly initialised two-layer head `hidden → hidden → outputs` (BERT's initialisation): the
+/// pooled heads of objectives, and the classification head `finetune` adds to a pre-trained
+/// encoder.
+pub fn head<B: Backend>(hidden: usize, outputs: usize, device: &B::Device) -> WholeCellHead<B> {
+    let normal = Initializer::Normal { mean: 0.0, std: 0.02 };
+    let linear = |i, o| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
+    WholeCellHead { dense: linear(hidden, hidden), out: linear(hidden, outputs) }
 }

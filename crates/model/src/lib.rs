@@ -6,6 +6,7 @@
 
 pub mod burn_encoder;
 pub mod checkpoint;
+pub mod classifier;
 pub mod dropout;
 pub mod encoder;
 pub mod export;
@@ -13,6 +14,7 @@ pub mod fused;
 pub mod import;
 mod init;
 pub mod layer;
+pub mod memory;
 pub mod objective;
 pub mod train_config;
 
@@ -20,7 +22,7 @@ pub use burn_encoder::{load_checkpoint, BurnEncoder, LoadedModel};
 pub use corrflow_io::model_meta::{ModelConfig, Pooling};
 pub use encoder::{CellEncoder, WholeCellHead};
 pub use fused::{fused_enabled, set_fused, FusedOps, TrainingBackend};
-pub use init::InitModel;
+pub use init::{head, InitModel};
 pub use objective::{BatchTensors, LossOutput, Objective};
 pub use train_config::{learning_rate, Device, TrainConfig};
 

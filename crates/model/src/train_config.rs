@@ -87,6 +87,14 @@ impl TrainConfig {
         if self.batch_size == 0 || self.group_batches == 0 || self.epochs == 0 {
             return Err("train.batch_size, group_batches and epochs must be > 0".into());
         }
+        if self.batch_size > 1 << 20 || self.group_batches > 1 << 20 {
+            return Err(format!(
+                "train.batch_size ({}) and group_batches ({}) must be at most {}",
+                self.batch_size,
+                self.group_batches,
+                1 << 20
+            ));
+        }
         if !(self.lr > 0.0) || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
             return Err("train.lr must be > 0, weight_decay and grad_clip ≥ 0".into());
         }

@@ -4,6 +4,7 @@
 /// The training data plan, which lives with the masking stage (the Python loader uses it too).
 pub use corrflow_mask::plan as data;
 pub mod eval;
+pub mod finetune;
 mod held_out;
 mod run;
 mod step;
@@ -11,6 +12,11 @@ mod step;
 pub use corrflow_model::{CpuBackend, CpuTraining, Device, TrainConfig};
 pub use held_out::{evaluate, EvalResult, EvalSet};
 pub use run::{train, TrainRequest, TrainSummary};
+
+/// Runs `finetune` on the CPU (fine-tuning's device is the CPU backend for now).
+pub fn finetune_on_cpu(req: &finetune::FinetuneRequest) -> corrflow_io::Result<finetune::FinetuneSummary> {
+    finetune::finetune::<CpuTraining>(req, Default::default())
+}
 
 /// Runs `train` on the configured device.
 pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> {

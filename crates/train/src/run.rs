@@ -74,7 +74,7 @@ pub struct TrainSummary {
 
 type Rec = BinFileRecorder<FullPrecisionSettings>;
 
-fn mix(a: u64, b: u64) -> u64 {
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
     let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -131,7 +131,10 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
         max_len: if t.max_len == 0 { m.max_positions } else { t.max_len.min(m.max_positions) },
         eval_fraction: t.eval_fraction,
         seed: t.seed,
+        subset: None,
     };
+    let bytes = corrflow_model::memory::training_bytes(m, vocab.len(), t.batch_size, plan.max_len);
+    corrflow_model::memory::check("training", bytes, "model sizes, train.batch_size or train.max_len")?;
     let mut total = plan.batches_per_epoch() * t.epochs as u64;
     if t.max_steps > 0 {
         total = total.min(t.max_steps);
@@ -298,7 +301,7 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     setup.vocab.write_dir(&req.out.join("vocab"))?;
     let eval_set = EvalSet::new(&setup.ctx, &setup.plan.eval_set(t.eval_cells)?, t.batch_size);
     let batches = start_masking(&setup, t, trainee.step);
-    let bar = progress_bar(req.progress, setup.total, trainee.step);
+    let bar = progress_bar("train", req.progress, setup.total, trainee.step);
     let metrics_path = req.out.join("metrics.jsonl");
     let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
     let mut summary = TrainSummary {
@@ -432,7 +435,7 @@ fn same_run(a: &TrainConfig, b: &TrainConfig) -> bool {
 }
 
 /// Drops metric lines past `step` (a resumed run rewrites them).
-fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
+pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
     let kept: String = text
         .lines()
@@ -447,13 +450,15 @@ fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     corrflow_io::util::atomic::write_atomic(path, kept.as_bytes())
 }
 
-fn progress_bar(show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(name: &str, show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
     if !show {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(total).with_style(
-        indicatif::ProgressStyle::with_template("train {bar:30} {pos}/{len} steps {msg} (eta {eta})")
-            .expect("static template"),
+        indicatif::ProgressStyle::with_template(&format!(
+            "{name} {{bar:30}} {{pos}}/{{len}} steps {{msg}} (eta {{eta}})"
+        ))
+        .expect("valid template"),
     );
     bar.set_position(pos);
     bar

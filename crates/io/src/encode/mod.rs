@@ -32,6 +32,17 @@ pub trait Encoder: Send {
     fn token_states(&mut self, _batch: &PaddedBatch) -> Result<Vec<f32>> {
         Err(crate::Error::Usage(format!("the {} backend gives no token states", self.name())))
     }
+
+    /// Class names of the model's fine-tuned cell classifier (empty: it has none).
+    fn classes(&self) -> &[String] {
+        &[]
+    }
+
+    /// Row-major `[rows, dim + classes]`: each cell's vector followed by its class
+    /// probabilities (only the vectors for a model without a cell classifier).
+    fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        self.encode(batch)
+    }
 }
 
 impl<E: Encoder + ?Sized> Encoder for Box<E> {
@@ -55,5 +66,11 @@ impl<E: Encoder + ?Sized> Encoder for Box<E> {
     }
     fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         (**self).token_states(batch)
+    }
+    fn classes(&self) -> &[String] {
+        (**self).classes()
+    }
+    fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        (**self).encode_with_probabilities(batch)
     }
 }

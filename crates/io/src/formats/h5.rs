@@ -281,7 +281,11 @@ pub fn read_indices(
 
 /// Reads (a slice of) a 1-d string dataset of any HDF5 string type.
 pub fn read_strings(path: &Path, ds: &Dataset, what: &str, range: Option<Range<usize>>) -> Result<Vec<String>> {
-    match descriptor(path, ds, what)? {
+    let desc = descriptor(path, ds, what)?;
+    if matches!(desc, TypeDescriptor::VarLenUnicode | TypeDescriptor::VarLenAscii) {
+        super::vlen_heap::check(path, ds, what)?;
+    }
+    match desc {
         TypeDescriptor::VarLenUnicode => {
             Ok(read_vec::<VarLenUnicode>(path, ds, what, range)?.into_iter().map(|s| s.to_string()).collect())
         }

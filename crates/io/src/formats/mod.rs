@@ -14,6 +14,7 @@ pub mod obsm;
 mod tenx;
 mod transpose;
 mod values;
+mod vlen_heap;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -103,6 +104,9 @@ pub struct ReadOptions {
     pub chunk_cells: usize,
     /// Where out-of-core transposes keep their temporary buckets.
     pub scratch_dir: PathBuf,
+    /// 10x files of several genomes: the genome to read (a v2 file's matrix group, or the v3
+    /// features of that genome).
+    pub genome: Option<String>,
 }
 
 impl Default for ReadOptions {
@@ -113,6 +117,7 @@ impl Default for ReadOptions {
             obs_columns: Vec::new(),
             chunk_cells: 256,
             scratch_dir: std::env::temp_dir(),
+            genome: None,
         }
     }
 }

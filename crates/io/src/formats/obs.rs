@@ -254,7 +254,15 @@ fn decode_categories(path: &Path, what: &str, codes: &[i64], categories: &[Strin
     codes
         .iter()
         .map(|&c| match c {
-            c if c < 0 => Ok(None),
+            // pandas writes −1 for a missing value; any other negative code is damage.
+            -1 => Ok(None),
+            c if c < 0 => Err(Error::format(
+                path,
+                format!(
+                    "{what}: category code {c} is invalid (−1 marks a missing value; codes are 0..{})",
+                    categories.len()
+                ),
+            )),
             c => categories.get(c as usize).cloned().map(Some).ok_or_else(|| {
                 Error::format(path, format!("{what}: category code {c} out of range ({} categories)", categories.len()))
             }),
@@ -300,6 +308,24 @@ impl ObsValues {
             Self::Float64(v) => Self::Float64(pick(v, rows)),
             Self::Int64(v) => Self::Int64(pick(v, rows)),
             Self::Boolean(v) => Self::Boolean(pick(v, rows)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_categories;
+    use std::path::Path;
+
+    #[test]
+    fn category_code_minus_one_is_missing_and_other_negative_or_large_codes_are_refused() {
+        let cats = vec!["a".to_string(), "b".to_string()];
+        let p = Path::new("x.h5ad");
+        let ok = decode_categories(p, "obs/ct", &[0, -1, 1], &cats).unwrap();
+        assert_eq!(ok, vec![Some("a".into()), None, Some("b".into())]);
+        for bad in [-2i64, 2] {
+            let e = decode_categories(p, "obs/ct", &[0, bad], &cats).unwrap_err().to_string();
+            assert!(e.contains("x.h5ad") && e.contains(&format!("code {bad}")), "{e}");
         }
     }
 }

@@ -12,14 +12,34 @@ use crate::error::{Error, Result};
 
 /// Whether `file` looks like a 10x matrix rather than an AnnData file.
 pub fn is_tenx(file: &hdf5::File) -> bool {
-    !file.link_exists("X") && tenx_group(file).is_some()
+    !file.link_exists("X") && !tenx_groups(file).is_empty()
 }
 
-fn tenx_group(file: &hdf5::File) -> Option<String> {
-    let names = file.member_names().ok()?;
-    names.into_iter().find(|n| {
-        file.group(n).is_ok_and(|g| g.link_exists("barcodes") && g.link_exists("indptr") && g.link_exists("shape"))
-    })
+/// The matrix groups of a 10x file: `matrix` (v3), or one per genome (v2).
+fn tenx_groups(file: &hdf5::File) -> Vec<String> {
+    let names = file.member_names().unwrap_or_default();
+    names
+        .into_iter()
+        .filter(|n| {
+            file.group(n).is_ok_and(|g| g.link_exists("barcodes") && g.link_exists("indptr") && g.link_exists("shape"))
+        })
+        .collect()
+}
+
+/// The group to read: the only one, or the v2 genome `--genome` names.
+fn choose_group(path: &Path, groups: Vec<String>, genome: Option<&str>) -> Result<String> {
+    let v3 = groups.iter().any(|g| g == "matrix");
+    match (genome, &groups[..]) {
+        (_, []) => Err(Error::format(path, "no 10x matrix group")),
+        // v3 keeps every genome in `matrix`; --genome then filters the features.
+        (_, [only]) if v3 || genome.is_none_or(|g| g == only) => Ok(only.clone()),
+        (Some(g), _) if groups.iter().any(|n| n == g) => Ok(g.to_string()),
+        (Some(g), _) => Err(Error::format(path, format!("has no genome '{g}' (genomes: {})", groups.join(", ")))),
+        (None, _) => Err(Error::format(
+            path,
+            format!("holds the matrices of {} genomes ({}): choose one with --genome", groups.len(), groups.join(", ")),
+        )),
+    }
 }
 
 pub struct TenxSource {
@@ -35,7 +55,7 @@ pub struct TenxSource {
 
 impl TenxSource {
     pub fn open(path: &Path, file: hdf5::File, opts: &ReadOptions) -> Result<Self> {
-        let name = tenx_group(&file).ok_or_else(|| Error::format(path, "no 10x matrix group"))?;
+        let name = choose_group(path, tenx_groups(&file), opts.genome.as_deref())?;
         let g = file.group(&name).map_err(|e| Error::hdf5(path, &name, e))?;
         let shape_ds = g.dataset("shape").map_err(|e| Error::hdf5(path, format!("{name}/shape"), e))?;
         let shape = h5::read_i64(path, &shape_ds, &format!("{name}/shape"), None)?;
@@ -65,11 +85,21 @@ impl TenxSource {
                 format!("shape mismatch: {name}/shape says {n_features} features, gene table has {}", ids.len()),
             ));
         }
-        let is_gene = if v3 && g.link_exists("features/feature_type") {
+        let mut is_gene: Vec<bool> = if v3 && g.link_exists("features/feature_type") {
             strings("features/feature_type")?.into_iter().map(|t| t == "Gene Expression").collect()
         } else {
             vec![true; n_features]
         };
+        if let (true, Some(want)) = (v3, opts.genome.as_deref()) {
+            let genomes = if g.link_exists("features/genome") { strings("features/genome")? } else { Vec::new() };
+            if !genomes.iter().any(|x| x == want) {
+                let mut known = genomes.clone();
+                known.sort();
+                known.dedup();
+                return Err(Error::format(path, format!("has no genome '{want}' (genomes: {})", known.join(", "))));
+            }
+            is_gene.iter_mut().zip(&genomes).for_each(|(keep, x)| *keep &= x == want);
+        }
         let mut genes = Vec::new();
         let remap = ids
             .into_iter()

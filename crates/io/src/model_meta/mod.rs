@@ -27,6 +27,10 @@ pub const INPUT_IDS: &str = "input_ids";
 pub const ATTENTION_MASK: &str = "attention_mask";
 pub const LAST_HIDDEN_STATE: &str = "last_hidden_state";
 pub const CELL_EMBEDDING: &str = "cell_embedding";
+/// A fine-tuned classifier's outputs: class logits and their softmax (per cell for a cell
+/// classifier, per token for a gene classifier).
+pub const LOGITS: &str = "logits";
+pub const PROBABILITIES: &str = "probabilities";
 
 /// The objective a model is trained with by default (masked-token prediction).
 pub const DEFAULT_OBJECTIVE: &str = "mlm";
@@ -51,6 +55,45 @@ pub struct ModelConfig {
     /// serialized config when GELU, so configs and checkpoints written before it are unchanged.
     #[serde(skip_serializing_if = "HeadActivation::is_gelu")]
     pub mlm_activation: HeadActivation,
+    /// A classification head added by `finetune` (its classes and what it classifies); absent
+    /// from pre-trained models' configs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classifier: Option<Classifier>,
+}
+
+/// What a fine-tuned classification head predicts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Classifier {
+    pub task: ClassifierTask,
+    /// Where the labels came from: the obs column (cells) or the gene labels file (genes).
+    pub source: String,
+    /// Class names; the head's output `c` is `classes[c]`.
+    pub classes: Vec<String>,
+    /// The cell vector a cell classifier reads (ignored for genes, which read token states).
+    #[serde(default)]
+    pub pooling: Pooling,
+}
+
+/// Whether a classifier labels whole cells (from the pooled embedding) or genes (from each
+/// gene token's state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClassifierTask {
+    #[default]
+    Cell,
+    Gene,
+}
+
+impl Classifier {
+    /// The classes of a cell classifier (empty for none or a gene classifier): what `embed` and
+    /// the server return probabilities of.
+    pub fn cell_classes(c: Option<&Self>) -> &[String] {
+        match c {
+            Some(c) if c.task == ClassifierTask::Cell => &c.classes,
+            _ => &[],
+        }
+    }
 }
 
 /// An activation of the MLM head's transform.
@@ -80,6 +123,7 @@ impl Default for ModelConfig {
             layer_norm_eps: 1e-12,
             objective: DEFAULT_OBJECTIVE.into(),
             mlm_activation: HeadActivation::Gelu,
+            classifier: None,
         }
     }
 }
@@ -89,6 +133,18 @@ impl ModelConfig {
         if self.hidden == 0 || self.ffn == 0 || self.heads == 0 || self.layers == 0 || self.max_positions == 0 {
             return Err("model.hidden, ffn, heads, layers and max_positions must be > 0".into());
         }
+        // Far beyond any single-cell model; past these the sizes overflow estimates and allocations.
+        for (name, value, most) in [
+            ("hidden", self.hidden, 1 << 16),
+            ("ffn", self.ffn, 1 << 18),
+            ("heads", self.heads, 1 << 10),
+            ("layers", self.layers, 1 << 10),
+            ("max_positions", self.max_positions, 1 << 20),
+        ] {
+            if value > most {
+                return Err(format!("model.{name} = {value} is more than the largest supported, {most}"));
+            }
+        }
         if !self.hidden.is_multiple_of(self.heads) {
             return Err(format!("model.hidden ({}) must be a multiple of model.heads ({})", self.hidden, self.heads));
         }
@@ -97,6 +153,11 @@ impl ModelConfig {
         }
         if !(self.layer_norm_eps > 0.0) {
             return Err("model.layer_norm_eps must be > 0".into());
+        }
+        if let Some(c) = &self.classifier {
+            if c.classes.len() < 2 {
+                return Err(format!("model.classifier has {} classes; at least 2 are needed", c.classes.len()));
+            }
         }
         Ok(())
     }

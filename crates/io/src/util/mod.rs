@@ -14,6 +14,13 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{IoContext, Result};
 
+/// The memory the kernel says is available to new allocations (`MemAvailable`), when it says.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
 /// sha256 of a file's bytes, hex-encoded.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut f = std::fs::File::open(path).at(path)?;

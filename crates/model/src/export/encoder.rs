@@ -6,6 +6,8 @@
 //! per layer (post-LN):  x = LN1(x + MHA(x, pad));  x = LN2(x + W2·relu(W1·x))
 //! MHA: softmax(QKᵀ/√d_k + pad·min_float)·V, heads split/merged by Reshape+Transpose
 //! last_hidden_state = x;  cell_embedding = Σ w·x / max(Σ w, 1),  w = pooling_flag[input_ids]·mask
+//! with a fine-tuned classifier: logits = W2·relu(W1·cell_embedding) (cells) or of each token's
+//! state (genes); probabilities = softmax(logits)
 //! ```
 
 use burn::module::Param;
@@ -16,7 +18,9 @@ use burn::tensor::Tensor;
 use super::graph::{attr_float, attr_int, attr_ints, value_info, GraphBuilder};
 use super::proto::{dtype, GraphProto};
 use crate::encoder::CellEncoder;
-use corrflow_io::model_meta::{ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE};
+use corrflow_io::model_meta::{
+    ClassifierTask, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, LOGITS, PROBABILITIES,
+};
 
 fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
     t.into_data().iter::<f32>().collect()
@@ -49,8 +53,14 @@ fn add_layer_norm<B: Backend>(g: &mut GraphBuilder, x: &str, n: &LayerNorm<B>, e
 }
 
 /// The encoder graph. `pool_flags[token]` is 1 for tokens the cell embedding averages over
-/// (gene tokens for mean pooling, `<cls>` for CLS pooling) and 0 otherwise.
-pub fn encoder_graph<B: Backend>(model: &CellEncoder<B>, layer_norm_eps: f64, pool_flags: &[f32]) -> GraphProto {
+/// (gene tokens for mean pooling, `<cls>` for CLS pooling) and 0 otherwise. With `classifier`,
+/// the model's label head adds the `logits` and `probabilities` outputs.
+pub fn encoder_graph<B: Backend>(
+    model: &CellEncoder<B>,
+    layer_norm_eps: f64,
+    pool_flags: &[f32],
+    classifier: Option<ClassifierTask>,
+) -> GraphProto {
     let mut g = GraphBuilder::default();
     let (tok_dims, tok) = param(&model.tokens.weight);
     let (pos_dims, pos) = param(&model.positions.weight);
@@ -129,15 +139,31 @@ pub fn encoder_graph<B: Backend>(model: &CellEncoder<B>, layer_norm_eps: f64, po
     g.op_named("Div", &[&total, &count], vec![], CELL_EMBEDDING);
 
     let h = hidden as i64;
+    let mut outputs = vec![
+        value_info(LAST_HIDDEN_STATE, dtype::FLOAT, &[Err("batch"), Err("sequence"), Ok(h)]),
+        value_info(CELL_EMBEDDING, dtype::FLOAT, &[Err("batch"), Ok(h)]),
+    ];
+    if let (Some(task), Some(head)) = (classifier, &model.label_head) {
+        let (input, shape): (&str, Vec<Result<i64, &str>>) = match task {
+            ClassifierTask::Cell => (CELL_EMBEDDING, vec![Err("batch")]),
+            ClassifierTask::Gene => (LAST_HIDDEN_STATE, vec![Err("batch"), Err("sequence")]),
+        };
+        let inner = add_linear(&mut g, input, &head.dense, "classifier.dense");
+        let inner = g.op("Relu", &[&inner], vec![]);
+        let logits = add_linear(&mut g, &inner, &head.out, "classifier.out");
+        let logits = g.op_named("Identity", &[&logits], vec![], LOGITS);
+        g.op_named("Softmax", &[&logits], vec![attr_int("axis", -1)], PROBABILITIES);
+        let classes = head.out.weight.val().dims()[1] as i64;
+        let dims: Vec<Result<i64, &str>> = shape.into_iter().chain([Ok(classes)]).collect();
+        outputs.push(value_info(LOGITS, dtype::FLOAT, &dims));
+        outputs.push(value_info(PROBABILITIES, dtype::FLOAT, &dims));
+    }
     g.finish(
         "corrflow_cell_encoder",
         vec![
             value_info(INPUT_IDS, dtype::INT64, &[Err("batch"), Err("sequence")]),
             value_info(ATTENTION_MASK, dtype::INT64, &[Err("batch"), Err("sequence")]),
         ],
-        vec![
-            value_info(LAST_HIDDEN_STATE, dtype::FLOAT, &[Err("batch"), Err("sequence"), Ok(h)]),
-            value_info(CELL_EMBEDDING, dtype::FLOAT, &[Err("batch"), Ok(h)]),
-        ],
+        outputs,
     )
 }

@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! model.onnx        opset 17; inputs input_ids, attention_mask (int64 [batch, sequence]);
-//!                   outputs last_hidden_state [batch, sequence, hidden], cell_embedding [batch, hidden];
+//!                   outputs last_hidden_state [batch, sequence, hidden], cell_embedding [batch, hidden],
+//!                   and for a fine-tuned classifier logits, probabilities [batch, classes]
+//!                   (cells) or [batch, sequence, classes] (genes);
 //!                   metadata_props: corrflow.config (model config JSON), corrflow.vocab_hash,
 //!                   corrflow.meta (everything a runtime needs to tokenize: layout, max length, pooling)
 //! model.vocab/      the vocabulary's tables (token, median, symbol TSVs), hash-checked on load
@@ -21,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use corrflow_io::error::{Error, Result};
 use corrflow_io::model_meta::{
-    vocab_sidecar, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
+    vocab_sidecar, ClassifierTask, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
 };
 use corrflow_io::util::atomic::{publish_dir, write_atomic};
 use corrflow_io::vocab::Vocabulary;
@@ -58,13 +60,21 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     if req.pooling == Pooling::Cls && vocab.cls.is_none() {
         return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
     }
+    let classifier = state.model.classifier.as_ref();
+    if let Some(c) = classifier.filter(|c| c.task == ClassifierTask::Cell && c.pooling != req.pooling) {
+        return Err(Error::Usage(format!(
+            "this model's classifier was fine-tuned on {:?} pooling: export it with --pooling {}",
+            c.pooling,
+            if c.pooling == Pooling::Cls { "cls" } else { "mean" }
+        )));
+    }
     let flags: Vec<f32> = (0..vocab.len() as u32)
         .map(|t| match req.pooling {
             Pooling::Mean => f32::from(u8::from(vocab.is_gene(t))),
             Pooling::Cls => f32::from(u8::from(Some(t) == vocab.cls)),
         })
         .collect();
-    let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags);
+    let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags, classifier.map(|c| c.task));
     let max_len = state.max_len();
     let meta = ModelMeta {
         format_version: 1,

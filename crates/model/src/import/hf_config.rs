@@ -99,6 +99,7 @@ impl HfBertConfig {
             layer_norm_eps: self.layer_norm_eps,
             objective: DEFAULT_OBJECTIVE.into(),
             mlm_activation: HeadActivation::Relu,
+            classifier: None,
         };
         config.validate()?;
         // The layout follows the dictionaries: with <cls> and <eos> it is V2's, cut to the

@@ -10,7 +10,9 @@ use ort::value::TensorRef;
 use corrflow_algorithms::SequenceLayout;
 use corrflow_io::encode::{Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::model_meta::{open_exported, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE};
+use corrflow_io::model_meta::{
+    open_exported, Classifier, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, PROBABILITIES,
+};
 use corrflow_io::vocab::Vocabulary;
 
 use super::library;
@@ -37,6 +39,8 @@ pub struct OrtEncoder {
     run_options: RunOptions<ort::session::HasSelectedOutputs>,
     /// Selects the token states instead (gene embeddings).
     states_options: RunOptions<ort::session::HasSelectedOutputs>,
+    /// Selects the cell embeddings and a cell classifier's probabilities.
+    classified_options: RunOptions<ort::session::HasSelectedOutputs>,
     pub path: PathBuf,
     pub meta: ModelMeta,
     pub vocab: Vocabulary,
@@ -70,10 +74,16 @@ impl OrtEncoder {
         let states_options = RunOptions::new()
             .map_err(ort_err(path, "run options"))?
             .with_outputs(OutputSelector::no_default().with(LAST_HIDDEN_STATE));
+        let mut both = OutputSelector::no_default().with(CELL_EMBEDDING);
+        if !Classifier::cell_classes(exported.meta.model.classifier.as_ref()).is_empty() {
+            both = both.with(PROBABILITIES);
+        }
+        let classified_options = RunOptions::new().map_err(ort_err(path, "run options"))?.with_outputs(both);
         Ok(Self {
             session,
             run_options,
             states_options,
+            classified_options,
             path: path.to_path_buf(),
             meta: exported.meta,
             vocab: exported.vocab,
@@ -87,37 +97,76 @@ impl OrtEncoder {
 
     /// Cell embeddings of a batch, row-major `[rows, hidden]`.
     pub fn embed(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
-        self.run(batch, CELL_EMBEDDING, &[batch.rows, self.meta.model.hidden])
+        let hidden = self.meta.model.hidden;
+        Ok(self.run(batch, Selection::Embeddings, &[(CELL_EMBEDDING, &[batch.rows, hidden])])?.remove(0))
     }
 
     /// Final token states of a batch, row-major `[rows, len, hidden]`.
     pub fn states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
-        self.run(batch, LAST_HIDDEN_STATE, &[batch.rows, batch.len, self.meta.model.hidden])
+        let want = [batch.rows, batch.len, self.meta.model.hidden];
+        Ok(self.run(batch, Selection::States, &[(LAST_HIDDEN_STATE, &want)])?.remove(0))
     }
 
-    /// The output `name` of a batch, which must have shape `want`.
-    fn run(&mut self, batch: &PaddedBatch, name: &str, want: &[usize]) -> Result<Vec<f32>> {
+    /// Cell embeddings and the cell classifier's probabilities in one run, each row the
+    /// embedding followed by the probabilities.
+    pub fn embed_classified(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        let (hidden, classes) = (self.meta.model.hidden, self.classes().len());
+        if classes == 0 {
+            return self.embed(batch);
+        }
+        let outs = self.run(
+            batch,
+            Selection::Classified,
+            &[(CELL_EMBEDDING, &[batch.rows, hidden]), (PROBABILITIES, &[batch.rows, classes])],
+        )?;
+        let mut rows = Vec::with_capacity(batch.rows * (hidden + classes));
+        for r in 0..batch.rows {
+            rows.extend_from_slice(&outs[0][r * hidden..(r + 1) * hidden]);
+            rows.extend_from_slice(&outs[1][r * classes..(r + 1) * classes]);
+        }
+        Ok(rows)
+    }
+
+    /// The outputs `wanted` (name and expected shape) of a batch.
+    fn run(&mut self, batch: &PaddedBatch, selection: Selection, wanted: &[(&str, &[usize])]) -> Result<Vec<Vec<f32>>> {
         let shape = [batch.rows, batch.len];
         let ids = TensorRef::from_array_view((shape, batch.input_ids.as_slice()))
             .map_err(ort_err(&self.path, "input_ids"))?;
         let mask = TensorRef::from_array_view((shape, batch.attention_mask.as_slice()))
             .map_err(ort_err(&self.path, "attention_mask"))?;
-        let options = if name == CELL_EMBEDDING { &self.run_options } else { &self.states_options };
+        let options = match selection {
+            Selection::Embeddings => &self.run_options,
+            Selection::States => &self.states_options,
+            Selection::Classified => &self.classified_options,
+        };
         let outputs = self
             .session
             .run_with_options(ort::inputs![INPUT_IDS => ids, ATTENTION_MASK => mask], options)
             .map_err(ort_err(&self.path, "running the model"))?;
-        let value =
-            outputs.get(name).ok_or_else(|| Error::Runtime(format!("{}: no {name} output", self.path.display())))?;
-        let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&self.path, name))?;
-        if !dims.iter().map(|&d| d as usize).eq(want.iter().copied()) {
-            return Err(Error::Runtime(format!(
-                "{}: {name} has shape {dims:?}, expected {want:?}",
-                self.path.display()
-            )));
+        let mut out = Vec::with_capacity(wanted.len());
+        for &(name, want) in wanted {
+            let value = outputs
+                .get(name)
+                .ok_or_else(|| Error::Runtime(format!("{}: no {name} output", self.path.display())))?;
+            let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&self.path, name))?;
+            if !dims.iter().map(|&d| d as usize).eq(want.iter().copied()) {
+                return Err(Error::Runtime(format!(
+                    "{}: {name} has shape {dims:?}, expected {want:?}",
+                    self.path.display()
+                )));
+            }
+            out.push(data.to_vec());
         }
-        Ok(data.to_vec())
+        Ok(out)
     }
+}
+
+/// Which outputs a run fetches.
+#[derive(Clone, Copy)]
+enum Selection {
+    Embeddings,
+    States,
+    Classified,
 }
 
 /// The ONNX Runtime embedding backend.
@@ -148,5 +197,13 @@ impl Encoder for OrtEncoder {
 
     fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         self.states(batch)
+    }
+
+    fn classes(&self) -> &[String] {
+        Classifier::cell_classes(self.meta.model.classifier.as_ref())
+    }
+
+    fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
+        self.embed_classified(batch)
     }
 }

@@ -3,6 +3,7 @@
 //! body bytes they declare. A request over either limit gets 429 at once, so an overloaded
 //! server neither reads nor holds the bodies it cannot serve.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -15,6 +16,9 @@ pub struct Admission {
     /// In KiB, so that a semaphore's `u32` permit counts cover any body size.
     kib: Arc<Semaphore>,
     max_kib: u32,
+    max_requests: usize,
+    /// Requests that asked to be admitted (admitted or not), for the idle-time trim.
+    attempts: AtomicU64,
 }
 
 /// What an admitted request holds (released when dropped).
@@ -27,12 +31,29 @@ impl Admission {
     pub fn new(options: &ServeOptions) -> Self {
         let requests = 2 * options.max_queue.max(1);
         let max_kib = kib(options.max_inflight_bytes.max(options.max_body_bytes));
-        Self { requests: Arc::new(Semaphore::new(requests)), kib: Arc::new(Semaphore::new(max_kib as usize)), max_kib }
+        Self {
+            requests: Arc::new(Semaphore::new(requests)),
+            kib: Arc::new(Semaphore::new(max_kib as usize)),
+            max_kib,
+            max_requests: requests,
+            attempts: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests that asked to be admitted so far.
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Whether no admitted request is in flight.
+    pub fn idle(&self) -> bool {
+        self.requests.available_permits() == self.max_requests
     }
 
     /// Admits a request declaring `body_bytes` (or, when it declares none, the largest body
     /// allowed), or `None` when the server is full.
     pub fn try_admit(&self, body_bytes: usize) -> Option<Admitted> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
         let request = self.requests.clone().try_acquire_owned().ok()?;
         let bytes = self.kib.clone().try_acquire_many_owned(kib(body_bytes).min(self.max_kib)).ok()?;
         Some(Admitted { _request: request, _bytes: bytes })
@@ -76,7 +97,10 @@ mod tests {
         drop((held, small));
         let small: Vec<Admitted> = (0..4).map(|_| a.try_admit(10).unwrap()).collect();
         assert!(a.try_admit(10).is_none(), "request budget");
+        assert!(!a.idle());
         drop(small);
+        assert!(a.idle());
+        assert_eq!(a.attempts(), 11);
         assert!(a.try_admit(1 << 20).is_some());
     }
 

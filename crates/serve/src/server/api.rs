@@ -34,6 +34,36 @@ pub struct EmbedResponse {
     pub tokens: Vec<usize>,
     /// Genes per cell not in the model's vocabulary (ignored).
     pub unknown_genes: Vec<usize>,
+    /// A fine-tuned cell classifier's calls (absent for an embedding-only model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictions: Option<Predictions>,
+}
+
+/// Each cell's most probable class, its probability, and every class's probability.
+#[derive(Debug, Serialize)]
+pub struct Predictions {
+    pub classes: Vec<String>,
+    pub labels: Vec<String>,
+    pub probability: Vec<f32>,
+    /// One row of `classes.len()` values per cell.
+    pub probabilities: Rows,
+}
+
+impl Predictions {
+    /// The calls of row-major probabilities `[cells, classes]`.
+    pub fn of(classes: &[String], probabilities: Vec<f32>) -> Self {
+        let k = classes.len().max(1);
+        let best: Vec<usize> = probabilities
+            .chunks(k)
+            .map(|r| r.iter().enumerate().fold(0, |b, (c, &p)| if p > r[b] { c } else { b }))
+            .collect();
+        Predictions {
+            classes: classes.to_vec(),
+            labels: best.iter().map(|&c| classes[c].clone()).collect(),
+            probability: best.iter().enumerate().map(|(i, &c)| probabilities[i * k + c]).collect(),
+            probabilities: Rows { flat: probabilities, width: k },
+        }
+    }
 }
 
 /// Row-major `f32` rows, serialized as an array of arrays without copying them into one vector

@@ -10,7 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::metrics::Metrics;
 use corrflow_io::encode::{encode_in_batches, Encoder};
 
-/// One request's cells and where its embeddings go (row-major `[cells, dim]`).
+/// One request's cells and where its results go (row-major `[cells, dim + classes]`: each
+/// embedding, followed by a cell classifier's probabilities).
 pub struct Job {
     pub cells: Vec<Vec<u32>>,
     pub reply: oneshot::Sender<Result<Vec<f32>, String>>,
@@ -35,7 +36,7 @@ pub async fn run_batcher<E: Encoder + 'static>(
     metrics: Arc<Metrics>,
 ) {
     let pad = encoder.vocab().pad;
-    let dim = encoder.dim();
+    let dim = encoder.dim() + encoder.classes().len();
     let encoder = Arc::new(Mutex::new(encoder));
     while let Some(first) = queue.recv().await {
         let mut tokens: usize = first.cells.iter().map(Vec::len).sum();
@@ -75,7 +76,7 @@ pub async fn run_batcher<E: Encoder + 'static>(
                 m.batch_cells.observe(batch.rows as f64);
                 m.batch_tokens.observe(batch.tokens() as f64);
                 let t = Instant::now();
-                let values = enc.encode(batch).map_err(|e| e.to_string())?;
+                let values = enc.encode_with_probabilities(batch).map_err(|e| e.to_string())?;
                 m.inference_seconds.observe(t.elapsed().as_secs_f64());
                 Ok(values)
             })

@@ -8,6 +8,7 @@
 mod admission;
 pub mod api;
 pub mod batcher;
+mod memory;
 pub mod metrics;
 pub mod routes;
 
@@ -17,6 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 use tokio::sync::mpsc;
+
+use corrflow_io::encode::Encoder;
 
 use crate::runtime::{OrtEncoder, RuntimeOptions};
 use api::InputRules;
@@ -56,6 +59,8 @@ pub struct Ready {
     pub encoder_vocab: Arc<Vocabulary>,
     pub rules: InputRules,
     pub dim: usize,
+    /// A fine-tuned cell classifier's classes (empty: embeddings only).
+    pub classes: Vec<String>,
     pub name: String,
     pub info: serde_json::Value,
 }
@@ -86,6 +91,7 @@ pub async fn serve(
         load_error: Mutex::new(None),
     });
     on_listening(addr);
+    tokio::spawn(memory::trim_when_idle(state.clone(), std::time::Duration::from_secs(1)));
 
     // Load the model off the async threads; a failure stops the server with that error.
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
@@ -153,6 +159,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
         "layout": meta.layout,
         "max_len": meta.max_len,
         "pooling": meta.pooling,
+        "classes": encoder.classes(),
         "vocab": {"name": meta.vocab_name, "hash": meta.vocab_hash, "size": meta.vocab_size},
         "step": meta.step,
         "runtime": {
@@ -181,6 +188,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             max_cells: options.max_cells_per_request,
         },
         dim: meta.model.hidden,
+        classes: encoder.classes().to_vec(),
         name,
         info,
     }

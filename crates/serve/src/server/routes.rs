@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{mpsc, oneshot};
 
-use super::api::{parse_embed_request, EmbedResponse, Rows};
+use super::api::{parse_embed_request, EmbedResponse, Predictions, Rows};
 use super::batcher::Job;
 use super::AppState;
 
@@ -111,16 +111,27 @@ async fn embed(State(s): State<Arc<AppState>>, req: Request) -> Response {
         Err(mpsc::error::TrySendError::Closed(_)) => return error(503, "the server is shutting down"),
     }
     match answer.await {
-        Ok(Ok(flat)) => {
-            let dim = ready.dim;
+        Ok(Ok(rows)) => {
+            let (dim, k) = (ready.dim, ready.classes.len());
             s.metrics.cells.inc_by(n as u64);
             s.metrics.unknown_genes.inc_by(parsed.unknown_genes.iter().sum::<usize>() as u64);
+            let (flat, probabilities) = if k == 0 {
+                (rows, None)
+            } else {
+                let (mut flat, mut probs) = (Vec::with_capacity(n * dim), Vec::with_capacity(n * k));
+                for row in rows.chunks(dim + k) {
+                    flat.extend_from_slice(&row[..dim]);
+                    probs.extend_from_slice(&row[dim..]);
+                }
+                (flat, Some(probs))
+            };
             Json(EmbedResponse {
                 model: ready.name.clone(),
                 dim,
                 embeddings: Rows { flat, width: dim },
                 tokens,
                 unknown_genes: parsed.unknown_genes,
+                predictions: probabilities.map(|p| Predictions::of(&ready.classes, p)),
             })
             .into_response()
         }

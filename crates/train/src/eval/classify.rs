@@ -2,6 +2,7 @@
 //! cosine k-nearest-neighbour vote, scored by accuracy, per-class F1 and one-vs-rest AUROC.
 
 use corrflow_algorithms::auroc::auroc;
+use corrflow_algorithms::classes::f1_scores;
 use linfa::prelude::*;
 use linfa_logistic::MultiLogisticRegression;
 use ndarray15::{Array1, Array2, Axis};
@@ -71,33 +72,6 @@ impl Classifiers<'_> {
     }
 }
 
-/// Per-class F1 (NaN for classes without test cells) and test cells per class.
-fn f1_scores(truth: &[usize], pred: &[usize], k: usize) -> (Vec<f64>, Vec<usize>) {
-    let (mut tp, mut fp, mut fne, mut support) = (vec![0usize; k], vec![0usize; k], vec![0usize; k], vec![0usize; k]);
-    for (&t, &p) in truth.iter().zip(pred) {
-        support[t] += 1;
-        if t == p {
-            tp[t] += 1;
-        } else {
-            fp[p] += 1;
-            fne[t] += 1;
-        }
-    }
-    let f1 = (0..k)
-        .map(|c| {
-            let d = 2 * tp[c] + fp[c] + fne[c];
-            if support[c] == 0 {
-                f64::NAN
-            } else if d == 0 {
-                0.0
-            } else {
-                2.0 * tp[c] as f64 / d as f64
-            }
-        })
-        .collect();
-    (f1, support)
-}
-
 /// Majority class among the `k` most cosine-similar training rows (ties: the smaller class id).
 fn knn_predict(train: &Array2<f64>, y: &[usize], test: &Array2<f64>, k: usize, classes: usize) -> Vec<usize> {
     let norms = |m: &Array2<f64>| m.rows().into_iter().map(|r| r.dot(&r).sqrt().max(1e-12)).collect::<Vec<_>>();
@@ -121,13 +95,6 @@ fn knn_predict(train: &Array2<f64>, y: &[usize], test: &Array2<f64>, k: usize, c
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn f1_counts_false_positives_against_the_predicted_class_and_skips_untested_classes() {
-        let (f1, support) = f1_scores(&[0, 0, 1, 1], &[0, 1, 1, 1], 3);
-        assert_eq!(support, vec![2, 2, 0]);
-        assert!((f1[0] - 2.0 / 3.0).abs() < 1e-12 && (f1[1] - 0.8).abs() < 1e-12 && f1[2].is_nan());
-    }
 
     #[test]
     fn knn_votes_the_nearest_class_by_cosine() {

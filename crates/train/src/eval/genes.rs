@@ -63,7 +63,13 @@ fn truthy(s: &str) -> bool {
 
 /// Gene id → label (true = positive) from a CSV with a header.
 fn read_labels(req: &GeneEvalRequest) -> Result<Vec<(String, bool)>> {
-    let p = &req.labels;
+    let columns = [req.negative.clone(), req.positive.clone()];
+    Ok(read_gene_classes(&req.labels, &req.id_column, &columns)?.into_iter().map(|(g, c)| (g, c == 1)).collect())
+}
+
+/// Gene id → class from a CSV with a header: the class is the index of the one column of
+/// `class_columns` marked `Yes`, `1` or `true`; rows with none are skipped, rows with two refused.
+pub fn read_gene_classes(p: &Path, id_column: &str, class_columns: &[String]) -> Result<Vec<(String, usize)>> {
     let text = std::fs::read_to_string(p).at(p)?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split(',').map(str::trim).collect();
@@ -73,16 +79,17 @@ fn read_labels(req: &GeneEvalRequest) -> Result<Vec<(String, bool)>> {
             .position(|h| *h == name)
             .ok_or_else(|| Error::format(p, format!("no column '{name}' (columns: {})", header.join(", "))))
     };
-    let (id, pos, neg) = (col(&req.id_column)?, col(&req.positive)?, col(&req.negative)?);
+    let id = col(id_column)?;
+    let classes = class_columns.iter().map(|c| col(c)).collect::<Result<Vec<_>>>()?;
     let mut out = Vec::new();
     for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split(',').collect();
         let get = |i: usize| f.get(i).copied().unwrap_or_default();
-        match (truthy(get(pos)), truthy(get(neg))) {
-            (true, false) => out.push((get(id).trim().to_string(), true)),
-            (false, true) => out.push((get(id).trim().to_string(), false)),
-            (false, false) => {}
-            (true, true) => return Err(Error::format(p, format!("line {}: both labels set", n + 2))),
+        let marked: Vec<usize> = (0..classes.len()).filter(|&c| truthy(get(classes[c]))).collect();
+        match marked[..] {
+            [] => {}
+            [c] => out.push((get(id).trim().to_string(), c)),
+            _ => return Err(Error::format(p, format!("line {}: more than one class column set", n + 2))),
         }
     }
     Ok(out)

@@ -2,7 +2,7 @@
 //! embeddings.
 
 mod classify;
-mod genes;
+pub(crate) mod genes;
 mod probe;
 
 pub use genes::{eval_genes, stratified_folds, GeneEvalReport, GeneEvalRequest, Score};

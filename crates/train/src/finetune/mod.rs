@@ -1,0 +1,652 @@
+//! `corrflow finetune`: a classification head on a pre-trained encoder, trained on a labelled
+//! corpus. Cells are classified from their pooled embedding, genes from their token states. A
+//! seeded stratified train/validation/test split (cells, or genes for gene classification),
+//! optional balanced class weights, the embeddings and first layers frozen on request, AdamW
+//! with warmup and linear decay, validation macro-F1 after each epoch with early stopping, and
+//! the best epoch's model scored on the test part.
+//!
+//! ```text
+//! OUT/checkpoints/step-N/   model.bin, optim.bin, state.json (model.classifier names the classes),
+//!                           finetune.json (settings, task and early-stopping state, for resuming)
+//! OUT/vocab/                the base model's vocabulary
+//! OUT/metrics.jsonl         training steps and validation scores
+//! OUT/predictions.parquet   the best model's test predictions
+//! OUT/results.json          the summary (written last: the run is finished)
+//! ```
+//! While running, the latest and the best checkpoints are kept; when finished, only the best.
+
+mod batches;
+mod evaluate;
+mod labels;
+mod outputs;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use corrflow_algorithms::batches::PlannedBatch;
+use corrflow_algorithms::classes::{balanced_weights, Part};
+use corrflow_io::corpus::Corpus;
+use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::model_meta::{Classifier, ClassifierTask, ModelConfig, Pooling};
+use corrflow_io::util::atomic::write_json_atomic;
+use corrflow_io::util::lock::DirLock;
+use corrflow_io::vocab::Vocabulary;
+use corrflow_mask::dataflow::Feed;
+use corrflow_mask::plan::DataPlan;
+use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
+use corrflow_model::classifier::cross_entropy;
+use corrflow_model::{head, learning_rate, load_checkpoint, CellEncoder, InitModel, TrainConfig, TrainingBackend};
+use serde::{Deserialize, Serialize};
+
+use crate::run::{mix, progress_bar, truncate_metrics};
+use crate::step::clip_global_norm;
+use batches::{BatchSpec, ClassBatch};
+pub use evaluate::{ClassMetrics, Scores, SplitMetrics};
+use labels::Supervision;
+pub use labels::{FinetuneTask, PartSizes};
+
+const PROGRESS_FILE: &str = "finetune.json";
+const RESULTS_FILE: &str = "results.json";
+const PREDICTIONS_FILE: &str = "predictions.parquet";
+
+/// Fine-tuning settings (`[finetune]` in a config; flags override).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FinetuneConfig {
+    /// Shares of each class (cells, or genes) held out for validation and test.
+    pub validation_fraction: f64,
+    pub test_fraction: f64,
+    /// Seeds the split, the head's initialisation, the epoch order and dropout.
+    pub seed: u64,
+    /// Weigh the loss by scikit-learn's balanced class weights (from the training part).
+    pub class_weights: bool,
+    /// Freeze the embeddings and the first N encoder layers (0: train everything).
+    pub freeze_layers: usize,
+    pub epochs: usize,
+    /// Stop after this many epochs without a better validation macro-F1.
+    pub patience: usize,
+    pub lr: f64,
+    pub warmup_steps: u64,
+    pub weight_decay: f64,
+    /// Gradient clipping by global norm (0: none).
+    pub grad_clip: f64,
+    pub batch_size: usize,
+    /// Longest sequence (0: the length the model was pre-trained on).
+    pub max_len: usize,
+    /// The cell vector a cell classifier reads.
+    pub pooling: Pooling,
+    /// Gene classification: the cells whose held-out gene occurrences are scored.
+    pub gene_eval_cells: usize,
+    pub shuffle_buffer: usize,
+    pub log_every: u64,
+}
+
+impl Default for FinetuneConfig {
+    fn default() -> Self {
+        Self {
+            validation_fraction: 0.1,
+            test_fraction: 0.1,
+            seed: 0,
+            class_weights: false,
+            freeze_layers: 0,
+            epochs: 10,
+            patience: 3,
+            lr: 2e-4,
+            warmup_steps: 50,
+            weight_decay: 0.01,
+            grad_clip: 1.0,
+            batch_size: 16,
+            max_len: 0,
+            pooling: Pooling::Mean,
+            gene_eval_cells: 1000,
+            shuffle_buffer: 10_000,
+            log_every: 10,
+        }
+    }
+}
+
+impl FinetuneConfig {
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let f = (self.validation_fraction, self.test_fraction);
+        if !(f.0 > 0.0 && f.0 < 0.5) || !(0.0..0.5).contains(&f.1) {
+            return Err(format!(
+                "finetune.validation_fraction must be in (0, 0.5) (early stopping needs it) and test_fraction in [0, 0.5); got {} and {}",
+                f.0, f.1
+            ));
+        }
+        if self.epochs == 0 || self.patience == 0 || self.batch_size == 0 || self.log_every == 0 {
+            return Err("finetune.epochs, patience, batch_size and log_every must be > 0".into());
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
+            return Err("finetune.lr must be > 0, weight_decay and grad_clip ≥ 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// Everything `finetune` needs.
+#[derive(Clone, Debug)]
+pub struct FinetuneRequest {
+    /// The pre-trained checkpoint (or run directory: its latest checkpoint).
+    pub checkpoint: PathBuf,
+    pub corpus: PathBuf,
+    pub atlases: Vec<String>,
+    pub task: FinetuneTask,
+    pub out: PathBuf,
+    pub config: FinetuneConfig,
+    /// Discard what `out` holds instead of resuming or refusing.
+    pub restart: bool,
+    pub progress: bool,
+    /// Stop after this step (a checkpoint is written there); the same request resumes.
+    pub stop_after: Option<u64>,
+}
+
+/// The best validation score so far.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+struct Best {
+    step: u64,
+    macro_f1: f64,
+}
+
+/// `finetune.json` of a checkpoint: what a resumed run must match, and early stopping's state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct FinetuneState {
+    /// sha256 of the base checkpoint's weights.
+    base_model_sha256: String,
+    task: FinetuneTask,
+    config: FinetuneConfig,
+    best: Option<Best>,
+    /// Epochs since the best one.
+    stale: usize,
+}
+
+/// What `finetune --json` prints and `results.json` holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FinetuneSummary {
+    pub command: String,
+    pub out: String,
+    pub task: ClassifierTask,
+    pub classes: Vec<String>,
+    /// Items (cells, or genes) per part.
+    pub split: PartSizes,
+    pub trainable_parameters: usize,
+    pub frozen_parameters: usize,
+    pub steps: u64,
+    pub total_steps: u64,
+    pub epochs: u64,
+    pub resumed_from: Option<u64>,
+    pub stopped_early: bool,
+    /// Whether the run has ended (all epochs or early stopping), not stopped by `--stop-at-step`.
+    pub finished: bool,
+    pub best_step: Option<u64>,
+    /// The best model's scores.
+    pub validation: Option<SplitMetrics>,
+    pub test: Option<SplitMetrics>,
+    pub cells_per_s: f64,
+    pub seconds: f64,
+    /// The best checkpoint (when finished), else the latest.
+    pub checkpoint: Option<String>,
+}
+
+type Rec = BinFileRecorder<FullPrecisionSettings>;
+type Optim<B> = OptimizerAdaptor<AdamW, CellEncoder<B>, B>;
+
+/// The base model, corpus and labels, checked against each other.
+struct Setup<B: TrainingBackend> {
+    base: corrflow_model::LoadedModel<B>,
+    supervision: Supervision,
+    plan: DataPlan,
+    model: ModelConfig,
+    per_epoch: u64,
+    total: u64,
+}
+
+fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Result<Setup<B>> {
+    let c = &req.config;
+    c.validate().map_err(|m| Error::invalid(&req.out, m))?;
+    let base = load_checkpoint::<B>(&req.checkpoint, device)?;
+    if base.state.model.classifier.is_some() {
+        return Err(Error::Usage(format!(
+            "{} is already fine-tuned (it has a classifier); fine-tune its pre-trained base instead",
+            req.checkpoint.display()
+        )));
+    }
+    if c.pooling == Pooling::Cls && base.vocab.cls.is_none() {
+        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
+    }
+    let opened = Corpus::open(&req.corpus)?;
+    if opened.vocab.hash() != base.vocab.hash() || opened.info.layout != base.state.layout {
+        return Err(Error::conflict(
+            &req.corpus,
+            format!(
+                "the corpus is tokenized with vocabulary {} ({:?} layout), the model with {} ({:?}): ingest the cells with the model's vocabulary",
+                opened.vocab.hash(),
+                opened.info.layout,
+                base.vocab.hash(),
+                base.state.layout
+            ),
+        ));
+    }
+    let index = opened.index(&req.atlases)?;
+    let supervision =
+        Supervision::resolve(&req.task, &index, &base.vocab, c.validation_fraction, c.test_fraction, c.seed)?;
+    let m = &base.state.model;
+    let max_len = if c.max_len == 0 { base.state.max_len() } else { c.max_len.min(m.max_positions) };
+    let plan = DataPlan {
+        index,
+        vocab_size: base.vocab.len(),
+        layout: base.state.layout,
+        batch_size: c.batch_size,
+        group_batches: 50,
+        shuffle_buffer: c.shuffle_buffer,
+        epochs: c.epochs,
+        max_len,
+        eval_fraction: 0.0,
+        seed: c.seed,
+        subset: (!supervision.genes).then(|| Arc::new(supervision.training_cells())),
+    };
+    let bytes = corrflow_model::memory::training_bytes(m, base.vocab.len(), c.batch_size, max_len);
+    corrflow_model::memory::check("fine-tuning", bytes, "finetune.batch_size or finetune.max_len")?;
+    let per_epoch = plan.batches_per_epoch();
+    if per_epoch == 0 {
+        return Err(Error::format(&req.corpus, "no training cells"));
+    }
+    let (task, source) = match &req.task {
+        FinetuneTask::Cell { column } => (ClassifierTask::Cell, column.clone()),
+        FinetuneTask::Gene { labels, .. } => (ClassifierTask::Gene, labels.display().to_string()),
+    };
+    let classifier = Classifier { task, source, classes: supervision.classes.clone(), pooling: c.pooling };
+    let model = ModelConfig { classifier: Some(classifier), ..m.clone() };
+    if c.freeze_layers > m.layers {
+        return Err(Error::Usage(format!(
+            "--freeze-layers {} is more than the model's {} layers",
+            c.freeze_layers, m.layers
+        )));
+    }
+    Ok(Setup { base, supervision, plan, model, per_epoch, total: per_epoch * c.epochs as u64 })
+}
+
+/// The embeddings and the first `layers` encoder layers without gradients (0: none).
+fn freeze<B: TrainingBackend>(mut m: CellEncoder<B>, layers: usize) -> CellEncoder<B> {
+    if layers == 0 {
+        return m;
+    }
+    m.tokens = m.tokens.no_grad();
+    m.positions = m.positions.no_grad();
+    m.embed_norm = m.embed_norm.no_grad();
+    m.encoder.layers =
+        m.encoder.layers.into_iter().enumerate().map(|(i, l)| if i < layers { l.no_grad() } else { l }).collect();
+    m
+}
+
+/// Parameters trained: the head and the encoder layers (and embeddings) not frozen. The MLM and
+/// whole-cell heads of pre-training are kept but not trained.
+fn trainable<B: TrainingBackend>(m: &CellEncoder<B>, frozen: usize) -> usize {
+    let embeddings = m.tokens.num_params() + m.positions.num_params() + m.embed_norm.num_params();
+    let layers: usize = m.encoder.layers.iter().skip(frozen).map(Module::num_params).sum();
+    let head = m.label_head.as_ref().map_or(0, Module::num_params);
+    head + layers + if frozen == 0 { embeddings } else { 0 }
+}
+
+struct Trainee<B: TrainingBackend> {
+    model: CellEncoder<B>,
+    optim: Optim<B>,
+    step: u64,
+    state: FinetuneState,
+    resumed_from: Option<u64>,
+}
+
+fn init_or_resume<B: TrainingBackend>(
+    req: &FinetuneRequest,
+    setup: &Setup<B>,
+    device: &B::Device,
+) -> Result<Trainee<B>> {
+    let c = &req.config;
+    let optim = AdamWConfig::new().with_weight_decay(c.weight_decay as f32).init::<B, CellEncoder<B>>();
+    let fresh = FinetuneState {
+        base_model_sha256: setup.base.state.model_sha256.clone(),
+        task: req.task.clone(),
+        config: c.clone(),
+        best: None,
+        stale: 0,
+    };
+    let Some(dir) = checkpoint::latest(&req.out) else {
+        B::seed(device, c.seed);
+        let mut model = setup.base.model.clone();
+        model.label_head = Some(head(setup.model.hidden, setup.supervision.classes.len(), device));
+        let model = freeze(model, c.freeze_layers);
+        return Ok(Trainee { model, optim, step: 0, state: fresh, resumed_from: None });
+    };
+    let ckpt = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
+    let p = dir.join(PROGRESS_FILE);
+    let text = std::fs::read_to_string(&p).at(&p)?;
+    let state: FinetuneState =
+        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid fine-tuning state: {e}")))?;
+    let same = ckpt.model == setup.model
+        && state.base_model_sha256 == fresh.base_model_sha256
+        && state.task == fresh.task
+        && FinetuneConfig { log_every: 0, ..state.config.clone() } == FinetuneConfig { log_every: 0, ..c.clone() };
+    if !same {
+        return Err(Error::conflict(
+            &dir,
+            "the run directory holds a fine-tuning run of another base model, task or settings; use --restart to discard it or another --out",
+        ));
+    }
+    let model = checkpoint::load_model(setup.model.init(setup.base.vocab.len(), device), &dir, device)?;
+    let record = Rec::new()
+        .load(dir.join(OPTIM_FILE), device)
+        .map_err(|e| Error::format(dir.join(OPTIM_FILE), e.to_string()))?;
+    truncate_metrics(&req.out.join("metrics.jsonl"), ckpt.step)?;
+    tracing::info!(step = ckpt.step, "resumed from {}", dir.display());
+    Ok(Trainee {
+        model: freeze(model, c.freeze_layers),
+        optim: optim.load_record(record),
+        step: ckpt.step,
+        state,
+        resumed_from: Some(ckpt.step),
+    })
+}
+
+/// Clears a run directory for `--restart`, or refuses one that holds a finished run.
+fn clear_or_refuse(req: &FinetuneRequest) -> Result<()> {
+    let finished = req.out.join(RESULTS_FILE);
+    if req.restart {
+        for f in [RESULTS_FILE, PREDICTIONS_FILE, "metrics.jsonl"] {
+            let _ = std::fs::remove_file(req.out.join(f));
+        }
+        let dir = checkpoint::checkpoints_dir(&req.out);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).at(&dir)?;
+        }
+    } else if finished.is_file() {
+        return Err(Error::conflict(
+            &finished,
+            "this fine-tuning run has finished; use --restart to run it again or another --out",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs (or resumes) fine-tuning on backend `B`.
+pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) -> Result<FinetuneSummary> {
+    let start = Instant::now();
+    let setup = prepare::<B>(req, &device)?;
+    std::fs::create_dir_all(&req.out).at(&req.out)?;
+    let _lock = DirLock::inside(&req.out, "finetune")?;
+    clear_or_refuse(req)?;
+    let mut trainee = init_or_resume(req, &setup, &device)?;
+    setup.base.vocab.write_dir(&req.out.join("vocab"))?;
+    let c = &req.config;
+    let mut summary = FinetuneSummary {
+        command: "finetune".into(),
+        out: req.out.display().to_string(),
+        task: setup.model.classifier.as_ref().map(|c| c.task).unwrap_or_default(),
+        classes: setup.supervision.classes.clone(),
+        split: setup.supervision.sizes,
+        trainable_parameters: trainable(&trainee.model, c.freeze_layers),
+        frozen_parameters: 0,
+        steps: trainee.step,
+        total_steps: setup.total,
+        epochs: 0,
+        resumed_from: trainee.resumed_from,
+        stopped_early: false,
+        finished: false,
+        best_step: None,
+        validation: None,
+        test: None,
+        cells_per_s: 0.0,
+        seconds: 0.0,
+        checkpoint: None,
+    };
+    summary.frozen_parameters = trainee.model.num_params() - summary.trainable_parameters;
+    let weights = c.class_weights.then(|| {
+        let w: Vec<f32> = balanced_weights(&setup.supervision.train_counts).iter().map(|&w| w as f32).collect();
+        let n = w.len();
+        Tensor::<B, 1>::from_data(TensorData::new(w, [n]), &device)
+    });
+    let metrics_path = req.out.join("metrics.jsonl");
+    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
+    let bar = progress_bar("finetune", req.progress, setup.total, trainee.step);
+    let (mut cells_done, mut train_secs) = (0u64, 0.0f64);
+    let spec =
+        BatchSpec { supervision: &setup.supervision, vocab: &setup.base.vocab, pooling: c.pooling, part: Part::Train };
+    let mut ended = false;
+    for_each_planned_batch(&setup.plan, trainee.step, |planned| {
+        let t0 = Instant::now();
+        let batch = spec.build(&planned.cells);
+        let loss = optimise(req, &setup, &mut trainee, &batch, weights.clone(), &device)?;
+        trainee.step += 1;
+        let step = trainee.step;
+        if let Some(loss) = loss {
+            cells_done += batch.rows as u64;
+            train_secs += t0.elapsed().as_secs_f64();
+            bar.set_position(step);
+            bar.set_message(format!("loss {loss:.4}"));
+            if step.is_multiple_of(c.log_every) {
+                let lr = learning_rate(c.lr, step - 1, c.warmup_steps, setup.total);
+                let line = serde_json::json!({"step": step, "epoch": planned.epoch, "loss": loss, "lr": lr,
+                    "cells_per_s": batch.rows as f64 / t0.elapsed().as_secs_f64().max(1e-9)});
+                writeln!(metrics, "{line}").at(&req.out)?;
+            }
+        }
+        let epoch_end = step.is_multiple_of(setup.per_epoch);
+        if epoch_end {
+            let epoch = step / setup.per_epoch;
+            let scores = validate(&setup, &trainee.model, c, &device)?;
+            let better = trainee.state.best.is_none_or(|b| scores.items.macro_f1 > b.macro_f1);
+            if better {
+                trainee.state.best = Some(Best { step, macro_f1: scores.items.macro_f1 });
+                trainee.state.stale = 0;
+            } else {
+                trainee.state.stale += 1;
+            }
+            let line = serde_json::json!({"step": step, "epoch": epoch, "validation_loss": scores.items.loss,
+                "validation_accuracy": scores.items.accuracy, "validation_macro_f1": scores.items.macro_f1,
+                "best": better});
+            writeln!(metrics, "{line}").at(&req.out)?;
+            summary.stopped_early = trainee.state.stale >= c.patience && step < setup.total;
+            ended = summary.stopped_early || step >= setup.total;
+        }
+        if epoch_end || req.stop_after == Some(step) {
+            summary.checkpoint = Some(save(req, &setup, &trainee, planned.epoch)?.display().to_string());
+        }
+        Ok(!ended && req.stop_after != Some(step))
+    })?;
+    bar.finish_and_clear();
+    metrics.flush().at(&req.out)?;
+    summary.steps = trainee.step;
+    summary.epochs = trainee.step / setup.per_epoch;
+    summary.best_step = trainee.state.best.map(|b| b.step);
+    summary.cells_per_s = cells_done as f64 / train_secs.max(1e-9);
+    if ended || trainee.step >= setup.total {
+        finish(req, &setup, &trainee, &device, &mut summary)?;
+    }
+    summary.seconds = start.elapsed().as_secs_f64();
+    if summary.finished {
+        write_json_atomic(&req.out.join(RESULTS_FILE), &summary)?;
+    }
+    Ok(summary)
+}
+
+/// Runs `f` on the planned batches of the run from batch `first`, until it returns false; the
+/// corpus is read and planned on a thread of its own.
+fn for_each_planned_batch(plan: &DataPlan, first: u64, mut f: impl FnMut(PlannedBatch) -> Result<bool>) -> Result<()> {
+    let (tx, rx) = crossbeam_channel::bounded::<PlannedBatch>(4);
+    let feed = plan.clone().feed(first, None);
+    let reader = std::thread::spawn(move || {
+        feed(&mut |item| match item {
+            Feed::Batch(b) => tx.send(b).is_ok(),
+            Feed::Graph(_) => true,
+        })
+    });
+    let mut result = Ok(());
+    for planned in rx.iter() {
+        match f(planned) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    drop(rx);
+    let read = reader.join().map_err(|_| Error::internal("finetune", "the corpus reader panicked"))?;
+    result.and(read)
+}
+
+/// Forward, backward, clipping and the AdamW update of one batch; `None` when the batch has no
+/// target (a gene batch without labelled genes of the training part).
+fn optimise<B: TrainingBackend>(
+    req: &FinetuneRequest,
+    setup: &Setup<B>,
+    trainee: &mut Trainee<B>,
+    batch: &ClassBatch,
+    weights: Option<Tensor<B, 1>>,
+    device: &B::Device,
+) -> Result<Option<f64>> {
+    if batch.targets.is_empty() {
+        return Ok(None);
+    }
+    let (c, step) = (&req.config, trainee.step);
+    B::seed(device, mix(c.seed, step));
+    let t = batch.tensors::<B>(device);
+    let logits = if setup.supervision.genes {
+        trainee.model.token_logits(t.input_ids, t.pad, t.index)
+    } else {
+        trainee.model.cell_logits(t.input_ids, t.pad, t.weights)
+    };
+    let loss = cross_entropy(logits, t.targets, weights);
+    let value = loss.clone().into_scalar().elem::<f64>();
+    if !value.is_finite() {
+        return Err(Error::Usage(format!("fine-tuning diverged at step {step}: loss is {value}")));
+    }
+    let mut grads = GradientsParams::from_grads(loss.backward(), &trainee.model);
+    if c.grad_clip > 0.0 {
+        clip_global_norm::<B>(&trainee.model, &mut grads, c.grad_clip);
+    }
+    let lr = learning_rate(c.lr, step, c.warmup_steps, setup.total);
+    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads);
+    Ok(Some(value))
+}
+
+/// Scores of the model (without dropout) on the validation part.
+fn validate<B: TrainingBackend>(
+    setup: &Setup<B>,
+    model: &CellEncoder<B>,
+    c: &FinetuneConfig,
+    device: &B::Device,
+) -> Result<SplitMetrics> {
+    let spec = BatchSpec {
+        supervision: &setup.supervision,
+        vocab: &setup.base.vocab,
+        pooling: c.pooling,
+        part: Part::Validation,
+    };
+    let p = evaluate::predict(&model.valid(), &setup.plan, &spec, c.gene_eval_cells, device)?;
+    Ok(p.metrics(&setup.supervision.classes, setup.supervision.genes))
+}
+
+/// Writes a checkpoint at the trainee's step, then removes those that are neither the latest
+/// nor the best.
+fn save<B: TrainingBackend>(
+    req: &FinetuneRequest,
+    setup: &Setup<B>,
+    trainee: &Trainee<B>,
+    epoch: u64,
+) -> Result<PathBuf> {
+    let c = &req.config;
+    let train = TrainConfig {
+        corpus: Some(req.corpus.clone()),
+        atlases: req.atlases.clone(),
+        batch_size: c.batch_size,
+        epochs: c.epochs,
+        max_len: setup.plan.max_len,
+        lr: c.lr,
+        weight_decay: c.weight_decay,
+        warmup_steps: c.warmup_steps,
+        grad_clip: c.grad_clip,
+        seed: c.seed,
+        ..TrainConfig::default()
+    };
+    let state = CheckpointState {
+        format_version: 1,
+        step: trainee.step,
+        epoch,
+        total_steps: setup.total,
+        model: setup.model.clone(),
+        train,
+        mask: Default::default(),
+        vocab_hash: setup.base.vocab.hash().to_string(),
+        vocab_size: setup.base.vocab.len(),
+        layout: setup.base.state.layout,
+        model_sha256: String::new(),
+        optim_sha256: String::new(),
+    };
+    let dir = checkpoint::save(&req.out, state, usize::MAX, |dir| {
+        let rec = Rec::new();
+        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| Error::format(dir, e.to_string()))?;
+        rec.record(Optimizer::<CellEncoder<B>, B>::to_record(&trainee.optim), dir.join(OPTIM_FILE))
+            .map_err(|e| Error::format(dir, e.to_string()))?;
+        write_json_atomic(&dir.join(PROGRESS_FILE), &trainee.state)
+    })?;
+    let best = trainee.state.best.map(|b| checkpoint::checkpoint_dir(&req.out, b.step));
+    prune(&req.out, &[Some(dir.clone()), best])?;
+    Ok(dir)
+}
+
+/// Removes the checkpoints of `out` other than `keep`.
+fn prune(out: &Path, keep: &[Option<PathBuf>]) -> Result<()> {
+    let dir = checkpoint::checkpoints_dir(out);
+    for entry in std::fs::read_dir(&dir).at(&dir)?.flatten() {
+        let p = entry.path();
+        let is_checkpoint = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-"));
+        if is_checkpoint && !keep.iter().flatten().any(|k| *k == p) {
+            std::fs::remove_dir_all(&p).at(&p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Scores the best checkpoint on validation and test, writes the test predictions and keeps
+/// only the best checkpoint.
+fn finish<B: TrainingBackend>(
+    req: &FinetuneRequest,
+    setup: &Setup<B>,
+    trainee: &Trainee<B>,
+    device: &B::Device,
+    summary: &mut FinetuneSummary,
+) -> Result<()> {
+    let c = &req.config;
+    let best = trainee.state.best.ok_or_else(|| Error::internal("finetune", "finished without a validation score"))?;
+    let dir = checkpoint::checkpoint_dir(&req.out, best.step);
+    let model = checkpoint::load_model(setup.model.init::<B>(setup.base.vocab.len(), device), &dir, device)?;
+    summary.validation = Some(validate(setup, &model, c, device)?);
+    if setup.supervision.sizes.test > 0 {
+        let spec = BatchSpec {
+            supervision: &setup.supervision,
+            vocab: &setup.base.vocab,
+            pooling: c.pooling,
+            part: Part::Test,
+        };
+        let p = evaluate::predict(&model.valid(), &setup.plan, &spec, c.gene_eval_cells, device)?;
+        summary.test = Some(p.metrics(&setup.supervision.classes, setup.supervision.genes));
+        outputs::write_predictions(&req.out.join(PREDICTIONS_FILE), &p, &setup.supervision, &setup.base.vocab)?;
+    }
+    prune(&req.out, &[Some(dir.clone())])?;
+    summary.checkpoint = Some(dir.display().to_string());
+    summary.finished = true;
+    Ok(())
+}
+
+/// The vocabulary's display name of a gene token (for predictions).
+fn gene_name(vocab: &Vocabulary, token: u64) -> String {
+    vocab.token(token as u32).unwrap_or("?").to_string()
+}

@@ -207,8 +207,15 @@ fn frozen_layers_keep_their_pretrained_weights() {
     let Some(b) = base() else { return };
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("ft");
-    let s = ok_json(&finetune(b, &run, &["--epochs", "1", "--freeze-layers", "1", "--test-fraction", "0"]));
+    let s = ok_json(&finetune(
+        b,
+        &run,
+        &["--epochs", "1", "--freeze-layers", "1", "--test-fraction", "0", "--exclude", "CD34+"],
+    ));
     assert!(s["test"].is_null() && s["finished"] == true);
+    // The 13 CD34+ cells are left out, and their class with them.
+    assert_eq!(s["classes"].as_array().unwrap().len(), 9);
+    assert_eq!(s["split"]["left_out"], 13);
     let load = |path: &Path| corrflow::embed::load_checkpoint::<CpuBackend>(path, &Default::default()).unwrap().model;
     let (pre, ft) = (load(&b.run), load(&run));
     let values = |t: burn::tensor::Tensor<CpuBackend, 2>| t.into_data().to_vec::<f32>().unwrap();
@@ -326,6 +333,7 @@ fn bad_requests_are_refused_before_anything_is_written() {
         (vec!["--freeze-layers", "3"], "more than the model's 2 layers"),
         (vec!["--validation-fraction", "0"], "validation_fraction"),
         (vec!["--pooling", "cls"], "V2"),
+        (vec!["--exclude", "Platelet"], "not a value of 'bulk_labels'"),
     ] {
         let mut args = vec!["finetune", "--checkpoint"];
         let (r, c, o) = (p(&b.run), p(&b.corpus), p(&out));

@@ -151,7 +151,7 @@ fn mtx_cases(out: &Path) -> Vec<Case> {
     let dir = out.join("mtx-gz");
     std::fs::create_dir_all(&dir).unwrap();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(format!("{header}3 2 3\n{}", "1 1 5\n2 1 3\n3 2 7\n".repeat(1)).as_bytes()).unwrap();
+    gz.write_all(format!("{header}3 2 3\n1 1 5\n2 1 3\n3 2 7\n").as_bytes()).unwrap();
     let mut bytes = gz.finish().unwrap();
     let mid = bytes.len() / 2;
     bytes[mid..mid + 4].fill(0xff);

@@ -22,6 +22,9 @@ pub(crate) struct FinetuneArgs {
     /// Cell classification: the obs column with the labels (stored with `ingest --obs-columns`).
     #[arg(long, value_name = "COL")]
     pub(crate) label: Option<String>,
+    /// Cell classification: label values to leave out (their cells are not used), e.g. doublets.
+    #[arg(long, value_delimiter = ',', value_name = "L1,L2", requires = "label")]
+    pub(crate) exclude: Vec<String>,
     /// Gene classification: a CSV of gene labels (one column per class, marked Yes/1/true).
     #[arg(long, value_name = "FILE.csv")]
     pub(crate) gene_labels: Option<PathBuf>,

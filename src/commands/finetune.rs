@@ -21,7 +21,7 @@ pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> 
     c.pooling = a.pooling.unwrap_or(c.pooling);
     c.seed = a.seed.unwrap_or(c.seed);
     let task = match (a.label, a.gene_labels) {
-        (Some(column), _) => FinetuneTask::Cell { column },
+        (Some(column), _) => FinetuneTask::Cell { column, exclude: a.exclude },
         (None, Some(labels)) => {
             if a.classes.len() < 2 {
                 anyhow::bail!("--gene-labels needs --classes C1,C2,... (its class columns)");

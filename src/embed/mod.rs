@@ -290,8 +290,7 @@ fn with_embedding(
         vec![rb.column_by_name(CELL_ID).cloned().ok_or_else(|| missing(path, CELL_ID))?, Arc::new(list.finish())];
     if !classes.is_empty() {
         let k = classes.len();
-        let best: Vec<usize> =
-            probs.chunks(k).map(|r| r.iter().enumerate().fold(0, |b, (c, &p)| if p > r[b] { c } else { b })).collect();
+        let best: Vec<usize> = probs.chunks(k).map(corrflow_algorithms::classes::argmax).collect();
         let mut list = FixedSizeListBuilder::new(Float32Builder::with_capacity(probs.len()), k as i32);
         for row in probs.chunks(k) {
             list.values().append_slice(row);

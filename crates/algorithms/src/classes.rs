@@ -85,6 +85,12 @@ pub fn f1_scores(truth: &[usize], pred: &[usize], classes: usize) -> (Vec<f64>, 
     (f1, support)
 }
 
+/// The index of the largest value (the first on ties): the predicted class of a row of
+/// probabilities.
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter().enumerate().fold(0, |best, (c, &p)| if p > row[best] { c } else { best })
+}
+
 /// The mean of the defined (non-NaN) values: macro-F1 over the classes that occur.
 pub fn macro_mean(values: &[f64]) -> f64 {
     let defined: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();

@@ -5,6 +5,7 @@
 //! request. Row-compressed and dense matrices are read by slices; column-compressed ones
 //! (h5ad CSC, MatrixMarket) go through an out-of-core transpose first.
 
+mod crash_guard;
 pub mod h5;
 mod h5ad;
 mod matrix;
@@ -145,6 +146,16 @@ pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         return Ok(Box::new(mtx::MtxSource::open(path, opts)?));
     }
     let file = h5::open(path)?;
+    // Opening reads the attributes and the obs/var tables (chunks read cell ids, which
+    // `vlen_heap` checks): that is what may crash the HDF5 library on a damaged file.
+    crash_guard::probe(path, || {
+        let _ = h5::open(path).and_then(|f| open_hdf5(path, opts, f));
+    })?;
+    open_hdf5(path, opts, file)
+}
+
+/// The reader of an HDF5 file: 10x or h5ad.
+fn open_hdf5(path: &Path, opts: &ReadOptions, file: hdf5::File) -> Result<Box<dyn CellSource>> {
     if tenx::is_tenx(&file) {
         return Ok(Box::new(tenx::TenxSource::open(path, file, opts)?));
     }

@@ -16,21 +16,25 @@ use hdf5::Dataset;
 
 use crate::error::{Error, IoContext, Result};
 
+/// A dataset of a file as it is now: path, dataset, file length and modification time.
+type Key = (PathBuf, String, u64, Option<std::time::SystemTime>);
+
 /// Datasets already checked in this process (strings are read a chunk of cells at a time).
-fn checked() -> &'static Mutex<HashSet<(PathBuf, String)>> {
-    static CHECKED: OnceLock<Mutex<HashSet<(PathBuf, String)>>> = OnceLock::new();
+fn checked() -> &'static Mutex<HashSet<Key>> {
+    static CHECKED: OnceLock<Mutex<HashSet<Key>>> = OnceLock::new();
     CHECKED.get_or_init(Default::default)
 }
 
 /// Errors unless every element of the variable-length string dataset `ds` of `path` points at a
 /// heap object that exists and holds its length.
 pub fn check(path: &Path, ds: &Dataset, what: &str) -> Result<()> {
-    let key = (path.to_path_buf(), ds.name());
+    let file = std::fs::File::open(path).at(path)?;
+    let meta = file.metadata().at(path)?;
+    let len = meta.len();
+    let key = (path.to_path_buf(), ds.name(), len, meta.modified().ok());
     if checked().lock().is_ok_and(|c| c.contains(&key)) {
         return Ok(());
     }
-    let file = std::fs::File::open(path).at(path)?;
-    let len = file.metadata().at(path)?.len();
     let sizes = Sizes::of(&file, path)?;
     // On disk an element is its length, then the heap id: collection address and object index.
     let width = 4 + sizes.offsets + 4;
@@ -44,11 +48,13 @@ pub fn check(path: &Path, ds: &Dataset, what: &str) -> Result<()> {
         }
         let addr = le(&e[4..4 + sizes.offsets]);
         let index = u32::from_le_bytes(e[4 + sizes.offsets..].try_into().expect("4 bytes"));
-        if !heaps.contains_key(&addr) {
-            let objects = collection(&file, addr, len, sizes).map_err(|d| damaged(format!("element {i}: {d}")))?;
-            heaps.insert(addr, objects);
-        }
-        match heaps[&addr].get(&index) {
+        let objects = match heaps.entry(addr) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(collection(&file, addr, len, sizes).map_err(|d| damaged(format!("element {i}: {d}")))?)
+            }
+        };
+        match objects.get(&index) {
             Some(&size) if size >= n => {}
             Some(&size) => return Err(damaged(format!("element {i}: {n} bytes stored in a heap object of {size}"))),
             None => return Err(damaged(format!("element {i}: heap object {index} at {addr} does not exist"))),

@@ -53,10 +53,7 @@ impl Predictions {
     /// The calls of row-major probabilities `[cells, classes]`.
     pub fn of(classes: &[String], probabilities: Vec<f32>) -> Self {
         let k = classes.len().max(1);
-        let best: Vec<usize> = probabilities
-            .chunks(k)
-            .map(|r| r.iter().enumerate().fold(0, |b, (c, &p)| if p > r[b] { c } else { b }))
-            .collect();
+        let best: Vec<usize> = probabilities.chunks(k).map(corrflow_algorithms::classes::argmax).collect();
         Predictions {
             classes: classes.to_vec(),
             labels: best.iter().map(|&c| classes[c].clone()).collect(),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use burn::tensor::activation::softmax;
 use corrflow_algorithms::auroc::auroc;
-use corrflow_algorithms::classes::{f1_scores, macro_mean};
+use corrflow_algorithms::classes::{argmax, f1_scores, macro_mean};
 use corrflow_io::error::{Error, Result};
 use corrflow_mask::plan::DataPlan;
 use corrflow_model::{CellEncoder, FusedOps};
@@ -106,10 +106,6 @@ impl Predictions {
         });
         SplitMetrics { items, genes }
     }
-}
-
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold(0, |best, (c, &p)| if p > row[best] { c } else { best })
 }
 
 /// Loss (mean −log p of the true class), accuracy, F1 and AUROC of probabilities `[n, k]`.

@@ -15,8 +15,13 @@ use crate::eval::genes::read_gene_classes;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "task")]
 pub enum FinetuneTask {
-    /// Whole cells, labelled by an obs column stored in the corpus (`ingest --obs-columns`).
-    Cell { column: String },
+    /// Whole cells, labelled by an obs column stored in the corpus (`ingest --obs-columns`);
+    /// cells whose label is in `exclude` are left out (as cells without a label).
+    Cell {
+        column: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        exclude: Vec<String>,
+    },
     /// Genes, labelled by a CSV (`id_column`, one column per class marked `Yes`/`1`/`true`):
     /// every occurrence of a labelled gene in a cell is a training or evaluation item.
     Gene { labels: PathBuf, id_column: String, class_columns: Vec<String> },
@@ -53,13 +58,23 @@ impl Supervision {
         seed: u64,
     ) -> Result<Self> {
         let (classes, codes, genes, left_out) = match task {
-            FinetuneTask::Cell { column } => {
+            FinetuneTask::Cell { column, exclude } => {
                 let labels = CellLabels::read(index, column)?;
+                if let Some(x) = exclude.iter().find(|x| !labels.names.contains(x)) {
+                    return Err(Error::Usage(format!(
+                        "--exclude '{x}' is not a value of '{column}' (values: {})",
+                        labels.names.join(", ")
+                    )));
+                }
+                // Codes of the kept classes, in the order of the column's sorted values.
+                let kept: Vec<String> = labels.names.iter().filter(|n| !exclude.contains(n)).cloned().collect();
+                let recode: Vec<Option<usize>> =
+                    labels.names.iter().map(|n| kept.iter().position(|k| k == n)).collect();
                 let codes: Vec<Option<usize>> = (0..index.cells)
-                    .map(|k| Some(labels.code(k)).filter(|&c| c != NO_LABEL).map(|c| c as usize))
+                    .map(|k| Some(labels.code(k)).filter(|&c| c != NO_LABEL).and_then(|c| recode[c as usize]))
                     .collect();
-                let unlabelled = codes.iter().filter(|c| c.is_none()).count();
-                (labels.names, codes, false, unlabelled)
+                let left_out = codes.iter().filter(|c| c.is_none()).count();
+                (kept, codes, false, left_out)
             }
             FinetuneTask::Gene { labels, id_column, class_columns } => {
                 if class_columns.len() < 2 {
@@ -78,7 +93,7 @@ impl Supervision {
             }
         };
         let source = match task {
-            FinetuneTask::Cell { column } => format!("obs column '{column}'"),
+            FinetuneTask::Cell { column, .. } => format!("obs column '{column}'"),
             FinetuneTask::Gene { labels, .. } => labels.display().to_string(),
         };
         if classes.len() < 2 {

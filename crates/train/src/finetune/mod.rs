@@ -115,7 +115,7 @@ impl Default for FinetuneConfig {
 impl FinetuneConfig {
     pub fn validate(&self) -> std::result::Result<(), String> {
         let f = (self.validation_fraction, self.test_fraction);
-        if !(f.0 > 0.0 && f.0 < 0.5) || !(0.0..0.5).contains(&f.1) {
+        if !(f.0 > 0.0 && f.0 < 0.5 && (0.0..0.5).contains(&f.1)) {
             return Err(format!(
                 "finetune.validation_fraction must be in (0, 0.5) (early stopping needs it) and test_fraction in [0, 0.5); got {} and {}",
                 f.0, f.1
@@ -259,7 +259,7 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
         return Err(Error::format(&req.corpus, "no training cells"));
     }
     let (task, source) = match &req.task {
-        FinetuneTask::Cell { column } => (ClassifierTask::Cell, column.clone()),
+        FinetuneTask::Cell { column, .. } => (ClassifierTask::Cell, column.clone()),
         FinetuneTask::Gene { labels, .. } => (ClassifierTask::Gene, labels.display().to_string()),
     };
     let classifier = Classifier { task, source, classes: supervision.classes.clone(), pooling: c.pooling };

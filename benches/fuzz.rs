@@ -1,0 +1,205 @@
+//! Mutation fuzzing of the parsers that take user bytes (issue 28): the HTTP request decoder,
+//! the TOML config, MatrixMarket directories and HDF5 (h5ad / 10x) files. Each execution
+//! mutates a valid seed input (bit flips, byte overwrites with boundary values, inserted and
+//! deleted bytes, truncation, duplicated slices) and runs the parser under `catch_unwind`; a
+//! panic is a failure, reported with the execution number to replay it (same seed, same
+//! mutations). A crash in C code (HDF5) ends the process instead, the execution number printed
+//! last tells which.
+//!
+//! ```sh
+//! cargo bench --bench fuzz -- request 1000000
+//! cargo bench --bench fuzz -- config 1000000
+//! cargo bench --bench fuzz -- mtx 1000000
+//! cargo bench --bench fuzz -- h5 1000000 FILE.h5ad [FILE.h5 ...]    # e.g. the test fixtures
+//! ```
+//! Prints one JSON line: target, executions, seconds, outcomes (ok / clean errors), panics.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn mutate(seed: &[u8], rng: &mut ChaCha8Rng, binary: bool) -> Vec<u8> {
+    let mut b = seed.to_vec();
+    for _ in 0..rng.random_range(1..=4) {
+        if b.is_empty() {
+            b.push(rng.random());
+            continue;
+        }
+        let at = rng.random_range(0..b.len());
+        match rng.random_range(0..if binary { 4 } else { 6 }) {
+            0 => b[at] ^= 1 << rng.random_range(0..8),
+            1 => b[at] = [0u8, 0xff, 0x7f, 0x80, b'0', b'9'][rng.random_range(0..6)],
+            2 => {
+                let end = (at + rng.random_range(1..64)).min(b.len());
+                b[at..end].fill(0xff);
+            }
+            3 => b.truncate(at),
+            4 => {
+                let n = rng.random_range(1..8).min(b.len() - at);
+                b.drain(at..at + n);
+            }
+            _ => {
+                let end = (at + rng.random_range(1..32)).min(b.len());
+                let piece = b[at..end].to_vec();
+                let to = rng.random_range(0..b.len());
+                b.splice(to..to, piece);
+            }
+        }
+    }
+    b
+}
+
+struct Tally {
+    ok: u64,
+    errors: u64,
+    panics: Vec<String>,
+}
+
+fn run(target: &str, n: u64, mut exec: impl FnMut(u64, &mut ChaCha8Rng) -> Result<bool, String>) -> Tally {
+    let mut rng = ChaCha8Rng::seed_from_u64(28);
+    let mut t = Tally { ok: 0, errors: 0, panics: Vec::new() };
+    let start = Instant::now();
+    for i in 0..n {
+        match exec(i, &mut rng) {
+            Ok(true) => t.ok += 1,
+            Ok(false) => t.errors += 1,
+            Err(p) => t.panics.push(format!("execution {i}: {p}")),
+        }
+        if i % 100_000 == 99_999 {
+            eprintln!("{target}: {} executions, {:.0}/s", i + 1, (i + 1) as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({"target": target, "executions": n, "seconds": start.elapsed().as_secs_f64(),
+            "ok": t.ok, "clean_errors": t.errors, "panics": t.panics.len(), "first_panics": &t.panics[..t.panics.len().min(5)]})
+    );
+    t
+}
+
+/// Runs `f` catching a panic as its message.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
+}
+
+fn request(n: u64) -> Tally {
+    use corrflow::server::api::{parse_embed_request, InputRules};
+    let vocab = corrflow::vocab::Vocabulary::resolve(corrflow::vocab::BUILTIN).unwrap();
+    let rules = InputRules {
+        layout: corrflow::algorithms::SequenceLayout::v1(),
+        vocab_size: vocab.len(),
+        max_positions: 2048,
+        max_cells: 64,
+    };
+    let seeds = [
+        r#"{"cells":[{"genes":["CD74","HLA-DRA","MS4A1","ENSG00000000419.12"],"counts":[12,7,3,1]}]}"#.as_bytes(),
+        br#"{"input_ids":[[5,6,7,8],[9,10]]}"#,
+        br#"{"cells":[{"genes":["TSPAN6"],"counts":[2.5e0]},{"genes":[],"counts":[]}]}"#,
+    ];
+    run("request", n, |i, rng| {
+        let body = mutate(seeds[i as usize % seeds.len()], rng, false);
+        guarded(|| match parse_embed_request(&body, &vocab, &rules) {
+            Ok(_) => true,
+            Err(e) => {
+                assert!(matches!(e.status, 413 | 422) && !e.message.is_empty(), "{e:?}");
+                false
+            }
+        })
+    })
+}
+
+fn config(n: u64) -> Tally {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let seeds: Vec<Vec<u8>> =
+        ["default.toml", "tiny.toml", "paper.toml"].iter().map(|f| std::fs::read(root.join(f)).unwrap()).collect();
+    run("config", n, |i, rng| {
+        let text = mutate(&seeds[i as usize % seeds.len()], rng, false);
+        let text = String::from_utf8_lossy(&text).into_owned();
+        guarded(|| corrflow::config::Config::parse(&text).is_ok())
+    })
+}
+
+/// Reads every chunk of the cells at `path`.
+fn read_all(path: &Path, opts: &corrflow::formats::ReadOptions) -> bool {
+    let Ok(mut src) = corrflow::formats::open(path, opts) else { return false };
+    let n = src.n_cells();
+    let mut at = 0;
+    while at < n {
+        let end = (at + opts.chunk_cells).min(n);
+        if src.read_chunk(at..end).is_err() {
+            return false;
+        }
+        at = end;
+    }
+    true
+}
+
+fn mtx(n: u64) -> Tally {
+    let dir = scratch().join("mtx");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("features.tsv"), "ENSG00000187634\tSAMD11\tGene Expression\nENSG00000188976\tNOC2L\tGene Expression\nENSG00000187961\tKLHL17\tGene Expression\n").unwrap();
+    std::fs::write(dir.join("barcodes.tsv"), "AAAC-1\nAAAG-1\nAAAT-1\n").unwrap();
+    let seed =
+        b"%%MatrixMarket matrix coordinate integer general\n% a comment\n3 3 5\n1 1 5\n2 1 3\n3 2 7\n1 3 2\n3 3 1\n";
+    let opts = corrflow::formats::ReadOptions { chunk_cells: 2, scratch_dir: scratch(), ..Default::default() };
+    run("mtx", n, |_, rng| {
+        std::fs::write(dir.join("matrix.mtx"), mutate(seed, rng, false)).unwrap();
+        guarded(|| read_all(&dir, &opts))
+    })
+}
+
+fn h5(n: u64, files: &[PathBuf]) -> Tally {
+    let seeds: Vec<(Vec<u8>, String)> = files
+        .iter()
+        .map(|f| (std::fs::read(f).unwrap(), f.extension().unwrap_or_default().to_string_lossy().into_owned()))
+        .collect();
+    let opts = corrflow::formats::ReadOptions {
+        gene_column: None,
+        chunk_cells: 32,
+        scratch_dir: scratch(),
+        ..Default::default()
+    };
+    run("h5", n, |i, rng| {
+        let (seed, ext) = &seeds[i as usize % seeds.len()];
+        // A new name each time: nothing cached about an earlier file applies.
+        let path = scratch().join(format!("case-{}.{ext}", i % 2));
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, mutate(seed, rng, true)).unwrap();
+        if i % 1000 == 0 {
+            eprintln!("h5: execution {i}");
+        }
+        guarded(|| read_all(&path, &opts))
+    })
+}
+
+fn scratch() -> PathBuf {
+    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let p = base.join(format!("corrflow-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn main() {
+    // Library panics are caught and counted; their default message would flood the output.
+    std::panic::set_hook(Box::new(|_| {}));
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let target = args.first().map(String::as_str).unwrap_or("request");
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let tally = match target {
+        "request" => request(n),
+        "config" => config(n),
+        "mtx" => mtx(n),
+        "h5" => h5(n, &args[2..].iter().map(PathBuf::from).collect::<Vec<_>>()),
+        other => panic!("unknown target {other} (request, config, mtx, h5)"),
+    };
+    let _ = std::fs::remove_dir_all(scratch());
+    std::process::exit(i32::from(!tally.panics.is_empty()));
+}

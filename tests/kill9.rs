@@ -203,7 +203,15 @@ fn killed_training_resumes_to_the_same_weights() {
             ["train", "--config", &s(&cfg), "--corpus", &s(&corpus), "--strategy", "random", "--max-steps", "40"];
         [&args[..], &["--out", &s(&dir.join("run"))]].concat().into_iter().map(String::from).collect()
     };
-    let compare = |a: &Path, b: &Path| assert!(weights(&a.join("run")) == weights(&b.join("run")), "weights differ");
+    // The steps logged: each once, as in the uninterrupted run (a resumed run rewrites its lines).
+    let steps = |run: &Path| -> Vec<u64> {
+        let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap()).collect()
+    };
+    let compare = |a: &Path, b: &Path| {
+        assert!(weights(&a.join("run")) == weights(&b.join("run")), "weights differ");
+        assert_eq!(steps(&a.join("run")), steps(&b.join("run")), "metrics.jsonl steps differ");
+    };
     kill_and_resume("train", 3, &prepare, &|d| d.join("run"), &compare);
 }
 

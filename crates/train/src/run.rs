@@ -176,6 +176,8 @@ fn init_or_resume<B: TrainingBackend>(
     // per-tensor clipping.
     let optim = AdamWConfig::new().with_weight_decay(t.weight_decay as f32).init::<B, CellEncoder<B>>();
     let Some(dir) = checkpoint::latest(&req.out) else {
+        // A run killed before its first checkpoint starts again from step 0: its metric lines go.
+        truncate_metrics(&req.out.join("metrics.jsonl"), 0)?;
         return Ok(Trainee { model, optim, step: 0, resumed_from: None });
     };
     let state = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;

@@ -318,6 +318,8 @@ fn init_or_resume<B: TrainingBackend>(
         stale: 0,
     };
     let Some(dir) = checkpoint::latest(&req.out) else {
+        // A run killed before its first checkpoint starts again from step 0: its metric lines go.
+        truncate_metrics(&req.out.join("metrics.jsonl"), 0)?;
         B::seed(device, c.seed);
         let mut model = setup.base.model.clone();
         model.label_head = Some(head(setup.model.hidden, setup.supervision.classes.len(), device));

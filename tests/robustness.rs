@@ -155,3 +155,40 @@ fn bad_config_is_rejected_before_any_work() {
     assert!(stderr(&o).contains("bad.toml") && stderr(&o).contains("unknown field"), "{}", stderr(&o));
     assert!(!corpus.exists());
 }
+
+#[test]
+fn embed_and_perturb_to_a_missing_directory_fail_before_any_work() {
+    let f = tiny_model();
+    let (model, input) = (f.model.display().to_string(), bundled().display().to_string());
+    for args in [
+        vec![
+            "embed",
+            "--model",
+            &model,
+            "--gene-column",
+            "gene_ids",
+            "--input",
+            &input,
+            "--out",
+            "/no/such/dir/e.parquet",
+        ],
+        vec![
+            "perturb",
+            "--model",
+            &model,
+            "--gene-column",
+            "gene_ids",
+            "--input",
+            &input,
+            "--delete",
+            "CD74",
+            "--out",
+            "/no/such/dir/p.parquet",
+        ],
+    ] {
+        let o = corrflow(&args);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(err.contains("/no/such/dir/") && err.contains("does not exist"), "{args:?}: {err}");
+    }
+}

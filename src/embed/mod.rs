@@ -120,6 +120,11 @@ fn open_onnx(path: &Path, pooling: Option<Pooling>, layer: i64, runtime: &Runtim
 
 pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let start = std::time::Instant::now();
+    // Fail before computing anything when the outputs cannot be written.
+    corrflow_io::util::atomic::check_writable(&req.out)?;
+    if let Some(h5) = &req.h5ad_out {
+        corrflow_io::util::atomic::check_writable(h5)?;
+    }
     let mut encoder = open_encoder(&req.model, req.pooling, req.layer, &req.runtime)?;
     if req.genes {
         return genes::embed_genes(req, encoder.as_mut(), start);

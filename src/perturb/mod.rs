@@ -84,6 +84,10 @@ pub struct PerturbSummary {
 }
 
 pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
+    corrflow_io::util::atomic::check_writable(&req.out)?;
+    if let Some(g) = &req.genes_out {
+        corrflow_io::util::atomic::check_writable(g)?;
+    }
     let start = Instant::now();
     let mut encoder = open_encoder(&req.model, None, -1, &req.runtime)?;
     let vocab = encoder.vocab().clone();

@@ -17,6 +17,27 @@ pub fn temp_path(target: &Path) -> PathBuf {
     target.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
+/// Checks, before any work, that `target` can be written: its directory exists and a file can be
+/// created there (the temporary file, created and removed). A command that would fail only when
+/// it writes its result fails at once instead.
+pub fn check_writable(target: &Path) -> Result<()> {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(crate::error::Error::Usage(format!(
+            "cannot write {}: the directory {} does not exist",
+            target.display(),
+            dir.display()
+        )));
+    }
+    let tmp = temp_path(target);
+    File::create(&tmp).at(target)?;
+    let _ = std::fs::remove_file(&tmp);
+    Ok(())
+}
+
 /// Removes `.NAME.PID.tmp` siblings of `target` whose process no longer runs.
 fn remove_stale_temps(target: &Path, name: &str) {
     let dir = match target.parent() {

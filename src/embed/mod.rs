@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use corrflow_io::corpus::columns::{is_obs_column, missing, InputIds, CELL_ID};
 use corrflow_io::corpus::{for_each_shard_batch, CorpusIndex};
-use corrflow_io::encode::{encode_in_batches, Encoder};
+use corrflow_io::encode::{encode_in_batches, split_probabilities, Encoder};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::formats::obsm::write_obsm;
 use corrflow_io::formats::ReadOptions;
@@ -143,7 +143,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
         for shard in &index.shards {
             for_each_shard_batch(&shard.path, |rb| {
                 let rows = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
-                let (emb, probs) = split_rows(rows, dim, classes.len());
+                let (emb, probs) = split_probabilities(rows, dim, classes.len());
                 let out = with_embedding(rb, &emb, dim, &shard.path, &classes, &probs)?;
                 if writer.is_none() {
                     let f = File::create(&tmp).at(&tmp)?;
@@ -253,19 +253,6 @@ fn embed_rows(
     let cells = InputIds::of(rb, path)?.cells()?;
     let (width, pad) = (encoder.dim() + encoder.classes().len(), encoder.vocab().pad);
     encode_in_batches(&cells, pad, width, token_budget, max_rows, |batch| encoder.encode_with_probabilities(batch))
-}
-
-/// Rows of `dim + classes` values as the embeddings `[rows, dim]` and probabilities `[rows, classes]`.
-pub fn split_rows(rows: Vec<f32>, dim: usize, classes: usize) -> (Vec<f32>, Vec<f32>) {
-    if classes == 0 {
-        return (rows, Vec::new());
-    }
-    let (mut emb, mut probs) = (Vec::new(), Vec::new());
-    for row in rows.chunks(dim + classes) {
-        emb.extend_from_slice(&row[..dim]);
-        probs.extend_from_slice(&row[dim..]);
-    }
-    (emb, probs)
 }
 
 /// `cell_id`, `embedding` (fixed-size list of f32), with a cell classifier `predicted_label`,

@@ -45,6 +45,21 @@ pub trait Encoder: Send {
     }
 }
 
+/// Rows of [`Encoder::encode_with_probabilities`] (`dim + classes` values each) as the cell
+/// vectors `[rows, dim]` and the class probabilities `[rows, classes]` (empty without classes).
+pub fn split_probabilities(rows: Vec<f32>, dim: usize, classes: usize) -> (Vec<f32>, Vec<f32>) {
+    if classes == 0 {
+        return (rows, Vec::new());
+    }
+    let n = rows.len() / (dim + classes);
+    let (mut vectors, mut probs) = (Vec::with_capacity(n * dim), Vec::with_capacity(n * classes));
+    for row in rows.chunks(dim + classes) {
+        vectors.extend_from_slice(&row[..dim]);
+        probs.extend_from_slice(&row[dim..]);
+    }
+    (vectors, probs)
+}
+
 impl<E: Encoder + ?Sized> Encoder for Box<E> {
     fn name(&self) -> &'static str {
         (**self).name()

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::api::{parse_embed_request, EmbedResponse, Predictions, Rows};
 use super::batcher::Job;
 use super::AppState;
+use corrflow_io::encode::split_probabilities;
 
 pub const OPENAPI: &str = include_str!("openapi.json");
 
@@ -115,23 +116,14 @@ async fn embed(State(s): State<Arc<AppState>>, req: Request) -> Response {
             let (dim, k) = (ready.dim, ready.classes.len());
             s.metrics.cells.inc_by(n as u64);
             s.metrics.unknown_genes.inc_by(parsed.unknown_genes.iter().sum::<usize>() as u64);
-            let (flat, probabilities) = if k == 0 {
-                (rows, None)
-            } else {
-                let (mut flat, mut probs) = (Vec::with_capacity(n * dim), Vec::with_capacity(n * k));
-                for row in rows.chunks(dim + k) {
-                    flat.extend_from_slice(&row[..dim]);
-                    probs.extend_from_slice(&row[dim..]);
-                }
-                (flat, Some(probs))
-            };
+            let (flat, probabilities) = split_probabilities(rows, dim, k);
             Json(EmbedResponse {
                 model: ready.name.clone(),
                 dim,
                 embeddings: Rows { flat, width: dim },
                 tokens,
                 unknown_genes: parsed.unknown_genes,
-                predictions: probabilities.map(|p| Predictions::of(&ready.classes, p)),
+                predictions: (k > 0).then(|| Predictions::of(&ready.classes, probabilities)),
             })
             .into_response()
         }

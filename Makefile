@@ -22,6 +22,8 @@ pyenv:
 	@scripts/python-env.sh >/dev/null
 
 test: deps data pyenv
+	# The curated cell-type maps against the ontology release and the datasets' label counts.
+	$${CORRFLOW_FETCH_VENV:-$$HOME/.cache/corrflow/fetch-venv}/bin/python datasets/check_cell_type_maps.py
 	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --features corrflow/failpoints --lib --bins --tests
 	# The Python package (python/): built into the test venv, tested against the CLI just built.
 	$$(scripts/python-package.sh) -m pytest -q python/tests

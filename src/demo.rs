@@ -155,6 +155,7 @@ fn ingest_dataset(
         restart: false,
         show_progress,
         cancel: Default::default(),
+        cell_types: None,
     })
 }
 
@@ -212,6 +213,8 @@ fn train_tiny(
         stop_after: None,
         profile_steps: false,
         dump_batches: None,
+        hce: None,
+        init_from: None,
     })
 }
 

@@ -6,8 +6,9 @@
 //! `corrflow-mask` (Algorithm 2, the masking operator) → `corrflow-model` (the encoder in burn,
 //! checkpoints, ONNX export) → `corrflow-train` (the trainer) ; `corrflow-serve` (ONNX Runtime,
 //! the HTTP server) beside them. It re-exports each stage under its pipeline name and adds what
-//! spans several of them: [`embed`] (any encoder backend), the TOML [`config`], in-silico [`perturb`]ation and the [`demo`].
+//! spans several of them: [`embed`] (any encoder backend), Cell Ontology [`annotate`]ion, the TOML [`config`], in-silico [`perturb`]ation and the [`demo`].
 
+pub mod annotate;
 pub mod config;
 pub mod demo;
 pub mod embed;
@@ -15,7 +16,9 @@ pub mod perturb;
 
 pub use corrflow_algorithms as algorithms;
 pub use corrflow_graph as graph;
-pub use corrflow_io::{corpus, encode, error, formats, graph_files, ingest, model_meta, tokenize, util, vocab};
+pub use corrflow_io::{
+    corpus, encode, error, formats, graph_files, ingest, model_meta, ontology, tokenize, util, vocab,
+};
 pub use corrflow_io::{Error, Result};
 pub use corrflow_mask as mask;
 pub use corrflow_model as model;

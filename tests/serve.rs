@@ -238,6 +238,21 @@ fn a_full_server_answers_429_before_reading_the_body() {
         let head = String::from_utf8_lossy(&answer[..n]).to_string();
         assert!(head.starts_with("HTTP/1.1 429"), "{head}");
         assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
+        // A client that sends its whole (8 MiB) body before reading still reads the 429: the
+        // refused body is drained and dropped, not cut off with a reset.
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let big = vec![b' '; 8 << 20];
+        write!(
+            stream,
+            "POST /v1/embed HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            big.len()
+        )
+        .unwrap();
+        stream.write_all(&big).expect("the whole body is accepted while refused");
+        let n = stream.read(&mut answer).expect("the 429 after the body");
+        let head = String::from_utf8_lossy(&answer[..n]).to_string();
+        assert!(head.starts_with("HTTP/1.1 429"), "{head}");
         for w in waiting {
             let (status, text) = w.join().unwrap();
             assert_eq!(status, 200, "{text}");

@@ -53,6 +53,7 @@ pub(crate) fn ingest(
         restart,
         show_progress: false,
         cancel: cancel.clone(),
+        cell_types: None,
     };
     let summary = interrupt::run(py, &cancel, || run_ingest(&req))?;
     Ok(serde_json::to_string(&summary).expect("a summary serializes"))

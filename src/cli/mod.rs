@@ -1,6 +1,7 @@
 //! The command-line interface: subcommands and their arguments (clap derive).
 
 pub(crate) mod finetune;
+pub(crate) mod ontology;
 pub(crate) mod synth;
 
 use std::path::PathBuf;
@@ -75,6 +76,12 @@ pub(crate) enum Command {
     /// Import published models as corrflow checkpoints.
     #[command(subcommand)]
     Import(ImportCommand),
+    /// The Cell Ontology: propose label maps, look terms up.
+    #[command(subcommand)]
+    Ontology(ontology::OntologyCommand),
+    /// Cell Ontology calls at every depth from a model with a hierarchical head (`train
+    /// --hce-ontology`): leaf, greedy path and the reliable call, each with its probability.
+    Annotate(ontology::AnnotateArgs),
 }
 
 /// Which model encodes the cells (`embed`, `perturb`).
@@ -267,6 +274,13 @@ pub(crate) struct TrainArgs {
     /// outside the step timing: what `benches/train_cpu.sh` replays in PyTorch.
     #[arg(long, value_name = "FILE")]
     pub(crate) dump_batches: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) hce: ontology::HceArgs,
+    /// Start from this pre-trained checkpoint's weights (encoder, MLM head) instead of a random
+    /// initialisation: with --hce-ontology, fine-tuning a pre-trained model with the
+    /// hierarchical head (same architecture and vocabulary).
+    #[arg(long, value_name = "CKPT")]
+    pub(crate) init_from: Option<PathBuf>,
 }
 
 /// ONNX Runtime settings (`--model`, `serve`).
@@ -561,6 +575,10 @@ pub(crate) struct IngestArgs {
     /// obs columns to carry into the shards (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "A,B")]
     pub(crate) obs_columns: Vec<String>,
+    /// A cell-type map (TSV from `ontology map`, edited): one of --obs-columns' labels become
+    /// Cell Ontology ids in a `cl_id` column; unmapped labels are counted in the summary.
+    #[arg(long, value_name = "MAP.tsv")]
+    pub(crate) cell_type_map: Option<PathBuf>,
     /// Geneformer layout: v1 (2,048 genes) or v2 (<cls> 4,094 genes <eos>).
     #[arg(long, value_parser = serde_enum::<ModelVersion>, value_name = "v1|v2")]
     pub(crate) version: Option<ModelVersion>,

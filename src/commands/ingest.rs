@@ -34,12 +34,30 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
         restart: a.restart,
         show_progress: progress,
         cancel: Default::default(),
+        cell_types: a
+            .cell_type_map
+            .as_deref()
+            .map(|m| corrflow::ontology::map::CellTypeMapping::open(m, &a.obs_columns))
+            .transpose()?,
     };
     let s = run_ingest(&req)?;
     let mut human = format!(
         "ingest: atlas '{}': {} cells read, {} kept, {} dropped (no vocabulary gene), {} tokens, {} shards in {:.2}s ({:.0} cells/s, {:.1} MB/s)",
         s.atlas, s.cells_read, s.cells_kept, s.dropped.total(), s.tokens, s.shards, s.seconds, s.cells_per_s, s.mb_per_s
     );
+    if let Some(c) = &s.cell_types {
+        human.push_str(&format!(
+            "\ncell types: {} cells mapped to {}",
+            c.mapped_cells,
+            corrflow::ontology::map::CL_ID_COLUMN
+        ));
+        for (label, n) in &c.unmapped {
+            human.push_str(&format!("\n  unmapped label '{label}': {n} cells (no cl_id)"));
+        }
+        if c.missing > 0 {
+            human.push_str(&format!("\n  {} cells without a '{}' value", c.missing, c.column));
+        }
+    }
     if let Some(hf) = &a.hf {
         let dir = corrflow::corpus::atlas_dir(&a.out, &a.atlas);
         let rows = corrflow::corpus::export_hf(&[dir], hf)?;

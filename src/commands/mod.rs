@@ -1,6 +1,7 @@
 //! What each subcommand does with its arguments: build the library's request, run it, print
 //! the human summary (and with `--json` a JSON line after it). One module per pipeline stage.
 
+mod annotate;
 mod demo;
 mod finetune;
 mod graph;
@@ -50,6 +51,8 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Import(ImportCommand::Hf { model, vocab, version, out }) => {
             serve::import_hf(&model, &vocab, version, &out, json)
         }
+        Command::Ontology(c) => annotate::ontology(&cfg, c, json),
+        Command::Annotate(a) => annotate::annotate(&cfg, a, json),
         Command::Synth(c) => {
             let (human, summary) = synth::execute(&c, &cfg.synth, !json)?;
             print_summary(json, &human, &summary)

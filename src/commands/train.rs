@@ -21,6 +21,8 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         profile_steps,
         stop_at_step,
         dump_batches,
+        hce,
+        init_from,
     } = args;
     let mut train = cfg.train.clone();
     let mut mask = cfg.mask.clone();
@@ -44,6 +46,8 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         stop_after: stop_at_step,
         profile_steps,
         dump_batches,
+        hce: hce.options(),
+        init_from,
     };
     let s = corrflow::train::train_on_device(&req)?;
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));

@@ -203,7 +203,7 @@ impl EmbedSummary {
 }
 
 /// A progress bar over `cells` (hidden without `show`).
-fn progress_bar(show: bool, cells: u64, what: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(show: bool, cells: u64, what: &str) -> indicatif::ProgressBar {
     if !show {
         return indicatif::ProgressBar::hidden();
     }
@@ -236,6 +236,7 @@ pub(crate) fn tokenize_input(
         restart: true,
         show_progress: false,
         cancel: Default::default(),
+        cell_types: None,
     })?;
     let index = CorpusIndex::open(&corpus, &["input".into()])?;
     Ok((scratch, index, ingest))

@@ -9,6 +9,7 @@ pub mod classes;
 pub mod graph;
 pub mod mask;
 pub mod nn;
+pub mod ontology;
 pub mod perturb;
 pub mod quantile;
 pub mod rank;

@@ -9,7 +9,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use corrflow_io::encode::{Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::model_meta::{inference_layout, Classifier, Pooling};
+use corrflow_io::model_meta::{inference_layout, Pooling};
 use corrflow_io::vocab::Vocabulary;
 
 use crate::checkpoint::{self, CheckpointState};
@@ -147,21 +147,21 @@ impl Encoder for BurnEncoder {
     }
 
     fn classes(&self) -> &[String] {
-        Classifier::cell_classes(self.loaded.state.model.classifier.as_ref())
+        self.loaded.state.model.cell_classes()
     }
 
     fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
-        let Some(c) = self.loaded.state.model.classifier.clone().filter(|_| !self.classes().is_empty()) else {
+        let Some(pooling) = self.loaded.state.model.cell_head_pooling().filter(|_| !self.classes().is_empty()) else {
             return self.encode(batch);
         };
         let vectors = self.encode(batch)?;
         let probs: Vec<f32> = self
             .loaded
-            .cell_probabilities(batch, c.pooling)
+            .cell_probabilities(batch, pooling)
             .into_data()
             .to_vec()
             .map_err(|e| Error::Model(format!("burn forward: {e:?}")))?;
-        let (dim, k) = (self.dim(), c.classes.len());
+        let (dim, k) = (self.dim(), self.classes().len());
         Ok((0..batch.rows)
             .flat_map(|r| vectors[r * dim..(r + 1) * dim].iter().chain(&probs[r * k..(r + 1) * k]).copied())
             .collect())

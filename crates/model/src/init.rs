@@ -24,9 +24,8 @@ impl InitModel for ModelConfig {
         let linear = |i, o| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
         let h = self.hidden;
         // An unknown objective has no heads; validation names it before a model is built.
-        let heads = crate::objective::objective::<crate::CpuBackend>(&self.objective)
-            .map(|o| o.heads(vocab_size))
-            .unwrap_or_default();
+        let heads =
+            crate::objective::for_model::<crate::CpuBackend>(self).map(|o| o.heads(vocab_size)).unwrap_or_default();
         let whole_cell = |outputs| head(h, outputs, device);
         CellEncoder {
             tokens: EmbeddingConfig::new(vocab_size, h).with_initializer(normal.clone()).init(device),

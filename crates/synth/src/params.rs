@@ -186,6 +186,7 @@ impl Default for ModularityParams {
                 objective: "mlm".into(),
                 mlm_activation: Default::default(),
                 classifier: None,
+                hce: None,
             },
         }
     }

@@ -130,7 +130,8 @@ pub fn run(p: &ModularityParams, data: &ModularityData, strategy: Strategy, seed
             }
             let t =
                 batch_tensors::<Train>(&batch, &is_special, vocab, Targets::default(), p.model.max_positions, &device);
-            let out = Objective::<Train>::loss(&Mlm, &model, &t, p.model.max_positions);
+            let states = model.hidden(t.input_ids.clone(), t.pad.clone());
+            let out = Objective::<Train>::loss(&Mlm, &model, &states, &t, p.model.max_positions);
             let value = out.loss.clone().into_scalar().elem::<f64>();
             if !value.is_finite() {
                 return Err(Error::Usage(format!(

@@ -4,7 +4,6 @@
 use burn::tensor::ElementConversion;
 use corrflow_algorithms::batches::TrainingBatch;
 use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
-use corrflow_io::corpus::CellLabels;
 use corrflow_mask::MaskContext;
 use corrflow_model::objective::{self, batch_tensors, Targets};
 use corrflow_model::{CellEncoder, FusedOps, ModelConfig};
@@ -15,6 +14,8 @@ pub struct EvalResult {
     pub loss: f64,
     pub accuracy: f64,
     pub unigram_accuracy: f64,
+    /// Named parts of a combined loss (multitask: reconstruction, hce), weighted as the loss.
+    pub parts: Vec<(&'static str, f64)>,
 }
 
 /// The held-out cells, masked once (the evaluation epoch is fixed, so every evaluation sees the
@@ -62,25 +63,35 @@ pub fn evaluate<B: FusedOps>(
     set: &EvalSet,
     is_special: &[bool],
     vocab: usize,
-    labels: Option<&CellLabels>,
+    targets: Targets<'_>,
     m: &ModelConfig,
     device: &B::Device,
 ) -> Option<EvalResult> {
     if set.batches.is_empty() {
         return None;
     }
-    let objective = objective::objective::<B>(&m.objective)?;
+    let objective = objective::for_model::<B>(m).ok()?;
     let (mut loss_sum, mut weight, mut correct) = (0.0f64, 0.0f64, 0u64);
+    // Per named part: weighted sum and weight (a part is absent from batches it learns nothing from).
+    let mut parts: Vec<(&'static str, f64, f64)> = Vec::new();
     for b in &set.batches {
-        let targets = Targets { whole_cell: objective.whole_cell_targets(), labels };
+        let targets = Targets { whole_cell: objective.whole_cell_targets(), ..targets };
         let t = batch_tensors::<B>(b, is_special, vocab, targets, m.max_positions, device);
         if objective.per_masked_token() && t.masked == 0 {
             continue;
         }
-        let out = objective.loss(model, &t, m.max_positions);
+        let states = model.hidden(t.input_ids.clone(), t.pad.clone());
+        let out = objective.loss(model, &states, &t, m.max_positions);
         let w = if objective.per_masked_token() { t.masked as f64 } else { b.rows as f64 };
         loss_sum += out.loss.into_scalar().elem::<f64>() * w;
         weight += w;
+        for (name, part) in out.parts {
+            let v = part.into_scalar().elem::<f64>() * w;
+            match parts.iter_mut().find(|p| p.0 == name) {
+                Some(slot) => (slot.1, slot.2) = (slot.1 + v, slot.2 + w),
+                None => parts.push((name, v, w)),
+            }
+        }
         if let Some(c) = out.correct {
             correct += c.into_scalar().elem::<i64>() as u64;
         }
@@ -89,5 +100,6 @@ pub fn evaluate<B: FusedOps>(
         loss: loss_sum / weight.max(1.0),
         accuracy: correct as f64 / set.masked.max(1) as f64,
         unigram_accuracy: set.unigram_accuracy,
+        parts: parts.into_iter().map(|(n, v, w)| (n, v / w.max(1e-12))).collect(),
     })
 }

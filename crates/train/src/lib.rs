@@ -5,7 +5,9 @@
 pub use corrflow_mask::plan as data;
 pub mod eval;
 pub mod finetune;
+pub mod hce;
 mod held_out;
+mod init_from;
 mod run;
 mod step;
 

@@ -50,6 +50,11 @@ pub struct TrainRequest {
     /// Append each step's batch (tokens, attention mask, MLM labels) as a JSON line to this
     /// file, outside the step's timing: the batches a side-by-side benchmark replays.
     pub dump_batches: Option<PathBuf>,
+    /// Multitask pre-training with a hierarchical cell-type head (`--hce-ontology`).
+    pub hce: Option<crate::hce::HceOptions>,
+    /// Start from this checkpoint's weights instead of a random initialisation (a run that
+    /// already has checkpoints resumes from its own).
+    pub init_from: Option<PathBuf>,
 }
 
 /// What `train --json` prints.
@@ -102,7 +107,7 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
     let (t, m) = (&req.train, &req.model);
     t.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
     m.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
-    let objective = objective::require::<B>(&m.objective).map_err(|msg| Error::invalid(&req.out, msg))?;
+    let objective = objective::for_model::<B>(m).map_err(|msg| Error::invalid(&req.out, msg))?;
     req.mask.validate().map_err(|msg| Error::invalid(&req.out, msg))?;
     let corpus = t.corpus.clone().ok_or_else(|| Error::Usage("train needs train.corpus (or --corpus)".into()))?;
     let opened = Corpus::open(&corpus)?;
@@ -144,6 +149,15 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
     }
     let is_special = (0..vocab.len() as u32).map(|t| !vocab.is_gene(t)).collect();
     let labels = objective.label_column().map(|c| CellLabels::read(&plan.index, c)).transpose()?;
+    let labels = match (labels, objective.label_names()) {
+        (Some(l), Some(names)) => Some(l.recode(&names).map_err(|unknown| {
+            Error::invalid(
+                &corpus,
+                format!("labels of obs column '{}' the model's head does not have: {}", l.column, unknown.join(", ")),
+            )
+        })?),
+        (labels, _) => labels,
+    };
     let setup = RunSetup { vocab, layout: info.layout, graph, graph_dir, ctx, plan, is_special, labels, total };
     Ok((setup, objective))
 }
@@ -178,6 +192,10 @@ fn init_or_resume<B: TrainingBackend>(
     let Some(dir) = checkpoint::latest(&req.out) else {
         // A run killed before its first checkpoint starts again from step 0: its metric lines go.
         truncate_metrics(&req.out.join("metrics.jsonl"), 0)?;
+        let model = match &req.init_from {
+            Some(from) => crate::init_from::from_checkpoint(model, m, vocab, from, device)?,
+            None => model,
+        };
         return Ok(Trainee { model, optim, step: 0, resumed_from: None });
     };
     let state = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
@@ -252,6 +270,8 @@ struct StepOutcome {
     lr: f64,
     masked: usize,
     phases: StepPhases,
+    /// Named parts of a combined loss (`loss_<name>` in metrics.jsonl).
+    parts: Vec<(&'static str, f64)>,
 }
 
 /// Forward, backward, gradient clipping and the AdamW update of one batch. `None` when the
@@ -268,14 +288,17 @@ fn optimise<B: TrainingBackend>(
     let mut phases = StepPhases::start(req.profile_steps, Instant::now());
     // Dropout draws depend on (seed, step) only: a resumed run repeats them.
     B::seed(device, mix(t.seed, step));
-    let targets = Targets { whole_cell: objective.whole_cell_targets(), labels: setup.labels.as_ref() };
+    let targets = Targets { whole_cell: objective.whole_cell_targets(), labels: setup.labels.as_ref(), step };
     let tensors = batch_tensors::<B>(batch, &setup.is_special, setup.vocab.len(), targets, m.max_positions, device);
     if objective.per_masked_token() && tensors.masked == 0 {
         return Ok(None);
     }
     phases.mark::<B>("prepare", device);
-    let out = objective.loss(&trainee.model, &tensors, m.max_positions);
+    let states = trainee.model.hidden(tensors.input_ids.clone(), tensors.pad.clone());
+    let out = objective.loss(&trainee.model, &states, &tensors, m.max_positions);
     let loss = out.loss.clone().into_scalar().elem::<f64>();
+    let parts: Vec<(&'static str, f64)> =
+        out.parts.iter().map(|(n, p)| (*n, p.clone().into_scalar().elem::<f64>())).collect();
     if !loss.is_finite() {
         return Err(Error::Usage(format!("training diverged at step {step}: loss is {loss}")));
     }
@@ -289,12 +312,14 @@ fn optimise<B: TrainingBackend>(
     let lr = learning_rate(t.lr, step, t.warmup_steps, setup.total);
     trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads);
     phases.mark::<B>("optimizer", device);
-    Ok(Some(StepOutcome { loss, lr, masked: tensors.masked, phases }))
+    Ok(Some(StepOutcome { loss, lr, masked: tensors.masked, phases, parts }))
 }
 
 /// Runs (or resumes) training on backend `B`.
 pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
     let start = Instant::now();
+    let resolved = crate::hce::resolve(req)?;
+    let req = &resolved;
     let t = &req.train;
     let (setup, objective) = prepare::<B>(req)?;
     // One run per folder: a second `train` into it is refused while this one runs.
@@ -354,12 +379,15 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
             "step": step, "epoch": batch.epoch, "loss": outcome.loss, "lr": outcome.lr, "tokens_per_s": tps,
             "tokens": tokens, "masked": outcome.masked, "graph_time": batch.graph_time,
         });
+        for (name, value) in &outcome.parts {
+            line[format!("loss_{name}")] = (*value).into();
+        }
         if req.profile_steps {
             line["phase_ms"] = outcome.phases.to_json();
         }
         let last = step == setup.total || req.stop_after == Some(step);
         if step.is_multiple_of(t.eval_every) || step == setup.total {
-            evaluate_into(&trainee.model.valid(), &eval_set, &setup, req, &device, &mut line, &mut summary);
+            evaluate_into(&trainee.model.valid(), &eval_set, (&setup, req, step), &device, &mut line, &mut summary);
         }
         if step.is_multiple_of(t.log_every) || line.get("eval_loss").is_some() || last {
             writeln!(metrics, "{line}").at(&req.out)?;
@@ -399,19 +427,21 @@ impl BatchDump {
     }
 }
 
-/// Evaluates on the held-out set and records the result in the metrics line and the summary.
+/// Evaluates on the held-out set (at `step`, for losses with a warm-up) and records the result
+/// in the metrics line and the summary.
 fn evaluate_into<B: FusedOps>(
     model: &CellEncoder<B>,
     set: &EvalSet,
-    setup: &RunSetup,
-    req: &TrainRequest,
+    (setup, req, step): (&RunSetup, &TrainRequest, u64),
     device: &B::Device,
     line: &mut serde_json::Value,
     summary: &mut TrainSummary,
 ) {
-    if let Some(e) =
-        evaluate(model, set, &setup.is_special, setup.vocab.len(), setup.labels.as_ref(), &req.model, device)
-    {
+    let targets = Targets { labels: setup.labels.as_ref(), step, ..Default::default() };
+    if let Some(e) = evaluate(model, set, &setup.is_special, setup.vocab.len(), targets, &req.model, device) {
+        for (name, value) in &e.parts {
+            line[format!("eval_{name}")] = (*value).into();
+        }
         line["eval_loss"] = e.loss.into();
         line["eval_accuracy"] = e.accuracy.into();
         line["unigram_accuracy"] = e.unigram_accuracy.into();

@@ -23,7 +23,7 @@ mod shard;
 pub use atlas_writer::{prepare_atlas, AtlasWriter, ShardOptions};
 pub use cells::{CellBlock, CorpusIndex, ShardRef};
 pub use hf::export_hf;
-pub use labels::{CellLabels, NO_LABEL};
+pub use labels::{obs_text, CellLabels, NO_LABEL};
 pub use manifest::{AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo};
 pub use open::{corpus_of_atlas, read_info, Corpus, VOCAB_DIR};
 pub use read::{for_each_batch, for_each_shard_batch, read_atlas_tokens, verify_shard, AtlasCells};

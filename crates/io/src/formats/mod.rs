@@ -11,6 +11,7 @@ mod h5ad;
 mod matrix;
 mod mtx;
 mod obs;
+pub mod obs_write;
 pub mod obsm;
 mod tenx;
 mod transpose;

@@ -129,6 +129,14 @@ fn tokenize_msg(
         cell_ids: t.kept.iter().map(|&i| chunk.cell_ids[i].clone()).collect(),
         obs: chunk.obs.iter().map(|o| o.select(&t.kept)).collect(),
     };
+    let mut batch = batch;
+    if let Some(map) = &req.cell_types {
+        let i = req.read.obs_columns.iter().position(|c| *c == map.column).ok_or_else(|| {
+            Error::internal("ingest", format!("cell-type column '{}' is not among the obs columns read", map.column))
+        })?;
+        let ids = map.apply(&req.inputs[msg.file], &batch.obs[i])?;
+        batch.obs.push(ids);
+    }
     bar.inc(chunk.n_cells() as u64);
     Ok(WriteMsg {
         batch,

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::DropCounts;
-use crate::formats::{CellSource, ReadOptions};
+use crate::formats::{CellSource, ObsField, ObsKind, ReadOptions};
+use crate::ontology::map::{CellTypeMapping, CL_ID_COLUMN};
 use crate::tokenize::{GeneMapper, TokenizeOptions};
 use crate::util::Cancel;
 use crate::vocab::Vocabulary;
@@ -27,6 +28,8 @@ pub struct IngestRequest {
     pub show_progress: bool,
     /// Set to stop after the chunk being read (committed shards stay; the ingest resumes).
     pub cancel: Cancel,
+    /// `--cell-type-map`: the ontology ids of one obs column's labels, stored as `cl_id`.
+    pub cell_types: Option<CellTypeMapping>,
 }
 
 /// What `ingest --json` prints.
@@ -46,6 +49,34 @@ pub struct IngestSummary {
     pub cells_per_s: f64,
     pub mb_per_s: f64,
     pub peak_rss_mb: Option<f64>,
+    /// What `--cell-type-map` did, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell_types: Option<CellTypeReport>,
+}
+
+/// Cells per outcome of `--cell-type-map` over the atlas.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CellTypeReport {
+    pub column: String,
+    pub map: String,
+    /// Cells with a term id.
+    pub mapped_cells: u64,
+    /// Cells whose label the map leaves unmapped, by label: stored without an id, so a
+    /// hierarchical objective learns nothing from them.
+    pub unmapped: std::collections::BTreeMap<String, u64>,
+    /// Cells without a label at all.
+    pub missing: u64,
+}
+
+impl IngestRequest {
+    /// The obs columns the shards store: the requested ones, then `cl_id` with a cell-type map.
+    pub(super) fn stored_obs_fields(&self, read: &[ObsField]) -> Vec<ObsField> {
+        let mut fields = read.to_vec();
+        if self.cell_types.is_some() {
+            fields.push(ObsField { name: CL_ID_COLUMN.into(), kind: ObsKind::Utf8 });
+        }
+        fields
+    }
 }
 
 pub(super) struct Opened {

@@ -9,10 +9,11 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::pipeline::pipeline;
-use super::request::{IngestRequest, IngestSummary, Opened};
+use super::request::{CellTypeReport, IngestRequest, IngestSummary, Opened};
 use crate::corpus::{self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo, DropCounts, InputFile, ShardOptions};
 use crate::error::{Error, Result};
 use crate::formats::{open, ReadOptions};
+use crate::ontology::map::{CellTypeMapping, CL_ID_COLUMN};
 use crate::tokenize::GeneMapper;
 use crate::util::lock::DirLock;
 
@@ -57,7 +58,7 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     let mut opened = open_inputs(req, &read)?;
     let fingerprint = fingerprint(req, &opened)?;
     let shard_options = ShardOptions {
-        schema: corpus::token_schema(opened[0].source.obs_fields()),
+        schema: corpus::token_schema(&req.stored_obs_fields(opened[0].source.obs_fields())),
         zstd_level: req.zstd_level,
         row_group_cells: req.read.chunk_cells.max(1),
     };
@@ -103,7 +104,26 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         cells_per_s: manifest.cells_read as f64 / seconds.max(1e-9),
         mb_per_s: input_bytes as f64 / 1e6 / seconds.max(1e-9),
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
+        cell_types: req.cell_types.as_ref().map(|m| cell_type_report(req, m)).transpose()?,
     })
+}
+
+/// Counts, over the published atlas, the cells `--cell-type-map` gave an id, left unmapped
+/// (by label) or found without a label.
+fn cell_type_report(req: &IngestRequest, map: &CellTypeMapping) -> Result<CellTypeReport> {
+    let index = corpus::CorpusIndex::open(&req.corpus, std::slice::from_ref(&req.atlas))?;
+    let labels = corpus::CellLabels::read(&index, &map.column)?;
+    let ids = corpus::CellLabels::read(&index, CL_ID_COLUMN)?;
+    let mut report =
+        CellTypeReport { column: map.column.clone(), map: map.path.display().to_string(), ..Default::default() };
+    for key in 0..index.cells {
+        match (labels.name(key), ids.name(key)) {
+            (_, Some(_)) => report.mapped_cells += 1,
+            (Some(label), None) => *report.unmapped.entry(label.to_string()).or_insert(0) += 1,
+            (None, None) => report.missing += 1,
+        }
+    }
+    Ok(report)
 }
 
 /// The atlas' manifest without its shards and counts (the writer fills those in).
@@ -115,7 +135,7 @@ fn manifest_template(req: &IngestRequest, info: CorpusInfo, read: &ReadOptions, 
         tokenize: req.tokenize,
         counts: read.counts.to_string(),
         gene_column: read.gene_column.clone(),
-        obs_columns: opened[0].source.obs_fields().to_vec(),
+        obs_columns: req.stored_obs_fields(opened[0].source.obs_fields()),
         inputs: opened
             .iter()
             .map(|o| InputFile {
@@ -216,6 +236,7 @@ fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
         "chunk_cells": req.read.chunk_cells,
         "shard_cells": req.shard_cells,
         "zstd_level": req.zstd_level,
+        "cell_type_map": req.cell_types.as_ref().map(|m| &m.sha256),
     });
     Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
 }

@@ -59,6 +59,71 @@ pub struct ModelConfig {
     /// from pre-trained models' configs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classifier: Option<Classifier>,
+    /// A hierarchical cell-type head trained with hierarchical cross-entropy alongside the
+    /// objective (`train --hce-ontology`): its ontology slice, label column and loss weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hce: Option<OntologyHead>,
+}
+
+/// A hierarchical cell-type head (BMFM-RNA's HCE): a softmax over the leaves of an ontology
+/// slice (every leaf under a training label, and their ancestors), from the pooled embedding.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OntologyHead {
+    /// The ontology release the slice was cut from (`v2026-03-26`); a file of another release
+    /// is refused where one is given.
+    pub ontology_version: String,
+    /// The obs column of term ids it learns from (`cl_id` from `ingest --cell-type-map`).
+    pub column: String,
+    /// The HCE term's weight next to the reconstruction loss.
+    pub weight: f64,
+    /// Reconstruction-only steps before the HCE term starts (BMFM-RNA's warm-up).
+    #[serde(default)]
+    pub warmup_steps: u64,
+    #[serde(default)]
+    pub pooling: Pooling,
+    /// The slice, sorted by id.
+    pub terms: Vec<corrflow_algorithms::ontology::Term>,
+    /// The head's outputs: the slice's leaves in term order (what `embed` and the server
+    /// report probabilities of).
+    pub leaves: Vec<String>,
+}
+
+impl OntologyHead {
+    /// The slice as a DAG with the head's outputs.
+    pub fn leaf_head(&self) -> Result<corrflow_algorithms::ontology::hce::LeafHead, String> {
+        let o = corrflow_algorithms::ontology::Ontology::new(self.terms.clone())
+            .map_err(|e| format!("model.hce's ontology slice: {e}"))?;
+        Ok(corrflow_algorithms::ontology::hce::LeafHead::new(o))
+    }
+
+    /// The ids of the slice's leaves in term order: what `leaves` must be.
+    pub fn leaf_ids(terms: &[corrflow_algorithms::ontology::Term]) -> Vec<String> {
+        let parents: std::collections::HashSet<&str> =
+            terms.iter().flat_map(|t| t.parents.iter().map(String::as_str)).collect();
+        terms.iter().filter(|t| !parents.contains(t.id.as_str())).map(|t| t.id.clone()).collect()
+    }
+}
+
+impl ModelConfig {
+    /// The classes a cell-level head gives probabilities of: a fine-tuned cell classifier's
+    /// classes, or a hierarchical head's leaves (term ids); empty without such a head.
+    pub fn cell_classes(&self) -> &[String] {
+        match (&self.classifier, &self.hce) {
+            (Some(c), _) => Classifier::cell_classes(Some(c)),
+            (None, Some(h)) => &h.leaves,
+            (None, None) => &[],
+        }
+    }
+
+    /// The pooling the cell-level head reads, when there is one.
+    pub fn cell_head_pooling(&self) -> Option<Pooling> {
+        match (&self.classifier, &self.hce) {
+            (Some(c), _) => (c.task == ClassifierTask::Cell).then_some(c.pooling),
+            (None, Some(h)) => Some(h.pooling),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What a fine-tuned classification head predicts.
@@ -124,6 +189,7 @@ impl Default for ModelConfig {
             objective: DEFAULT_OBJECTIVE.into(),
             mlm_activation: HeadActivation::Gelu,
             classifier: None,
+            hce: None,
         }
     }
 }
@@ -157,6 +223,21 @@ impl ModelConfig {
         if let Some(c) = &self.classifier {
             if c.classes.len() < 2 {
                 return Err(format!("model.classifier has {} classes; at least 2 are needed", c.classes.len()));
+            }
+        }
+        if let Some(h) = &self.hce {
+            if self.classifier.is_some() {
+                return Err("a model has either a hierarchical head (model.hce) or a classifier, not both".into());
+            }
+            if !(h.weight >= 0.0 && h.weight.is_finite()) {
+                return Err(format!("the HCE weight must be a finite number >= 0, got {}", h.weight));
+            }
+            let leaves = h.leaf_head()?.width();
+            if leaves < 2 {
+                return Err(format!("model.hce's ontology slice has {leaves} leaves; at least 2 are needed"));
+            }
+            if h.leaves != OntologyHead::leaf_ids(&h.terms) {
+                return Err("model.hce.leaves are not the leaves of its ontology slice in term order".into());
             }
         }
         Ok(())

@@ -60,12 +60,13 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     if req.pooling == Pooling::Cls && vocab.cls.is_none() {
         return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
     }
-    let classifier = state.model.classifier.as_ref();
-    if let Some(c) = classifier.filter(|c| c.task == ClassifierTask::Cell && c.pooling != req.pooling) {
+    // A hierarchical cell-type head is exported as a cell classifier over its leaves.
+    let head_task =
+        state.model.classifier.as_ref().map(|c| c.task).or(state.model.hce.as_ref().map(|_| ClassifierTask::Cell));
+    if let Some(p) = state.model.cell_head_pooling().filter(|&p| p != req.pooling) {
         return Err(Error::Usage(format!(
-            "this model's classifier was fine-tuned on {:?} pooling: export it with --pooling {}",
-            c.pooling,
-            if c.pooling == Pooling::Cls { "cls" } else { "mean" }
+            "this model's cell head reads {p:?} pooling: export it with --pooling {}",
+            if p == Pooling::Cls { "cls" } else { "mean" }
         )));
     }
     let flags: Vec<f32> = (0..vocab.len() as u32)
@@ -74,7 +75,7 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
             Pooling::Cls => f32::from(u8::from(Some(t) == vocab.cls)),
         })
         .collect();
-    let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags, classifier.map(|c| c.task));
+    let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags, head_task);
     let max_len = state.max_len();
     let meta = ModelMeta {
         format_version: 1,

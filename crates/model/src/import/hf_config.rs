@@ -100,6 +100,7 @@ impl HfBertConfig {
             objective: DEFAULT_OBJECTIVE.into(),
             mlm_activation: HeadActivation::Relu,
             classifier: None,
+            hce: None,
         };
         config.validate()?;
         // The layout follows the dictionaries: with <cls> and <eos> it is V2's, cut to the

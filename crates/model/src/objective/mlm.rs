@@ -19,8 +19,14 @@ impl<B: crate::fused::FusedOps> Objective<B> for Mlm {
         true
     }
 
-    fn loss(&self, model: &CellEncoder<B>, t: &BatchTensors<B>, _max_positions: usize) -> LossOutput<B> {
-        let states = model.hidden(t.input_ids.clone(), t.pad.clone());
+    fn loss(
+        &self,
+        model: &CellEncoder<B>,
+        states: &Tensor<B, 3>,
+        t: &BatchTensors<B>,
+        _max_positions: usize,
+    ) -> LossOutput<B> {
+        let states = states.clone();
         let [rows, len, hidden] = states.dims();
         let flat = states.reshape([rows * len, hidden]);
         let picked = flat.select(0, t.masked_index.clone());
@@ -29,6 +35,6 @@ impl<B: crate::fused::FusedOps> Objective<B> for Mlm {
             decoder_nll(transformed, model.tokens.weight.val(), model.mlm_bias.val(), &t.masked_targets);
         let correct = argmax.iter().zip(t.masked_targets.iter()).filter(|(a, b)| a == b).count() as i64;
         let correct = Tensor::from_data(TensorData::new(vec![correct], [1]), &nll.device());
-        LossOutput { loss: nll.mean(), correct: Some(correct) }
+        LossOutput::new(nll.mean(), Some(correct))
     }
 }

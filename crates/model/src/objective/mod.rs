@@ -10,7 +10,9 @@
 //! Adding one: a file with the type and its `impl<B: Backend> Objective<B>`, plus its line in
 //! [`builtin`].
 
+mod hce;
 mod mlm;
+mod multitask;
 mod poisson;
 mod wced;
 
@@ -22,7 +24,9 @@ use corrflow_io::corpus::CellLabels;
 
 use crate::encoder::CellEncoder;
 use crate::fused::FusedOps;
+pub use hce::Hce;
 pub use mlm::Mlm;
+pub use multitask::Multitask;
 pub use poisson::Poisson;
 pub use wced::Wced;
 
@@ -62,9 +66,22 @@ pub trait Objective<B: FusedOps>: Send + Sync {
         false
     }
 
-    /// The loss of a batch (and, where the objective has one, the number of correct
-    /// predictions, an accuracy's numerator).
-    fn loss(&self, model: &CellEncoder<B>, t: &BatchTensors<B>, max_positions: usize) -> LossOutput<B>;
+    /// The names a label code indexes, when the objective has a fixed label list (its head's
+    /// terms): the trainer recodes the label column to them and refuses values outside it.
+    fn label_names(&self) -> Option<Vec<String>> {
+        None
+    }
+
+    /// The loss of a batch from the encoder's final token states `[rows, len, hidden]` (computed
+    /// once, so objectives combined by [`Multitask`] share them), and, where the objective has
+    /// one, the number of correct predictions (an accuracy's numerator).
+    fn loss(
+        &self,
+        model: &CellEncoder<B>,
+        states: &Tensor<B, 3>,
+        t: &BatchTensors<B>,
+        max_positions: usize,
+    ) -> LossOutput<B>;
 }
 
 /// The built-in objectives. A new built-in objective is one line here.
@@ -87,10 +104,28 @@ pub fn require<B: FusedOps>(name: &str) -> Result<Box<dyn Objective<B>>, String>
     objective::<B>(name).ok_or_else(|| format!("model.objective '{name}' is unknown (known: {})", names()))
 }
 
+/// What trains a model of configuration `m`: `model.objective`, plus the hierarchical
+/// cell-type loss when the model has a hierarchical head (`model.hce`).
+pub fn for_model<B: FusedOps>(m: &crate::ModelConfig) -> Result<Box<dyn Objective<B>>, String> {
+    let base = require::<B>(&m.objective)?;
+    match &m.hce {
+        None => Ok(base),
+        Some(head) => Ok(Box::new(Multitask::new(base, Hce::new(head)?, head.weight, head.warmup_steps))),
+    }
+}
+
 /// The loss of a batch and, for MLM, the number of masked tokens predicted correctly.
 pub struct LossOutput<B: Backend> {
     pub loss: Tensor<B, 1>,
     pub correct: Option<Tensor<B, 1, Int>>,
+    /// Named components of a combined loss (logged as `loss_<name>`, `eval_<name>`).
+    pub parts: Vec<(&'static str, Tensor<B, 1>)>,
+}
+
+impl<B: Backend> LossOutput<B> {
+    pub fn new(loss: Tensor<B, 1>, correct: Option<Tensor<B, 1, Int>>) -> Self {
+        Self { loss, correct, parts: Vec::new() }
+    }
 }
 
 /// A training batch as tensors.
@@ -110,8 +145,11 @@ pub struct BatchTensors<B: Backend> {
     pub detected: Option<Tensor<B, 2>>,
     pub score: Option<Tensor<B, 2>>,
     /// Each row's label code (`NO_LABEL` where the cell has none), when the objective has a
-    /// label column.
+    /// label column; on the device and on the host.
     pub labels: Option<Tensor<B, 1, Int>>,
+    pub label_codes: Option<std::sync::Arc<Vec<i64>>>,
+    /// The optimiser step the batch is for (losses with a warm-up read it).
+    pub step: u64,
 }
 
 /// What a batch's tensors hold beyond the tokens, as its objective asks.
@@ -121,6 +159,8 @@ pub struct Targets<'a> {
     pub whole_cell: bool,
     /// Per-cell labels, looked up by the batch's cell keys.
     pub labels: Option<&'a CellLabels>,
+    /// The optimiser step (see [`BatchTensors::step`]).
+    pub step: u64,
 }
 
 /// Builds the tensors of a batch. `is_special[t]` marks special tokens.
@@ -166,6 +206,7 @@ pub fn batch_tensors<B: Backend>(
         }
     }
     let masked = index.len();
+    let codes: Option<Vec<i64>> = wanted.labels.map(|l| b.cell_keys.iter().map(|&k| l.code(k)).collect());
     let int1 = |v: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), device);
     BatchTensors {
         input_ids: Tensor::from_data(TensorData::new(ids, [rows, len]), device),
@@ -177,6 +218,8 @@ pub fn batch_tensors<B: Backend>(
         masked,
         detected: whole.then(|| Tensor::from_data(TensorData::new(detected, [rows, vocab]), device)),
         score: whole.then(|| Tensor::from_data(TensorData::new(score, [rows, vocab]), device)),
-        labels: wanted.labels.map(|l| int1(b.cell_keys.iter().map(|&k| l.code(k)).collect())),
+        labels: codes.as_ref().map(|c| int1(c.to_vec())),
+        label_codes: codes.map(std::sync::Arc::new),
+        step: wanted.step,
     }
 }

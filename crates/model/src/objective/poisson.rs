@@ -3,6 +3,7 @@
 //! bounded by `log(1 + L_max)`.
 
 use burn::tensor::activation::relu;
+use burn::tensor::Tensor;
 
 use super::{BatchTensors, Heads, LossOutput, Objective};
 use crate::encoder::CellEncoder;
@@ -22,8 +23,14 @@ impl<B: crate::fused::FusedOps> Objective<B> for Poisson {
         true
     }
 
-    fn loss(&self, model: &CellEncoder<B>, t: &BatchTensors<B>, max_positions: usize) -> LossOutput<B> {
-        let states = model.hidden(t.input_ids.clone(), t.pad.clone());
+    fn loss(
+        &self,
+        model: &CellEncoder<B>,
+        states: &Tensor<B, 3>,
+        t: &BatchTensors<B>,
+        max_positions: usize,
+    ) -> LossOutput<B> {
+        let states = states.clone();
         let pooled = CellEncoder::mean_pool(states, t.gene_weights.clone());
         let head = model.cell_head.as_ref().expect("the model was built with this objective's cell head");
         let z = head.forward(pooled);
@@ -33,6 +40,6 @@ impl<B: crate::fused::FusedOps> Objective<B> for Poisson {
         // Target x = log(1 + s) with s = L_max · score.
         let x = (t.score.clone().expect("whole-cell targets") * max_positions as f64 + 1.0).log();
         let l = xhat.clone().exp() - xhat * x.exp();
-        LossOutput { loss: l.mean(), correct: None }
+        LossOutput::new(l.mean(), None)
     }
 }

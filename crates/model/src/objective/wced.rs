@@ -3,6 +3,7 @@
 //! expression is its rank score `s / L_max`.
 
 use burn::tensor::activation::log_sigmoid;
+use burn::tensor::Tensor;
 
 use super::{BatchTensors, Heads, LossOutput, Objective};
 use crate::encoder::CellEncoder;
@@ -22,8 +23,14 @@ impl<B: crate::fused::FusedOps> Objective<B> for Wced {
         true
     }
 
-    fn loss(&self, model: &CellEncoder<B>, t: &BatchTensors<B>, _max_positions: usize) -> LossOutput<B> {
-        let states = model.hidden(t.input_ids.clone(), t.pad.clone());
+    fn loss(
+        &self,
+        model: &CellEncoder<B>,
+        states: &Tensor<B, 3>,
+        t: &BatchTensors<B>,
+        _max_positions: usize,
+    ) -> LossOutput<B> {
+        let states = states.clone();
         let pooled = CellEncoder::mean_pool(states, t.gene_weights.clone());
         let head = model.cell_head.as_ref().expect("the model was built with this objective's cell head");
         let out = head.forward(pooled);
@@ -37,6 +44,6 @@ impl<B: crate::fused::FusedOps> Objective<B> for Wced {
             .mean();
         let diff = (expr - t.score.clone().expect("whole-cell targets")) * y.clone();
         let mse = diff.powi_scalar(2).sum().div(y.sum().clamp_min(1.0));
-        LossOutput { loss: bce + mse, correct: None }
+        LossOutput::new(bce + mse, None)
     }
 }

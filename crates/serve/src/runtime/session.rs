@@ -11,7 +11,7 @@ use corrflow_algorithms::SequenceLayout;
 use corrflow_io::encode::{Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::model_meta::{
-    open_exported, Classifier, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, PROBABILITIES,
+    open_exported, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, PROBABILITIES,
 };
 use corrflow_io::vocab::Vocabulary;
 
@@ -75,7 +75,7 @@ impl OrtEncoder {
             .map_err(ort_err(path, "run options"))?
             .with_outputs(OutputSelector::no_default().with(LAST_HIDDEN_STATE));
         let mut both = OutputSelector::no_default().with(CELL_EMBEDDING);
-        if !Classifier::cell_classes(exported.meta.model.classifier.as_ref()).is_empty() {
+        if !exported.meta.model.cell_classes().is_empty() {
             both = both.with(PROBABILITIES);
         }
         let classified_options = RunOptions::new().map_err(ort_err(path, "run options"))?.with_outputs(both);
@@ -200,7 +200,7 @@ impl Encoder for OrtEncoder {
     }
 
     fn classes(&self) -> &[String] {
-        Classifier::cell_classes(self.meta.model.classifier.as_ref())
+        self.meta.model.cell_classes()
     }
 
     fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {

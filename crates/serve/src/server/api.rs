@@ -39,6 +39,18 @@ pub struct EmbedResponse {
     pub predictions: Option<Predictions>,
 }
 
+/// `POST /v1/annotate`'s answer: each cell's Cell Ontology calls (leaf, lineage, greedy path,
+/// reliable call at the threshold), in request order.
+#[derive(Debug, Serialize)]
+pub struct AnnotateResponse {
+    pub model: String,
+    pub ontology_version: String,
+    pub threshold: f64,
+    pub calls: Vec<corrflow_io::ontology::calls::CellCall>,
+    pub tokens: Vec<usize>,
+    pub unknown_genes: Vec<usize>,
+}
+
 /// Each cell's most probable class, its probability, and every class's probability.
 #[derive(Debug, Serialize)]
 pub struct Predictions {

@@ -59,8 +59,12 @@ pub struct Ready {
     pub encoder_vocab: Arc<Vocabulary>,
     pub rules: InputRules,
     pub dim: usize,
-    /// A fine-tuned cell classifier's classes (empty: embeddings only).
+    /// A cell head's classes: a fine-tuned classifier's, or a hierarchical head's leaves
+    /// (empty: embeddings only).
     pub classes: Vec<String>,
+    /// The hierarchical head's decoder (`/v1/annotate`), with the default threshold.
+    pub annotator: Option<corrflow_io::ontology::calls::Annotator>,
+    pub ontology_version: Option<String>,
     pub name: String,
     pub info: serde_json::Value,
 }
@@ -144,7 +148,8 @@ pub async fn serve(
     if let Some(e) = state.load_error.lock().expect("not poisoned").take() {
         return Err(e);
     }
-    let requests = state.metrics.requests.with_label_values(&["/v1/embed", "200"]).get();
+    let requests = state.metrics.requests.with_label_values(&["/v1/embed", "200"]).get()
+        + state.metrics.requests.with_label_values(&["/v1/annotate", "200"]).get();
     Ok(ServeSummary { command: "serve".into(), addr: addr.to_string(), requests, cells: state.metrics.cells.get() })
 }
 
@@ -160,6 +165,9 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
         "max_len": meta.max_len,
         "pooling": meta.pooling,
         "classes": encoder.classes(),
+        "ontology": meta.model.hce.as_ref().map(|h| serde_json::json!({
+            "version": h.ontology_version, "column": h.column, "leaves": h.leaves.len(), "terms": h.terms.len(),
+        })),
         "vocab": {"name": meta.vocab_name, "hash": meta.vocab_hash, "size": meta.vocab_size},
         "step": meta.step,
         "runtime": {
@@ -189,6 +197,8 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
         },
         dim: meta.model.hidden,
         classes: encoder.classes().to_vec(),
+        annotator: meta.model.hce.as_ref().and_then(|h| corrflow_io::ontology::calls::Annotator::new(h, 0.5).ok()),
+        ontology_version: meta.model.hce.as_ref().map(|h| h.ontology_version.clone()),
         name,
         info,
     }

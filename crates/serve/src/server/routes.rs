@@ -1,9 +1,9 @@
-//! The HTTP routes (axum): `POST /v1/embed`, `GET /health`, `/info`, `/metrics`,
+//! The HTTP routes (axum): `POST /v1/embed`, `POST /v1/annotate`, `GET /health`, `/info`, `/metrics`,
 //! `/openapi.json`; every response is observed (count by endpoint and status, latency) and,
 //! when a token is configured, every route but `/health` needs `Authorization: Bearer TOKEN`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -13,16 +13,19 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::{mpsc, oneshot};
 
-use super::api::{parse_embed_request, EmbedResponse, Predictions, Rows};
+use super::api::{parse_embed_request, AnnotateResponse, EmbedResponse, Predictions, Rows};
 use super::batcher::Job;
 use super::AppState;
+use axum::extract::Query;
 use corrflow_io::encode::split_probabilities;
+use corrflow_io::ontology::calls::Annotator;
 
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/embed", post(embed))
+        .route("/v1/annotate", post(annotate))
         .route("/health", get(health))
         .route("/info", get(info))
         .route("/metrics", get(metrics))
@@ -47,6 +50,7 @@ async fn observe(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Re
     let start = Instant::now();
     let endpoint = req.extensions().get::<MatchedPath>().map_or("other", |p| match p.as_str() {
         "/v1/embed" => "/v1/embed",
+        "/v1/annotate" => "/v1/annotate",
         "/health" => "/health",
         "/info" => "/info",
         "/metrics" => "/metrics",
@@ -76,8 +80,70 @@ fn authorized(req: &Request, token: &str) -> bool {
 }
 
 async fn embed(State(s): State<Arc<AppState>>, req: Request) -> Response {
+    let (ready, done) = match encode_request(&s, req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let (dim, k) = (ready.dim, ready.classes.len());
+    let (flat, probabilities) = split_probabilities(done.rows, dim, k);
+    Json(EmbedResponse {
+        model: ready.name.clone(),
+        dim,
+        embeddings: Rows { flat, width: dim },
+        tokens: done.tokens,
+        unknown_genes: done.unknown_genes,
+        predictions: (k > 0).then(|| Predictions::of(&ready.classes, probabilities)),
+    })
+    .into_response()
+}
+
+/// `POST /v1/annotate?threshold=τ`: the same bodies as `/v1/embed`; each cell's Cell Ontology
+/// calls from the model's hierarchical head (404 for a model without one).
+async fn annotate(State(s): State<Arc<AppState>>, Query(q): Query<AnnotateQuery>, req: Request) -> Response {
     let Some(ready) = s.ready.get() else {
         return error(503, "the model is still loading; retry shortly");
+    };
+    let Some(head) = ready.annotator.as_ref() else {
+        return error(404, "this model has no hierarchical cell-type head (train it with `train --hce-ontology`)");
+    };
+    let threshold = q.threshold.unwrap_or(head.threshold);
+    if !(0.0..=1.0).contains(&threshold) {
+        return error(422, format!("threshold must be in [0, 1], got {threshold}"));
+    }
+    let (ready, done) = match encode_request(&s, req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let annotator = Annotator { head: head.head.clone(), threshold };
+    let (_, probabilities) = split_probabilities(done.rows, ready.dim, ready.classes.len());
+    Json(AnnotateResponse {
+        model: ready.name.clone(),
+        ontology_version: ready.ontology_version.clone().unwrap_or_default(),
+        threshold,
+        calls: probabilities.chunks(ready.classes.len().max(1)).map(|p| annotator.call(p)).collect(),
+        tokens: done.tokens,
+        unknown_genes: done.unknown_genes,
+    })
+    .into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct AnnotateQuery {
+    threshold: Option<f64>,
+}
+
+/// What the batcher returned for a request's cells.
+struct Encoded {
+    rows: Vec<f32>,
+    tokens: Vec<usize>,
+    unknown_genes: Vec<usize>,
+}
+
+/// Admission, body, validation, the queue and the batcher's answer: each cell's embedding
+/// followed by a cell head's probabilities. A refusal is the response to send.
+async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Ready, Encoded), Response> {
+    let Some(ready) = s.ready.get() else {
+        return Err(error(503, "the model is still loading; retry shortly"));
     };
     // Admission before the body is read: a full server answers at once and holds no body.
     let declared = req
@@ -88,73 +154,62 @@ async fn embed(State(s): State<Arc<AppState>>, req: Request) -> Response {
         .unwrap_or(s.options.max_body_bytes);
     if declared > s.options.max_body_bytes {
         let limit = s.options.max_body_bytes;
-        return error(413, format!("the body is {declared} bytes, over the length limit of {limit} bytes"));
+        return Err(error(413, format!("the body is {declared} bytes, over the length limit of {limit} bytes")));
     }
     let Some(_admitted) = s.admission.try_admit(declared) else {
-        return refuse_unread(req.into_body(), declared).await;
+        return Err(refuse_unread(req.into_body(), s.options.max_body_bytes));
     };
     let body = match axum::body::to_bytes(req.into_body(), s.options.max_body_bytes).await {
         Ok(b) => b,
         Err(_) => {
-            return error(413, format!("the body is over the length limit of {} bytes", s.options.max_body_bytes))
+            return Err(error(413, format!("the body is over the length limit of {} bytes", s.options.max_body_bytes)))
         }
     };
-    let parsed = match parse_embed_request(&body, &ready.encoder_vocab, &ready.rules) {
-        Ok(p) => p,
-        Err(e) => return error(e.status, e.message),
-    };
+    let parsed =
+        parse_embed_request(&body, &ready.encoder_vocab, &ready.rules).map_err(|e| error(e.status, e.message))?;
     let n = parsed.cells.len();
     let tokens: Vec<usize> = parsed.cells.iter().map(Vec::len).collect();
     let (reply, answer) = oneshot::channel();
     match ready.queue.try_send(Job { cells: parsed.cells, reply, enqueued: Instant::now() }) {
         Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => return too_many("the request queue is full; retry later"),
-        Err(mpsc::error::TrySendError::Closed(_)) => return error(503, "the server is shutting down"),
+        Err(mpsc::error::TrySendError::Full(_)) => return Err(too_many("the request queue is full; retry later")),
+        Err(mpsc::error::TrySendError::Closed(_)) => return Err(error(503, "the server is shutting down")),
     }
     match answer.await {
         Ok(Ok(rows)) => {
-            let (dim, k) = (ready.dim, ready.classes.len());
             s.metrics.cells.inc_by(n as u64);
             s.metrics.unknown_genes.inc_by(parsed.unknown_genes.iter().sum::<usize>() as u64);
-            let (flat, probabilities) = split_probabilities(rows, dim, k);
-            Json(EmbedResponse {
-                model: ready.name.clone(),
-                dim,
-                embeddings: Rows { flat, width: dim },
-                tokens,
-                unknown_genes: parsed.unknown_genes,
-                predictions: (k > 0).then(|| Predictions::of(&ready.classes, probabilities)),
-            })
-            .into_response()
+            Ok((ready, Encoded { rows, tokens, unknown_genes: parsed.unknown_genes }))
         }
-        Ok(Err(e)) => error(500, format!("inference failed: {e}")),
-        Err(_) => error(503, "the server is shutting down"),
+        Ok(Err(e)) => Err(error(500, format!("inference failed: {e}"))),
+        Err(_) => Err(error(503, "the server is shutting down")),
     }
 }
 
-/// Bodies up to this size are read (and dropped) before a refusal is sent, so that a client
-/// still sending one sees the 429 rather than a reset connection; larger ones are not read.
-const DRAIN_LIMIT: usize = 1 << 20;
+/// How long a refused request's body is read and dropped after its 429 is sent.
+const DRAIN_FOR: Duration = Duration::from_secs(30);
 
-/// The 429 of a request that was not admitted, holding none of its body: a small body is read
-/// frame by frame and dropped, a large one is left unread and the connection closed.
-async fn refuse_unread(body: axum::body::Body, declared: usize) -> Response {
+/// The 429 of a request that was not admitted, sent at once and holding none of its body: the
+/// body is read frame by frame and dropped in a task of its own (up to the body limit, for at
+/// most `DRAIN_FOR`), so a client that sends its whole body before reading the answer still
+/// reads the 429 instead of a reset connection, and the connection stays usable.
+fn refuse_unread(body: axum::body::Body, max_body_bytes: usize) -> Response {
     use http_body_util::BodyExt;
-    let message = "the request queue is full (requests or body bytes in flight at the limit); retry later";
-    if declared <= DRAIN_LIMIT {
+    tokio::spawn(async move {
         let mut body = body;
         let mut seen = 0usize;
-        while let Some(Ok(frame)) = body.frame().await {
-            seen += frame.data_ref().map_or(0, |d| d.len());
-            if seen > DRAIN_LIMIT {
-                break;
+        let drain = async {
+            while let Some(Ok(frame)) = body.frame().await {
+                seen += frame.data_ref().map_or(0, |d| d.len());
+                if seen > max_body_bytes {
+                    break;
+                }
             }
-        }
-        return too_many(message);
-    }
-    let mut r = too_many(message);
-    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
+        };
+        // Past the deadline or the limit the body is dropped and hyper closes the connection.
+        let _ = tokio::time::timeout(DRAIN_FOR, drain).await;
+    });
+    too_many("the request queue is full (requests or body bytes in flight at the limit); retry later")
 }
 
 /// 429 with `Retry-After`.

@@ -1,0 +1,221 @@
+//! `corrflow annotate`: Cell Ontology calls for the cells of a file from a model with a
+//! hierarchical cell-type head (`train --hce-ontology`): per cell the most probable leaf with
+//! its lineage, the greedy top-down path, and the reliable call (the deepest term of that path
+//! whose probability reaches τ), each with its probability. Streamed like `embed` (the same
+//! tokenizer, batches and encoder backends: a checkpoint run by burn or an exported model run by
+//! ONNX Runtime); optionally scored against a label column ([`truth`]).
+
+mod columns;
+mod truth;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use parquet::arrow::ArrowWriter;
+use serde::{Deserialize, Serialize};
+
+use corrflow_io::corpus::columns::InputIds;
+use corrflow_io::corpus::for_each_shard_batch;
+use corrflow_io::encode::{encode_in_batches, split_probabilities, Encoder};
+use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::formats::obs_write::{write_obs_columns, NewObsColumn};
+use corrflow_io::formats::ReadOptions;
+use corrflow_io::model_meta::{open_exported, OntologyHead};
+use corrflow_io::ontology::calls::{Annotator, CellCall};
+use corrflow_io::tokenize::ValueTransform;
+use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_serve::runtime::RuntimeOptions;
+
+use crate::embed::{open_encoder, tokenize_input, ModelSource};
+pub use truth::{Truth, TruthReport};
+
+#[derive(Clone, Debug)]
+pub struct AnnotateRequest {
+    pub model: ModelSource,
+    pub input: PathBuf,
+    pub out: PathBuf,
+    /// A copy of the input with the calls as obs columns.
+    pub h5ad_out: Option<PathBuf>,
+    pub read: ReadOptions,
+    pub allow_normalized: bool,
+    pub transform: ValueTransform,
+    /// The reliable call's τ.
+    pub threshold: f64,
+    /// The ontology file, checked against the release the model was trained with.
+    pub ontology: Option<PathBuf>,
+    /// Score the calls against a label column.
+    pub truth: Option<Truth>,
+    pub batch_size: usize,
+    pub token_budget: usize,
+    pub runtime: RuntimeOptions,
+    pub progress: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AnnotateSummary {
+    pub command: String,
+    pub encoder: String,
+    pub out: String,
+    pub cells: u64,
+    pub dropped: u64,
+    pub ontology_version: String,
+    /// Head outputs (leaves) and terms of its ontology slice.
+    pub leaves: usize,
+    pub terms: usize,
+    pub threshold: f64,
+    pub seconds: f64,
+    pub cells_per_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<TruthReport>,
+}
+
+/// The hierarchical head of the model a request names (from the checkpoint's state or the
+/// exported model's metadata, without loading weights).
+pub fn model_head(model: &ModelSource) -> Result<(OntologyHead, PathBuf)> {
+    let (config, path) = match model {
+        ModelSource::Checkpoint(p) => {
+            let dir = corrflow_model::checkpoint::resolve(p)?;
+            let state = corrflow_model::checkpoint::load_state(&dir, corrflow_model::checkpoint::Purpose::Inference)?;
+            (state.model, dir)
+        }
+        ModelSource::Onnx(p) => (open_exported(p)?.meta.model, p.clone()),
+    };
+    let head = config.hce.ok_or_else(|| {
+        Error::Usage(format!(
+            "{} has no hierarchical cell-type head: train one with `train --hce-ontology` (a fine-tuned classifier's labels come from `embed`)",
+            path.display()
+        ))
+    })?;
+    Ok((head, path))
+}
+
+/// Refuses an ontology file of another release than the model's, or one that lacks a term of
+/// the model's slice.
+pub fn check_ontology(head: &OntologyHead, model: &Path, ontology: &Path) -> Result<()> {
+    let loaded = corrflow_io::ontology::load(ontology)?;
+    if loaded.version != head.ontology_version {
+        return Err(Error::conflict(
+            ontology,
+            format!(
+                "is ontology release {}, but {} was trained with release {}: use that release's file",
+                loaded.version,
+                model.display(),
+                head.ontology_version
+            ),
+        ));
+    }
+    if let Some(t) = head.terms.iter().find(|t| loaded.ontology.find(&t.id).is_none()) {
+        return Err(Error::conflict(ontology, format!("lacks term {} ({}) of the model's head", t.id, t.label)));
+    }
+    Ok(())
+}
+
+pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
+    let start = std::time::Instant::now();
+    corrflow_io::util::atomic::check_writable(&req.out)?;
+    if let Some(h5) = &req.h5ad_out {
+        corrflow_io::util::atomic::check_writable(h5)?;
+    }
+    let (head, model_path) = model_head(&req.model)?;
+    if let Some(o) = &req.ontology {
+        check_ontology(&head, &model_path, o)?;
+    }
+    let annotator = Annotator::new(&head, req.threshold).map_err(Error::Usage)?;
+    let mut encoder = open_encoder(&req.model, Some(head.pooling), -1, &req.runtime)?;
+    if encoder.classes() != head.leaves.as_slice() {
+        return Err(Error::format(&model_path, "the model's cell head does not output its ontology slice's leaves"));
+    }
+    let mut read = req.read.clone();
+    let truth = req.truth.as_ref().map(|t| t.open(&annotator)).transpose()?;
+    read.obs_columns = truth.iter().map(|t| t.column().to_string()).collect();
+    let (_scratch, index, ingest) =
+        tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
+    let bar = crate::embed::progress_bar(req.progress, index.cells, "annotate");
+    let tmp = temp_path(&req.out);
+    let mut writer: Option<ArrowWriter<File>> = None;
+    let mut scorer = truth.map(|t| t.scorer());
+    let mut kept: Option<(Vec<String>, Vec<CellCall>)> = req.h5ad_out.as_ref().map(|_| Default::default());
+    let result = (|| -> Result<()> {
+        for shard in &index.shards {
+            for_each_shard_batch(&shard.path, |rb| {
+                let calls = call_rows(encoder.as_mut(), &annotator, rb, &shard.path, req)?;
+                let ids = columns::cell_ids(rb, &shard.path)?;
+                let truth = match scorer.as_mut() {
+                    Some(s) => Some(s.add(rb, &shard.path, &calls)?),
+                    None => None,
+                };
+                let out = columns::calls_batch(&ids, &calls, truth.as_ref(), &shard.path)?;
+                if writer.is_none() {
+                    let f = File::create(&tmp).at(&tmp)?;
+                    writer = Some(ArrowWriter::try_new(f, out.schema(), None).map_err(|e| Error::parquet(&tmp, e))?);
+                }
+                writer.as_mut().expect("created above").write(&out).map_err(|e| Error::parquet(&tmp, e))?;
+                if let Some((all_ids, all_calls)) = kept.as_mut() {
+                    all_ids.extend(ids);
+                    all_calls.extend(calls);
+                }
+                bar.inc(rb.num_rows() as u64);
+                Ok(())
+            })?;
+        }
+        let w = writer
+            .take()
+            .ok_or_else(|| Error::format(&req.input, "no cell could be tokenized with the model's vocabulary"))?;
+        w.into_inner().map_err(|e| Error::parquet(&tmp, e))?.sync_all().at(&tmp)?;
+        commit(&tmp, &req.out)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result?;
+    bar.finish_and_clear();
+    if let (Some(h5), Some((ids, calls))) = (&req.h5ad_out, kept) {
+        write_obs_columns(&req.input, h5, &ids, &obs_columns(&calls))?;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(AnnotateSummary {
+        command: "annotate".into(),
+        encoder: encoder.name().into(),
+        out: req.out.display().to_string(),
+        cells: ingest.cells_kept,
+        dropped: ingest.dropped.total(),
+        ontology_version: head.ontology_version.clone(),
+        leaves: annotator.head.width(),
+        terms: annotator.head.ontology().len(),
+        threshold: req.threshold,
+        seconds,
+        cells_per_s: ingest.cells_kept as f64 / seconds.max(1e-9),
+        evaluation: scorer.map(|s| s.report(&annotator)),
+    })
+}
+
+/// The calls of a shard record batch's cells, in row order.
+fn call_rows(
+    encoder: &mut dyn Encoder,
+    annotator: &Annotator,
+    rb: &arrow_array::RecordBatch,
+    path: &Path,
+    req: &AnnotateRequest,
+) -> Result<Vec<CellCall>> {
+    let cells = InputIds::of(rb, path)?.cells()?;
+    let (dim, k, pad) = (encoder.dim(), encoder.classes().len(), encoder.vocab().pad);
+    let rows = encode_in_batches(&cells, pad, dim + k, req.token_budget, req.batch_size, |batch| {
+        encoder.encode_with_probabilities(batch)
+    })?;
+    let (_, probs) = split_probabilities(rows, dim, k);
+    Ok(probs.chunks(k).map(|p| annotator.call(p)).collect())
+}
+
+/// The calls as obs columns of the h5ad copy.
+fn obs_columns(calls: &[CellCall]) -> Vec<(String, NewObsColumn)> {
+    let text = |f: &dyn Fn(&CellCall) -> String| NewObsColumn::Text(calls.iter().map(f).collect());
+    let number = |f: &dyn Fn(&CellCall) -> f32| NewObsColumn::Number(calls.iter().map(f).collect());
+    vec![
+        ("corrflow_leaf".into(), text(&|c| c.leaf.label.clone())),
+        ("corrflow_leaf_id".into(), text(&|c| c.leaf.id.clone())),
+        ("corrflow_leaf_probability".into(), number(&|c| c.leaf.probability as f32)),
+        ("corrflow_call".into(), text(&|c| c.call.as_ref().map_or(String::new(), |t| t.label.clone()))),
+        ("corrflow_call_id".into(), text(&|c| c.call.as_ref().map_or(String::new(), |t| t.id.clone()))),
+        ("corrflow_call_probability".into(), number(&|c| c.call.as_ref().map_or(f32::NAN, |t| t.probability as f32))),
+    ]
+}

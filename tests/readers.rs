@@ -151,7 +151,7 @@ fn cell_labels_follow_an_obs_column_by_cell_key_across_atlases() {
     assert!(batch.names.iter().all(|n| n.parse::<i64>().is_ok()), "{:?}", batch.names);
     assert!(CellLabels::read(&index, "input_ids").is_err());
     let e = CellLabels::read(&index, "no_such_column").unwrap_err().to_string();
-    assert!(e.contains("no_such_column") && e.contains("shard-00000.parquet"), "{e}");
+    assert!(e.contains("no_such_column") && e.contains("no atlas of the corpus (a, b)"), "{e}");
 }
 
 #[test]

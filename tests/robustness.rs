@@ -192,3 +192,36 @@ fn embed_and_perturb_to_a_missing_directory_fail_before_any_work() {
         assert!(err.contains("/no/such/dir/") && err.contains("does not exist"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_batch_plan_beyond_memory_is_refused_before_any_work() {
+    let f = tiny_model();
+    let (model, input, run) =
+        (f.model.display().to_string(), bundled().display().to_string(), f.run.display().to_string());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("e.parquet");
+    let o = out.display().to_string();
+    // 10^12 padded tokens per batch: the estimate alone is terabytes.
+    for source in [["--model", model.as_str()], ["--checkpoint", run.as_str()]] {
+        let mut args = vec![
+            "embed",
+            "--gene-column",
+            "gene_ids",
+            "--input",
+            &input,
+            "--out",
+            &o,
+            "--token-budget",
+            "1000000000000",
+        ];
+        args.extend(source);
+        let r = corrflow(&args);
+        assert!(!r.status.success());
+        let err = stderr(&r);
+        assert!(err.contains("a model batch needs about") && err.contains("--token-budget"), "{err}");
+        assert!(!out.exists());
+    }
+    let r = corrflow(&["serve", "--model", &model, "--addr", "127.0.0.1:0", "--token-budget", "1000000000000"]);
+    assert!(!r.status.success());
+    assert!(stderr(&r).contains("a model batch needs about"), "{}", stderr(&r));
+}

@@ -8,22 +8,20 @@
 mod columns;
 mod truth;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
 use corrflow_io::corpus::columns::InputIds;
 use corrflow_io::corpus::for_each_shard_batch;
 use corrflow_io::encode::{encode_in_batches, split_probabilities, Encoder};
-use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::error::{Error, Result};
 use corrflow_io::formats::obs_write::{write_obs_columns, NewObsColumn};
 use corrflow_io::formats::ReadOptions;
 use corrflow_io::model_meta::{open_exported, OntologyHead};
 use corrflow_io::ontology::calls::{Annotator, CellCall};
 use corrflow_io::tokenize::ValueTransform;
-use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_io::util::parquet_out::ParquetOut;
 use corrflow_serve::runtime::RuntimeOptions;
 
 use crate::embed::{open_encoder, tokenize_input, ModelSource};
@@ -122,6 +120,7 @@ pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
     }
     let annotator = Annotator::new(&head, req.threshold).map_err(Error::Usage)?;
     let mut encoder = open_encoder(&req.model, Some(head.pooling), -1, &req.runtime)?;
+    corrflow_io::encode::check_batch_memory(encoder.as_ref(), req.token_budget)?;
     if encoder.classes() != head.leaves.as_slice() {
         return Err(Error::format(&model_path, "the model's cell head does not output its ontology slice's leaves"));
     }
@@ -131,43 +130,31 @@ pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
     let (_scratch, index, ingest) =
         tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
     let bar = crate::embed::progress_bar(req.progress, index.cells, "annotate");
-    let tmp = temp_path(&req.out);
-    let mut writer: Option<ArrowWriter<File>> = None;
-    let mut scorer = truth.map(|t| t.scorer());
-    let mut kept: Option<(Vec<String>, Vec<CellCall>)> = req.h5ad_out.as_ref().map(|_| Default::default());
-    let result = (|| -> Result<()> {
-        for shard in &index.shards {
-            for_each_shard_batch(&shard.path, |rb| {
-                let calls = call_rows(encoder.as_mut(), &annotator, rb, &shard.path, req)?;
-                let ids = columns::cell_ids(rb, &shard.path)?;
-                let truth = match scorer.as_mut() {
-                    Some(s) => Some(s.add(rb, &shard.path, &calls)?),
-                    None => None,
-                };
-                let out = columns::calls_batch(&ids, &calls, truth.as_ref(), &shard.path)?;
-                if writer.is_none() {
-                    let f = File::create(&tmp).at(&tmp)?;
-                    writer = Some(ArrowWriter::try_new(f, out.schema(), None).map_err(|e| Error::parquet(&tmp, e))?);
-                }
-                writer.as_mut().expect("created above").write(&out).map_err(|e| Error::parquet(&tmp, e))?;
-                if let Some((all_ids, all_calls)) = kept.as_mut() {
-                    all_ids.extend(ids);
-                    all_calls.extend(calls);
-                }
-                bar.inc(rb.num_rows() as u64);
-                Ok(())
-            })?;
-        }
-        let w = writer
-            .take()
-            .ok_or_else(|| Error::format(&req.input, "no cell could be tokenized with the model's vocabulary"))?;
-        w.into_inner().map_err(|e| Error::parquet(&tmp, e))?.sync_all().at(&tmp)?;
-        commit(&tmp, &req.out)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut scorer = truth;
+    if let Some(s) = scorer.as_mut() {
+        s.prepare(&index, &annotator)?;
     }
-    result?;
+    let mut out = ParquetOut::new(&req.out);
+    let mut kept: Option<(Vec<String>, Vec<CellCall>)> = req.h5ad_out.as_ref().map(|_| Default::default());
+    for shard in &index.shards {
+        for_each_shard_batch(&shard.path, |rb| {
+            let (calls, probs) = call_rows(encoder.as_mut(), &annotator, rb, &shard.path, req)?;
+            let ids = columns::cell_ids(rb, &shard.path)?;
+            let k = annotator.head.width();
+            let truth = match scorer.as_mut() {
+                Some(s) => Some(s.add(rb, &shard.path, &calls, (&probs, k), &annotator)?),
+                None => None,
+            };
+            out.write(&columns::calls_batch(&ids, &calls, truth.as_ref(), &shard.path)?)?;
+            if let Some((all_ids, all_calls)) = kept.as_mut() {
+                all_ids.extend(ids);
+                all_calls.extend(calls);
+            }
+            bar.inc(rb.num_rows() as u64);
+            Ok(())
+        })?;
+    }
+    out.finish(|| Error::format(&req.input, "no cell could be tokenized with the model's vocabulary"))?;
     bar.finish_and_clear();
     if let (Some(h5), Some((ids, calls))) = (&req.h5ad_out, kept) {
         write_obs_columns(&req.input, h5, &ids, &obs_columns(&calls))?;
@@ -189,21 +176,21 @@ pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
     })
 }
 
-/// The calls of a shard record batch's cells, in row order.
+/// The calls of a shard record batch's cells, in row order, and their leaf probabilities.
 fn call_rows(
     encoder: &mut dyn Encoder,
     annotator: &Annotator,
     rb: &arrow_array::RecordBatch,
     path: &Path,
     req: &AnnotateRequest,
-) -> Result<Vec<CellCall>> {
+) -> Result<(Vec<CellCall>, Vec<f32>)> {
     let cells = InputIds::of(rb, path)?.cells()?;
     let (dim, k, pad) = (encoder.dim(), encoder.classes().len(), encoder.vocab().pad);
     let rows = encode_in_batches(&cells, pad, dim + k, req.token_budget, req.batch_size, |batch| {
         encoder.encode_with_probabilities(batch)
     })?;
     let (_, probs) = split_probabilities(rows, dim, k);
-    Ok(probs.chunks(k).map(|p| annotator.call(p)).collect())
+    Ok((probs.chunks(k).map(|p| annotator.call(p)).collect(), probs))
 }
 
 /// The calls as obs columns of the h5ad copy.

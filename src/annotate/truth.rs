@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 
-use corrflow_algorithms::ontology::metrics::{score, DepthAccuracy, Judged};
-use corrflow_io::corpus::obs_text;
+use corrflow_algorithms::ontology::metrics::{score, DepthAccuracy, Judged, LabelLevel};
+use corrflow_io::corpus::{obs_text, CellLabels, CorpusIndex};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::ontology::calls::{Annotator, CellCall};
 use corrflow_io::ontology::map::CellTypeMap;
@@ -76,8 +76,10 @@ pub(crate) struct Scorer {
     column: String,
     map: Option<BTreeMap<String, Option<String>>>,
     map_path: Option<PathBuf>,
-    /// (label id, leaf id, call id) of each scored cell.
-    judged: Vec<(String, String, Option<String>)>,
+    /// The label terms of the input split the head's leaves (macro-F1 at their level).
+    level: Option<LabelLevel>,
+    /// (label id, leaf id, call id, label-level class id) of each scored cell.
+    judged: Vec<(String, String, Option<String>, Option<String>)>,
     unmapped: BTreeMap<String, u64>,
     outside: BTreeMap<String, u64>,
     missing: u64,
@@ -88,16 +90,40 @@ impl Scorer {
         &self.column
     }
 
-    pub(crate) fn scorer(self) -> Self {
-        self
+    /// Reads the input's labels once (from the tokenized input) to know the label terms before
+    /// any cell is scored.
+    pub(crate) fn prepare(&mut self, index: &CorpusIndex, annotator: &Annotator) -> Result<()> {
+        let labels = CellLabels::read(index, &self.column)?;
+        let o = annotator.head.ontology();
+        let mut terms: Vec<u32> = labels
+            .names
+            .iter()
+            .filter_map(|l| match &self.map {
+                None => Some(l.clone()),
+                Some(map) => map.get(l).cloned().flatten(),
+            })
+            .filter_map(|id| o.find(&id))
+            .collect();
+        terms.sort_unstable();
+        terms.dedup();
+        self.level = Some(LabelLevel::new(&annotator.head, &terms));
+        Ok(())
     }
 
-    /// Records a batch's cells; their labels and ids for the output columns.
-    pub(crate) fn add(&mut self, rb: &RecordBatch, path: &Path, calls: &[CellCall]) -> Result<RowTruth> {
+    /// Records a batch's cells (their calls, and leaf probabilities `k` per cell); their labels
+    /// and ids for the output columns.
+    pub(crate) fn add(
+        &mut self,
+        rb: &RecordBatch,
+        path: &Path,
+        calls: &[CellCall],
+        (probabilities, k): (&[f32], usize),
+        annotator: &Annotator,
+    ) -> Result<RowTruth> {
         let labels = obs_text(rb, path, &self.column)?
             .ok_or_else(|| Error::format(path, format!("obs column '{}' is missing", self.column)))?;
         let mut ids = Vec::with_capacity(labels.len());
-        for (label, call) in labels.iter().zip(calls) {
+        for (i, (label, call)) in labels.iter().zip(calls).enumerate() {
             let id = match (label, &self.map) {
                 (None, _) => {
                     self.missing += 1;
@@ -120,7 +146,14 @@ impl Scorer {
                 },
             };
             if let Some(id) = &id {
-                self.judged.push((id.clone(), call.leaf.id.clone(), call.call.as_ref().map(|c| c.id.clone())));
+                let o = annotator.head.ontology();
+                let class = self.level.as_ref().and_then(|l| l.predict(&probabilities[i * k..(i + 1) * k]));
+                self.judged.push((
+                    id.clone(),
+                    call.leaf.id.clone(),
+                    call.call.as_ref().map(|c| c.id.clone()),
+                    class.map(|t| o.term(t).id.clone()),
+                ));
             }
             ids.push(id);
         }
@@ -133,11 +166,12 @@ impl Scorer {
         let judged: Vec<Judged> = self
             .judged
             .iter()
-            .filter_map(|(label, leaf, call)| match o.find(label) {
+            .filter_map(|(label, leaf, call, class)| match o.find(label) {
                 Some(l) => Some(Judged {
                     label: l,
                     leaf: o.find(leaf).expect("calls name terms of the head"),
                     reliable: call.as_deref().and_then(|c| o.find(c)),
+                    class: class.as_deref().and_then(|c| o.find(c)),
                 }),
                 None => {
                     *outside.entry(label.clone()).or_default() += 1;

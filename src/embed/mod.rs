@@ -10,14 +10,12 @@ mod genes;
 
 pub use corrflow_model::{load_checkpoint, LoadedModel};
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
 use corrflow_io::corpus::columns::{is_obs_column, missing, InputIds, CELL_ID};
@@ -28,7 +26,7 @@ use corrflow_io::formats::obsm::write_obsm;
 use corrflow_io::formats::ReadOptions;
 use corrflow_io::ingest::{run_ingest, IngestRequest};
 use corrflow_io::tokenize::{TokenizeOptions, ValueTransform};
-use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_io::util::parquet_out::ParquetOut;
 use corrflow_model::BurnEncoder;
 use corrflow_serve::runtime::{OrtEncoder, RuntimeOptions};
 
@@ -126,50 +124,35 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
         corrflow_io::util::atomic::check_writable(h5)?;
     }
     let mut encoder = open_encoder(&req.model, req.pooling, req.layer, &req.runtime)?;
+    corrflow_io::encode::check_batch_memory(encoder.as_ref(), req.token_budget)?;
     if req.genes {
         return genes::embed_genes(req, encoder.as_mut(), start);
     }
     let (_scratch, index, ingest) =
         tokenize_input(&req.input, &req.read, req.allow_normalized, req.transform, encoder.as_ref())?;
     let bar = progress_bar(req.progress, index.cells, "embed");
-    let tmp = temp_path(&req.out);
     let dim = encoder.dim();
     let classes = encoder.classes().to_vec();
-    let mut writer: Option<ArrowWriter<File>> = None;
+    let mut out = ParquetOut::new(&req.out);
     let mut all_ids: Vec<String> = Vec::new();
     let mut all_emb: Vec<f32> = Vec::new();
     let keep_all = req.h5ad_out.is_some();
-    let result = (|| -> Result<()> {
-        for shard in &index.shards {
-            for_each_shard_batch(&shard.path, |rb| {
-                let rows = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
-                let (emb, probs) = split_probabilities(rows, dim, classes.len());
-                let out = with_embedding(rb, &emb, dim, &shard.path, &classes, &probs)?;
-                if writer.is_none() {
-                    let f = File::create(&tmp).at(&tmp)?;
-                    writer = Some(ArrowWriter::try_new(f, out.schema(), None).map_err(|e| Error::parquet(&tmp, e))?);
-                }
-                writer.as_mut().expect("created above").write(&out).map_err(|e| Error::parquet(&tmp, e))?;
-                if keep_all {
-                    let ids =
-                        out.column(0).as_any().downcast_ref::<arrow_array::StringArray>().expect("cell_id column");
-                    all_ids.extend((0..ids.len()).map(|i| ids.value(i).to_string()));
-                    all_emb.extend_from_slice(&emb);
-                }
-                bar.inc(rb.num_rows() as u64);
-                Ok(())
-            })?;
-        }
-        let w = writer
-            .take()
-            .ok_or_else(|| Error::format(&req.input, "no cell could be tokenized with the model's vocabulary"))?;
-        w.into_inner().map_err(|e| Error::parquet(&tmp, e))?.sync_all().at(&tmp)?;
-        commit(&tmp, &req.out)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    for shard in &index.shards {
+        for_each_shard_batch(&shard.path, |rb| {
+            let rows = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
+            let (emb, probs) = split_probabilities(rows, dim, classes.len());
+            let batch = with_embedding(rb, &emb, dim, &shard.path, &classes, &probs)?;
+            out.write(&batch)?;
+            if keep_all {
+                let ids = batch.column(0).as_any().downcast_ref::<arrow_array::StringArray>().expect("cell_id column");
+                all_ids.extend((0..ids.len()).map(|i| ids.value(i).to_string()));
+                all_emb.extend_from_slice(&emb);
+            }
+            bar.inc(rb.num_rows() as u64);
+            Ok(())
+        })?;
     }
-    result?;
+    out.finish(|| Error::format(&req.input, "no cell could be tokenized with the model's vocabulary"))?;
     bar.finish_and_clear();
     if let Some(h5) = &req.h5ad_out {
         write_obsm(&req.input, h5, &all_ids, &all_emb, dim)?;

@@ -90,6 +90,7 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
     }
     let start = Instant::now();
     let mut encoder = open_encoder(&req.model, None, -1, &req.runtime)?;
+    corrflow_io::encode::check_batch_memory(encoder.as_ref(), req.token_budget)?;
     let vocab = encoder.vocab().clone();
     let mut read = req.read.clone();
     if let Some((col, _)) = &req.cells_where {

@@ -150,6 +150,10 @@ impl Encoder for BurnEncoder {
         self.loaded.state.model.cell_classes()
     }
 
+    fn config(&self) -> Option<&corrflow_io::model_meta::ModelConfig> {
+        Some(&self.loaded.state.model)
+    }
+
     fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let Some(pooling) = self.loaded.state.model.cell_head_pooling().filter(|_| !self.classes().is_empty()) else {
             return self.encode(batch);

@@ -7,11 +7,14 @@
 //!   descendant of `y`;
 //! - **at depth d** (cells whose label is at depth ≥ d): every term of `y`'s lineage at depth `d`
 //!   is in `l̂`'s lineage;
-//! - **macro-F1 at the labels' own level**: each cell's predicted class is the deepest of the
-//!   evaluated label terms in `l̂`'s lineage (none: a miss), F1 per label term, mean over terms.
+//! - **macro-F1 at the labels' own level**: the evaluated label terms split the leaves (each leaf
+//!   goes to the deepest label term above it; leaves under none go to "other"); a cell's
+//!   predicted class is the part with the most probability mass ([`LabelLevel`]; "other": a
+//!   miss); F1 per label term, mean over terms.
 
 use serde::{Deserialize, Serialize};
 
+use super::hce::LeafHead;
 use super::Ontology;
 use crate::classes::{f1_scores, macro_mean};
 
@@ -21,6 +24,55 @@ pub struct Judged {
     pub label: u32,
     pub leaf: u32,
     pub reliable: Option<u32>,
+    /// The label-level class ([`LabelLevel::predict`]); `None`: "other".
+    pub class: Option<u32>,
+}
+
+/// Classification at the labels' own level: a set of label terms (at any depths) splits a head's
+/// leaves, each leaf going to the deepest label term above it (ties: the lower term), so a
+/// coarse label's class holds only the leaves no finer label claims.
+#[derive(Clone, Debug)]
+pub struct LabelLevel {
+    /// Per head output, the label term its leaf belongs to.
+    part: Vec<Option<u32>>,
+}
+
+impl LabelLevel {
+    pub fn new(head: &LeafHead, labels: &[u32]) -> Self {
+        let o = head.ontology();
+        let part = head
+            .outputs()
+            .iter()
+            .map(|&leaf| {
+                let lineage = o.lineage(leaf);
+                labels
+                    .iter()
+                    .copied()
+                    .filter(|l| lineage.contains(l))
+                    .max_by_key(|&l| (o.depth(l), std::cmp::Reverse(l)))
+            })
+            .collect();
+        Self { part }
+    }
+
+    /// The label term whose part holds the most probability (`None` when the leaves under no
+    /// label term hold more).
+    pub fn predict(&self, leaf_probabilities: &[f32]) -> Option<u32> {
+        let mut mass: Vec<(Option<u32>, f64)> = Vec::new();
+        for (p, &class) in leaf_probabilities.iter().zip(&self.part) {
+            match mass.iter_mut().find(|(c, _)| *c == class) {
+                Some(slot) => slot.1 += f64::from(*p),
+                None => mass.push((class, f64::from(*p))),
+            }
+        }
+        mass.sort_by_key(|(c, _)| c.map_or(0, |t| t as u64 + 1));
+        mass.iter()
+            .fold(None, |best: Option<(Option<u32>, f64)>, &(c, m)| match best {
+                Some((_, bm)) if bm >= m => best,
+                _ => Some((c, m)),
+            })?
+            .0
+    }
 }
 
 /// Accuracy at one depth.
@@ -115,15 +167,34 @@ mod tests {
     use crate::ontology::toy;
 
     #[test]
+    fn label_terms_split_the_leaves_and_the_heaviest_part_is_the_class() {
+        let head = LeafHead::new(toy());
+        let o = head.ontology();
+        let f = |id| o.find(id).unwrap();
+        // Labels T (coarse) and n8 (a leaf under it): T's part is m8 and dbl; DC and mono are
+        // under no label ("other").
+        let level = LabelLevel::new(&head, &[f("T"), f("n8")]);
+        // Leaves: n8, m8, dbl, mono, DC.
+        assert_eq!(level.predict(&[0.4, 0.2, 0.1, 0.2, 0.1]), Some(f("n8")));
+        assert_eq!(level.predict(&[0.3, 0.25, 0.25, 0.1, 0.1]), Some(f("T")));
+        assert_eq!(level.predict(&[0.1, 0.1, 0.1, 0.4, 0.3]), None);
+    }
+
+    #[test]
     fn coarse_labels_count_finer_calls_and_depth_scores_follow_the_lineage() {
         let o = toy();
-        let f = |id| o.find(id).unwrap();
-        let j = |label, leaf, reliable| Judged { label: f(label), leaf: f(leaf), reliable: Some(f(reliable)) };
+        let f = |id: &str| o.find(id).unwrap();
+        let j = |label: &str, leaf: &str, reliable: &str, class: Option<&str>| Judged {
+            label: f(label),
+            leaf: f(leaf),
+            reliable: Some(f(reliable)),
+            class: class.and_then(|c| o.find(c)),
+        };
         let cells = [
-            j("n8", "n8", "n8"),    // exact leaf
-            j("T", "m8", "CD8"),    // coarse label, finer call: exact at the label's level
-            j("n8", "m8", "CD8"),   // wrong leaf, but the reliable call is an ancestor: tolerant
-            j("CD8", "mono", "my"), // wrong everywhere below the root
+            j("n8", "n8", "n8", Some("n8")),   // exact leaf
+            j("T", "m8", "CD8", Some("CD8")),  // coarse label, finer call: exact at the label's level
+            j("n8", "m8", "CD8", Some("CD8")), // wrong leaf, but the reliable call is an ancestor: tolerant
+            j("CD8", "mono", "my", None),      // wrong everywhere below the root
         ];
         let s = score(&o, &cells);
         assert_eq!(s.cells, 4);
@@ -140,8 +211,8 @@ mod tests {
         // Classes: T, CD8, n8 (term order).
         let per: Vec<(String, usize)> = s.per_label.iter().map(|l| (o.term(l.term).id.clone(), l.cells)).collect();
         assert_eq!(per, [("T".to_string(), 1), ("CD8".to_string(), 1), ("n8".to_string(), 2)]);
-        // Predicted classes: n8 ✓, CD8 (m8 → deepest label on its lineage) ✗ for T, CD8 ✗ for
-        // n8, none for cell 4. F1: T 0, CD8 0 (2 false positives, 1 miss), n8 2/3.
+        // Predicted classes: n8 ✓, CD8 ✗ for T, CD8 ✗ for n8, other for cell 4. F1: T 0, CD8 0
+        // (2 false positives, 1 miss), n8 2/3.
         let f1: Vec<f64> = s.per_label.iter().map(|l| l.f1).collect();
         assert_eq!(f1[0], 0.0);
         assert_eq!(f1[1], 0.0);

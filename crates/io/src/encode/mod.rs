@@ -33,9 +33,15 @@ pub trait Encoder: Send {
         Err(crate::Error::Usage(format!("the {} backend gives no token states", self.name())))
     }
 
-    /// Class names of the model's fine-tuned cell classifier (empty: it has none).
+    /// Class names of the model's cell head: a fine-tuned classifier's classes or a
+    /// hierarchical head's leaves (empty: it has none).
     fn classes(&self) -> &[String] {
         &[]
+    }
+
+    /// The model's configuration, where the backend knows it (for memory estimates).
+    fn config(&self) -> Option<&crate::model_meta::ModelConfig> {
+        None
     }
 
     /// Row-major `[rows, dim + classes]`: each cell's vector followed by its class
@@ -43,6 +49,15 @@ pub trait Encoder: Send {
     fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         self.encode(batch)
     }
+}
+
+/// Refuses batches of `token_budget` padded tokens that `encoder`'s model could not run in the
+/// memory available (the estimate of `model_meta::memory`), before any work.
+pub fn check_batch_memory(encoder: &dyn Encoder, token_budget: usize) -> Result<()> {
+    let Some(m) = encoder.config() else { return Ok(()) };
+    let layout = encoder.layout();
+    let max_len = layout.max_genes + usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
+    crate::model_meta::memory::check_inference(m, encoder.vocab().len(), token_budget, max_len)
 }
 
 /// Rows of [`Encoder::encode_with_probabilities`] (`dim + classes` values each) as the cell
@@ -84,6 +99,9 @@ impl<E: Encoder + ?Sized> Encoder for Box<E> {
     }
     fn classes(&self) -> &[String] {
         (**self).classes()
+    }
+    fn config(&self) -> Option<&crate::model_meta::ModelConfig> {
+        (**self).config()
     }
     fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         (**self).encode_with_probabilities(batch)

@@ -8,6 +8,7 @@
 mod crash_guard;
 pub mod h5;
 mod h5ad;
+mod h5ad_copy;
 mod matrix;
 mod mtx;
 mod obs;

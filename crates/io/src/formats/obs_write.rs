@@ -5,7 +5,7 @@ use std::path::Path;
 
 use hdf5::types::VarLenUnicode;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::Result;
 
 /// One new obs column, by cell id (cells without a value: empty text / NaN).
 pub enum NewObsColumn {
@@ -21,17 +21,7 @@ pub fn write_obs_columns(
     ids: &[String],
     columns: &[(String, NewObsColumn)],
 ) -> Result<()> {
-    let tmp = crate::util::atomic::temp_path(target);
-    std::fs::copy(input, &tmp).at(&tmp)?;
-    let result = (|| -> Result<()> {
-        let h5 = |e: hdf5::Error| Error::format(&tmp, format!("writing obs columns: {e}"));
-        let file = hdf5::File::open_rw(&tmp).map_err(h5)?;
-        let legacy = || {
-            Error::format(input, "--h5ad-out needs an AnnData ≥ 0.7 file (obs as a group with an _index attribute); this one is an older layout")
-        };
-        let obs = file.group("obs").map_err(|_| legacy())?;
-        let index_name = super::h5::attr_string(&obs, "_index").ok_or_else(legacy)?;
-        let names = super::h5::read_strings(input, &obs.dataset(&index_name).map_err(h5)?, "obs index", None)?;
+    super::h5ad_copy::edit_copy(input, target, "obs columns", |_file, obs, names, h5| {
         let row: std::collections::HashMap<&str, usize> =
             ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let order: Vec<Option<usize>> = names.iter().map(|n| row.get(n.as_str()).copied()).collect();
@@ -74,14 +64,6 @@ pub fn write_obs_columns(
             .create("column-order")
             .and_then(|a| a.write(&values))
             .map_err(h5)?;
-        file.flush().map_err(h5)?;
         Ok(())
-    })();
-    match result {
-        Ok(()) => crate::util::atomic::commit(&tmp, target),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    })
 }

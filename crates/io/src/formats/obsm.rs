@@ -3,24 +3,13 @@
 
 use std::path::Path;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 
 /// Copies `input` to `target` with the embeddings as `obsm["X_corrflow"]` (rows in obs order;
 /// cells without embedding are NaN), written under a temporary name and renamed.
 pub fn write_obsm(input: &Path, target: &Path, ids: &[String], emb: &[f32], dim: usize) -> Result<()> {
     use hdf5::types::VarLenUnicode;
-    let tmp = crate::util::atomic::temp_path(target);
-    std::fs::copy(input, &tmp).at(&tmp)?;
-    let result = (|| -> Result<()> {
-        let h5 = |e: hdf5::Error| Error::format(&tmp, format!("writing obsm: {e}"));
-        let file = hdf5::File::open_rw(&tmp).map_err(h5)?;
-        let legacy = || {
-            Error::format(input, "--h5ad-out needs an AnnData ≥ 0.7 file (obs as a group with an _index attribute); this one is an older layout")
-        };
-        let obs = file.group("obs").map_err(|_| legacy())?;
-        let index_name = super::h5::attr_string(&obs, "_index").ok_or_else(legacy)?;
-        let ds = obs.dataset(&index_name).map_err(h5)?;
-        let names = super::h5::read_strings(input, &ds, "obs index", None)?;
+    super::h5ad_copy::edit_copy(input, target, "obsm", |file, _obs, names, h5| {
         let row: std::collections::HashMap<&str, usize> =
             ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let mut matrix = vec![f32::NAN; names.len() * dim];
@@ -44,20 +33,12 @@ pub fn write_obsm(input: &Path, target: &Path, ids: &[String], emb: &[f32], dim:
             obsm.unlink("X_corrflow").map_err(h5)?;
         }
         let arr = ndarray::Array2::from_shape_vec((names.len(), dim), matrix)
-            .map_err(|e| Error::format(&tmp, e.to_string()))?;
+            .map_err(|e| Error::internal("obsm", e.to_string()))?;
         let d = obsm.new_dataset_builder().with_data(&arr).create("X_corrflow").map_err(h5)?;
         for (k, v) in [("encoding-type", "array"), ("encoding-version", "0.2.0")] {
             let v: VarLenUnicode = v.parse().expect("ascii");
             d.new_attr::<VarLenUnicode>().create(k).and_then(|a| a.write_scalar(&v)).map_err(h5)?;
         }
-        file.flush().map_err(h5)?;
         Ok(())
-    })();
-    match result {
-        Ok(()) => crate::util::atomic::commit(&tmp, target),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    })
 }

@@ -3,6 +3,7 @@
 //! read by [`open_exported`] without running the model). Plain data, so the server and the
 //! ONNX Runtime backend read it without depending on burn.
 
+pub mod memory;
 pub mod proto;
 
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 
 pub mod atomic;
 pub mod lock;
+pub mod parquet_out;
 pub mod writeback;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -203,6 +203,10 @@ impl Encoder for OrtEncoder {
         self.meta.model.cell_classes()
     }
 
+    fn config(&self) -> Option<&corrflow_io::model_meta::ModelConfig> {
+        Some(&self.meta.model)
+    }
+
     fn encode_with_probabilities(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         self.embed_classified(batch)
     }

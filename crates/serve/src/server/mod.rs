@@ -106,7 +106,9 @@ pub async fn serve(
             // Tests hold the server in its loading state (`FAILPOINTS=serve-load=sleep(1500)`,
             // built with the `failpoints` feature only) to see the 503s.
             fail::fail_point!("serve-load");
-            OrtEncoder::open(&opts.model, &opts.runtime)
+            let encoder = OrtEncoder::open(&opts.model, &opts.runtime)?;
+            corrflow_io::encode::check_batch_memory(&encoder, opts.batch.token_budget)?;
+            Ok(encoder)
         })
         .await;
         match loaded {

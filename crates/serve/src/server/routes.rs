@@ -157,7 +157,7 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
         return Err(error(413, format!("the body is {declared} bytes, over the length limit of {limit} bytes")));
     }
     let Some(_admitted) = s.admission.try_admit(declared) else {
-        return Err(refuse_unread(req.into_body(), s.options.max_body_bytes));
+        return Err(refuse_unread(s, req.into_body(), declared));
     };
     let body = match axum::body::to_bytes(req.into_body(), s.options.max_body_bytes).await {
         Ok(b) => b,
@@ -189,19 +189,29 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
 /// How long a refused request's body is read and dropped after its 429 is sent.
 const DRAIN_FOR: Duration = Duration::from_secs(30);
 
-/// The 429 of a request that was not admitted, sent at once and holding none of its body: the
-/// body is read frame by frame and dropped in a task of its own (up to the body limit, for at
-/// most `DRAIN_FOR`), so a client that sends its whole body before reading the answer still
-/// reads the 429 instead of a reset connection, and the connection stays usable.
-fn refuse_unread(body: axum::body::Body, max_body_bytes: usize) -> Response {
+/// The 429 of a request that was not admitted, sent at once and holding none of its body.
+/// While the drain budget allows, the body is read frame by frame and dropped in a task of its
+/// own (up to the body limit, for at most `DRAIN_FOR`), so a client that sends its whole body
+/// before reading still reads the 429 and keeps its connection; past the budget the connection
+/// is closed after the 429, as reading every refused body would take the CPU the server sheds
+/// load to keep.
+fn refuse_unread(s: &AppState, body: axum::body::Body, declared: usize) -> Response {
     use http_body_util::BodyExt;
+    let message = "the request queue is full (requests or body bytes in flight at the limit); retry later";
+    let Some(permit) = s.admission.try_drain(declared) else {
+        let mut r = too_many(message);
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    };
+    let limit = s.options.max_body_bytes;
     tokio::spawn(async move {
+        let _permit = permit;
         let mut body = body;
         let mut seen = 0usize;
         let drain = async {
             while let Some(Ok(frame)) = body.frame().await {
                 seen += frame.data_ref().map_or(0, |d| d.len());
-                if seen > max_body_bytes {
+                if seen > limit {
                     break;
                 }
             }
@@ -209,7 +219,7 @@ fn refuse_unread(body: axum::body::Body, max_body_bytes: usize) -> Response {
         // Past the deadline or the limit the body is dropped and hyper closes the connection.
         let _ = tokio::time::timeout(DRAIN_FOR, drain).await;
     });
-    too_many("the request queue is full (requests or body bytes in flight at the limit); retry later")
+    too_many(message)
 }
 
 /// 429 with `Retry-After`.

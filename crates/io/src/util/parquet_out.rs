@@ -1,0 +1,93 @@
+//! A Parquet file written batch by batch under a hidden temporary name and renamed into place
+//! when finished: readers never see a partial file, and a failed or dropped writer leaves
+//! nothing behind. The schema is taken from the first batch, so streaming commands that learn
+//! their columns from the data (`embed`, `annotate`) need not spell it out.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use parquet::arrow::ArrowWriter;
+
+use super::atomic::{commit, temp_path};
+use crate::error::{Error, IoContext, Result};
+
+pub struct ParquetOut {
+    target: PathBuf,
+    tmp: PathBuf,
+    writer: Option<ArrowWriter<File>>,
+}
+
+impl ParquetOut {
+    /// A writer for `target` (nothing is created before the first batch).
+    pub fn new(target: &Path) -> Self {
+        Self { target: target.to_path_buf(), tmp: temp_path(target), writer: None }
+    }
+
+    /// Appends a batch (the first one fixes the schema).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if self.writer.is_none() {
+            let f = File::create(&self.tmp).at(&self.tmp)?;
+            self.writer =
+                Some(ArrowWriter::try_new(f, batch.schema(), None).map_err(|e| Error::parquet(&self.tmp, e))?);
+        }
+        let w = self.writer.as_mut().expect("created above"); // ok: invariant
+        w.write(batch).map_err(|e| Error::parquet(&self.tmp, e))
+    }
+
+    /// Whether any batch was written.
+    pub fn is_empty(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    /// Closes, syncs and renames the file into place; `empty` is the error when no batch came.
+    pub fn finish(mut self, empty: impl FnOnce() -> Error) -> Result<()> {
+        let w = self.writer.take().ok_or_else(empty)?;
+        w.into_inner().map_err(|e| Error::parquet(&self.tmp, e))?.sync_all().at(&self.tmp)?;
+        commit(&self.tmp, &self.target)
+    }
+}
+
+impl Drop for ParquetOut {
+    /// An unfinished file (an error, or a writer dropped) is removed.
+    fn drop(&mut self) {
+        if self.writer.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int32Array;
+    use std::sync::Arc;
+
+    fn batch(v: &[i32]) -> RecordBatch {
+        RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(v.to_vec())) as _)]).unwrap()
+    }
+
+    #[test]
+    fn a_finished_file_appears_whole_and_an_abandoned_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.parquet");
+        let mut out = ParquetOut::new(&target);
+        out.write(&batch(&[1, 2])).unwrap();
+        out.write(&batch(&[3])).unwrap();
+        assert!(!target.exists(), "nothing at the target before finish");
+        out.finish(|| Error::Usage("empty".into())).unwrap();
+        let rows: usize =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(File::open(&target).unwrap(), 8)
+                .unwrap()
+                .map(|b| b.unwrap().num_rows())
+                .sum();
+        assert_eq!(rows, 3);
+        let other = dir.path().join("other.parquet");
+        let mut out = ParquetOut::new(&other);
+        out.write(&batch(&[1])).unwrap();
+        drop(out);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only the finished file");
+        let e = ParquetOut::new(&other).finish(|| Error::Usage("no rows".into())).unwrap_err();
+        assert!(e.to_string().contains("no rows"));
+    }
+}

@@ -26,6 +26,7 @@ __all__ = [
     "Corpus",
     "Graph",
     "MaskedBatches",
+    "annotate",
     "embed",
     "ingest",
     "tokenize",
@@ -478,3 +479,52 @@ def embed(
     if key is not None:
         adata.obsm[key] = out
     return out
+
+
+# --- Cell Ontology annotation --------------------------------------------------------------------
+
+_CALL_COLUMNS = ("leaf_id", "leaf_label", "leaf_probability", "call_id", "call_label", "call_probability", "call_depth")
+
+
+def annotate(
+    adata: Any,
+    model: PathLike = "model.onnx",
+    threshold: float = 0.5,
+    key: Optional[str] = "corrflow",
+    *,
+    gene_column: Optional[str] = None,
+    counts: str = "X",
+    batch_size: int = 64,
+    token_budget: int = 16384,
+    threads: int = 0,
+    allow_normalized: bool = False,
+    log1p: bool = False,
+) -> Any:
+    """Cell Ontology calls from a model with a hierarchical cell-type head (``corrflow train
+    --hce-ontology``, then ``corrflow export onnx``), run by ONNX Runtime: per cell the most
+    probable leaf and the reliable call (the deepest term of the greedy top-down path whose
+    probability is at least ``threshold``), each with its probability, the same calls as
+    ``corrflow annotate --model`` and ``POST /v1/annotate``.
+
+    Returns a pandas DataFrame indexed by ``adata.obs_names`` with columns leaf_id, leaf_label,
+    leaf_probability, call_id, call_label, call_probability, call_depth (None / NaN / -1 for
+    cells with no vocabulary gene). Unless ``key`` is None it also writes them to
+    ``adata.obs[f"{key}_{column}"]``, the leaf probabilities (float32 ``[n_obs, leaves]``) to
+    ``adata.obsm[f"{key}_leaf_probabilities"]`` and the leaves' term ids and the ontology release
+    to ``adata.uns[f"{key}_ontology"]``."""
+    import pandas as pd
+
+    indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
+    out = _native.annotate_csr(
+        indptr, indices, data, genes, cells, os.fspath(model), threshold=threshold,
+        batch_size=batch_size, token_budget=token_budget, threads=threads,
+        allow_normalized=allow_normalized, log1p=log1p,
+    )
+    frame = pd.DataFrame({c: out[c] for c in _CALL_COLUMNS}, index=adata.obs_names)
+    if key is not None:
+        for c in _CALL_COLUMNS:
+            adata.obs[f"{key}_{c}"] = frame[c].values
+        adata.obsm[f"{key}_leaf_probabilities"] = out["probabilities"]
+        adata.uns[f"{key}_ontology"] = {"version": out["ontology_version"], "leaves": list(out["leaves"])}
+    return frame
+

@@ -65,6 +65,21 @@ def embed_csr(
     log1p: bool = False,
     source: str = "AnnData",
 ) -> npt.NDArray[np.float32]: ...
+def annotate_csr(
+    indptr: npt.NDArray[Any],
+    indices: npt.NDArray[np.int32],
+    data: npt.NDArray[Any],
+    gene_ids: List[str],
+    cell_ids: List[str],
+    model: str,
+    threshold: float = 0.5,
+    batch_size: int = 64,
+    token_budget: int = 16384,
+    threads: int = 0,
+    allow_normalized: bool = False,
+    log1p: bool = False,
+    source: str = "AnnData",
+) -> Dict[str, Any]: ...
 
 class MaskedBatches:
     def __init__(

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use corrflow_io::encode::{encode_in_batches, Encoder};
+use corrflow_io::encode::{encode_in_batches, Encoder, PaddedBatch};
 use corrflow_io::model_meta::Pooling;
 use corrflow_serve::runtime::{OrtEncoder, RuntimeOptions};
 use numpy::{PyArray1, PyArrayMethods};
@@ -62,19 +62,46 @@ pub(crate) fn embed_csr<'py>(
         options(encoder.layout(), allow_normalized, log1p),
         source.to_string(),
     )?;
-    let (dim, pad) = (encoder.dim(), encoder.vocab.pad);
+    let dim = encoder.dim();
     let n = csr.n_cells();
     let mut out = vec![f32::NAN; n * dim];
-    tok.for_each_chunk(py, &csr, &gene_ids, &cell_ids, |start, chunk| {
+    let batching = (token_budget, batch_size);
+    for_each_encoded(
+        py,
+        (&tok, &csr, &gene_ids, &cell_ids),
+        &mut encoder,
+        dim,
+        batching,
+        |b, e| e.encode(b),
+        |cell, row| {
+            out[cell * dim..(cell + 1) * dim].copy_from_slice(row);
+        },
+    )?;
+    Ok(PyArray1::from_vec(py, out).reshape([n, dim])?.into_any())
+}
+
+/// Tokenizes the cells of a CSR matrix chunk by chunk and encodes them in length-sorted batches
+/// with `encode` (rows of `width` values), handing each cell's row to `each` with the cell's
+/// index in the matrix; cells without a vocabulary gene are skipped. The GIL is released while
+/// encoding.
+pub(crate) fn for_each_encoded(
+    py: Python<'_>,
+    (tok, csr, gene_ids, cell_ids): (&Tokenizer, &CsrArrays, &[String], &[String]),
+    encoder: &mut OrtEncoder,
+    width: usize,
+    (token_budget, batch_size): (usize, usize),
+    encode: impl Fn(&PaddedBatch, &mut OrtEncoder) -> corrflow_io::Result<Vec<f32>> + Send + Sync,
+    mut each: impl FnMut(usize, &[f32]),
+) -> PyResult<()> {
+    let pad = encoder.vocab.pad;
+    tok.for_each_chunk(py, csr, gene_ids, cell_ids, |start, chunk| {
         let cells: Vec<Vec<u32>> = chunk.offsets.windows(2).map(|w| chunk.tokens[w[0]..w[1]].to_vec()).collect();
-        let emb = py
-            .detach(|| encode_in_batches(&cells, pad, dim, token_budget, batch_size, |b| encoder.encode(b)))
+        let rows = py
+            .detach(|| encode_in_batches(&cells, pad, width, token_budget, batch_size, |b| encode(b, encoder)))
             .map_err(py_err)?;
         for (r, &k) in chunk.kept.iter().enumerate() {
-            let cell = start + k;
-            out[cell * dim..(cell + 1) * dim].copy_from_slice(&emb[r * dim..(r + 1) * dim]);
+            each(start + k, &rows[r * width..(r + 1) * width]);
         }
         Ok(())
-    })?;
-    Ok(PyArray1::from_vec(py, out).reshape([n, dim])?.into_any())
+    })
 }

@@ -8,6 +8,7 @@
 
 use pyo3::prelude::*;
 
+mod annotate;
 mod batches;
 mod corpus;
 mod embed;
@@ -39,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::graph_read, m)?)?;
     m.add_function(wrap_pyfunction!(graph::graph_update, m)?)?;
     m.add_function(wrap_pyfunction!(embed::embed_csr, m)?)?;
+    m.add_function(wrap_pyfunction!(annotate::annotate_csr, m)?)?;
     m.add_class::<batches::MaskedBatches>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -11,9 +11,13 @@
 //! cargo bench --bench fuzz -- config 1000000
 //! cargo bench --bench fuzz -- mtx 1000000
 //! cargo bench --bench fuzz -- h5 1000000 FILE.h5ad [FILE.h5 ...]    # e.g. the test fixtures
+//! cargo bench --bench fuzz -- h5 500000..1000000 FILE.h5ad ...        # a range, e.g. one per core
 //! ```
+//! Execution `i` draws its mutations from its own stream of one seeded generator, so a range
+//! replays exactly the executions of the same numbers in a whole run.
 //! Prints one JSON line: target, executions, seconds, outcomes (ok / clean errors), panics.
 
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -58,23 +62,27 @@ struct Tally {
     panics: Vec<String>,
 }
 
-fn run(target: &str, n: u64, mut exec: impl FnMut(u64, &mut ChaCha8Rng) -> Result<bool, String>) -> Tally {
-    let mut rng = ChaCha8Rng::seed_from_u64(28);
+fn run(target: &str, range: Range<u64>, mut exec: impl FnMut(u64, &mut ChaCha8Rng) -> Result<bool, String>) -> Tally {
     let mut t = Tally { ok: 0, errors: 0, panics: Vec::new() };
     let start = Instant::now();
-    for i in 0..n {
+    let first = range.start;
+    for i in range.clone() {
+        let mut rng = ChaCha8Rng::seed_from_u64(28);
+        rng.set_stream(i);
         match exec(i, &mut rng) {
             Ok(true) => t.ok += 1,
             Ok(false) => t.errors += 1,
             Err(p) => t.panics.push(format!("execution {i}: {p}")),
         }
-        if i % 100_000 == 99_999 {
-            eprintln!("{target}: {} executions, {:.0}/s", i + 1, (i + 1) as f64 / start.elapsed().as_secs_f64());
+        let done = i + 1 - first;
+        if done % 100_000 == 0 {
+            eprintln!("{target}: {done} executions, {:.0}/s", done as f64 / start.elapsed().as_secs_f64());
         }
     }
     println!(
         "{}",
-        serde_json::json!({"target": target, "executions": n, "seconds": start.elapsed().as_secs_f64(),
+        serde_json::json!({"target": target, "executions": range.end - range.start, "first": first,
+            "seconds": start.elapsed().as_secs_f64(),
             "ok": t.ok, "clean_errors": t.errors, "panics": t.panics.len(), "first_panics": &t.panics[..t.panics.len().min(5)]})
     );
     t
@@ -90,7 +98,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
-fn request(n: u64) -> Tally {
+fn request(n: Range<u64>) -> Tally {
     use corrflow::server::api::{parse_embed_request, InputRules};
     let vocab = corrflow::vocab::Vocabulary::resolve(corrflow::vocab::BUILTIN).unwrap();
     let rules = InputRules {
@@ -116,7 +124,7 @@ fn request(n: u64) -> Tally {
     })
 }
 
-fn config(n: u64) -> Tally {
+fn config(n: Range<u64>) -> Tally {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
     let seeds: Vec<Vec<u8>> =
         ["default.toml", "tiny.toml", "paper.toml"].iter().map(|f| std::fs::read(root.join(f)).unwrap()).collect();
@@ -127,22 +135,20 @@ fn config(n: u64) -> Tally {
     })
 }
 
-/// Reads every chunk of the cells at `path`.
-fn read_all(path: &Path, opts: &corrflow::formats::ReadOptions) -> bool {
-    let Ok(mut src) = corrflow::formats::open(path, opts) else { return false };
+/// Reads every chunk of the cells at `path`; the error's message when it is refused.
+fn read_all(path: &Path, opts: &corrflow::formats::ReadOptions) -> Result<(), String> {
+    let mut src = corrflow::formats::open(path, opts).map_err(|e| e.to_string())?;
     let n = src.n_cells();
     let mut at = 0;
     while at < n {
         let end = (at + opts.chunk_cells).min(n);
-        if src.read_chunk(at..end).is_err() {
-            return false;
-        }
+        src.read_chunk(at..end).map_err(|e| e.to_string())?;
         at = end;
     }
-    true
+    Ok(())
 }
 
-fn mtx(n: u64) -> Tally {
+fn mtx(n: Range<u64>) -> Tally {
     let dir = scratch().join("mtx");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("features.tsv"), "ENSG00000187634\tSAMD11\tGene Expression\nENSG00000188976\tNOC2L\tGene Expression\nENSG00000187961\tKLHL17\tGene Expression\n").unwrap();
@@ -152,22 +158,26 @@ fn mtx(n: u64) -> Tally {
     let opts = corrflow::formats::ReadOptions { chunk_cells: 2, scratch_dir: scratch(), ..Default::default() };
     run("mtx", n, |_, rng| {
         std::fs::write(dir.join("matrix.mtx"), mutate(seed, rng, false)).unwrap();
-        guarded(|| read_all(&dir, &opts))
+        guarded(|| read_all(&dir, &opts).is_ok())
     })
 }
 
-fn h5(n: u64, files: &[PathBuf]) -> Tally {
+fn h5(n: Range<u64>, files: &[PathBuf]) -> Tally {
     let seeds: Vec<(Vec<u8>, String)> = files
         .iter()
         .map(|f| (std::fs::read(f).unwrap(), f.extension().unwrap_or_default().to_string_lossy().into_owned()))
         .collect();
+    // libhdf5 loops forever on some damaged heaps; the open guard refuses those after its
+    // patience, kept short here so that each costs seconds, not minutes.
     let opts = corrflow::formats::ReadOptions {
         gene_column: None,
         chunk_cells: 32,
         scratch_dir: scratch(),
+        open_patience: Some(std::time::Duration::from_secs(2)),
         ..Default::default()
     };
-    run("h5", n, |i, rng| {
+    let mut hangs = Vec::new();
+    let tally = run("h5", n, |i, rng| {
         let (seed, ext) = &seeds[i as usize % seeds.len()];
         // A new name each time: nothing cached about an earlier file applies.
         let path = scratch().join(format!("case-{}.{ext}", i % 2));
@@ -176,8 +186,21 @@ fn h5(n: u64, files: &[PathBuf]) -> Tally {
         if i % 1000 == 0 {
             eprintln!("h5: execution {i}");
         }
-        guarded(|| read_all(&path, &opts))
-    })
+        guarded(|| match read_all(&path, &opts) {
+            Ok(()) => true,
+            Err(e) => {
+                if e.contains("did not finish opening") {
+                    hangs.push(i);
+                }
+                false
+            }
+        })
+    });
+    println!(
+        "{}",
+        serde_json::json!({"target": "h5", "hangs_refused": hangs.len(), "first_hangs": &hangs[..hangs.len().min(20)]})
+    );
+    tally
 }
 
 fn scratch() -> PathBuf {
@@ -187,12 +210,21 @@ fn scratch() -> PathBuf {
     p
 }
 
+/// `N` (executions 0..N) or `START..END`.
+fn parse_range(s: &str) -> Range<u64> {
+    let num = |t: &str| t.parse::<u64>().unwrap_or_else(|_| panic!("not an execution count or range: {s}"));
+    match s.split_once("..") {
+        Some((a, b)) => num(a)..num(b),
+        None => 0..num(s),
+    }
+}
+
 fn main() {
-    // Library panics are caught and counted; their default message would flood the output.
-    std::panic::set_hook(Box::new(|_| {}));
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let target = args.first().map(String::as_str).unwrap_or("request");
-    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let n = args.get(1).map_or(0..100_000, |s| parse_range(s));
+    // Library panics are caught and counted; their default message would flood the output.
+    std::panic::set_hook(Box::new(|_| {}));
     let tally = match target {
         "request" => request(n),
         "config" => config(n),

@@ -5,6 +5,8 @@ mod common;
 
 use std::path::Path;
 
+use rand::{Rng, SeedableRng};
+
 use common::*;
 
 /// Every manifest.json and shard file under `dir`.
@@ -51,6 +53,12 @@ fn malformed_inputs_fail_cleanly() {
         ("bad_indices.h5ad", "outside"),
         ("no_vocab_genes.h5ad", "is in vocabulary"),
         ("truncated.mtx", "truncated"),
+        // Issue 28, item 8: each used to get a message that named the wrong problem.
+        ("tenx_no_barcodes.h5", "10x HDF5 matrix without matrix/barcodes"),
+        ("no_x.h5ad", "AnnData file without a 'X' matrix: counts may be read from --counts raw"),
+        ("not_anndata.h5", "neither an AnnData file (X, obs, var) nor a 10x HDF5 matrix"),
+        ("extra_entries.mtx", "more entries than the header announces (42492)"),
+        ("damaged_gzip.mtx", "damaged gzip stream (corrupt gzip stream does not have a matching checksum)"),
     ];
     for (file, needle) in cases {
         let tmp = tempfile::tempdir().unwrap();
@@ -224,4 +232,77 @@ fn a_batch_plan_beyond_memory_is_refused_before_any_work() {
     let r = corrflow(&["serve", "--model", &model, "--addr", "127.0.0.1:0", "--token-budget", "1000000000000"]);
     assert!(!r.status.success());
     assert!(stderr(&r).contains("a model batch needs about"), "{}", stderr(&r));
+}
+
+#[test]
+fn an_obs_column_shorter_than_the_matrix_is_named_with_both_lengths() {
+    let Some(fx) = fixtures() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    let input = fx.join("bad/obs_short.h5ad");
+    expect_failure(
+        &[
+            "ingest",
+            "--atlas",
+            "a",
+            "--out",
+            corpus.to_str().unwrap(),
+            "--obs-columns",
+            "score",
+            input.to_str().unwrap(),
+        ],
+        "obs_short.h5ad",
+        "obs column 'score' has 32 rows but the matrix has 64 cells",
+        &corpus,
+    );
+}
+
+#[test]
+fn a_damaged_parquet_footer_is_reported_as_a_damaged_file() {
+    let Some(fx) = fixtures() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    let good = fx.join("good/csr.h5ad");
+    let o = corrflow(&["ingest", "--atlas", "a", "--out", corpus.to_str().unwrap(), good.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Overwrite the Thrift metadata before the footer's length and magic with noise, as a
+    // damaged disk block would; the decoder then reports thrift or UTF-8 errors.
+    let mut bytes = std::fs::read(corpus.join("atlases/a/shard-00000.parquet")).unwrap();
+    let n = bytes.len();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+    for (k, b) in bytes[n - 200..n - 8].iter_mut().enumerate() {
+        *b = if k % 3 == 0 { rng.random() } else { b'A' };
+    }
+    let damaged = tmp.path().join("embeddings.parquet");
+    std::fs::write(&damaged, bytes).unwrap();
+    let r = corrflow(&["eval", "probe", "--embeddings", damaged.to_str().unwrap(), "--label", "cell_id"]);
+    let err = stderr(&r);
+    assert!(!r.status.success() && !err.contains("panicked"), "{err}");
+    assert!(err.contains("embeddings.parquet: cannot read this Parquet file, it is damaged or not Parquet"), "{err}");
+}
+
+#[test]
+fn h5ad_out_of_a_legacy_file_is_refused_before_any_output_is_written() {
+    let Some(fx) = fixtures() else { return };
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, h5) = (tmp.path().join("e.parquet"), tmp.path().join("e.h5ad"));
+    let legacy = fx.join("good/legacy.h5ad");
+    let p = |p: &Path| p.display().to_string();
+    let r = corrflow(&[
+        "embed",
+        "--gene-column",
+        "gene_ids",
+        "--model",
+        &p(&f.model),
+        "--input",
+        &p(&legacy),
+        "--out",
+        &p(&out),
+        "--h5ad-out",
+        &p(&h5),
+    ]);
+    let err = stderr(&r);
+    assert!(!r.status.success() && err.contains("legacy.h5ad: --h5ad-out needs an AnnData ≥ 0.7 file"), "{err}");
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "left {:?}", std::fs::read_dir(tmp.path()));
 }

@@ -113,6 +113,7 @@ pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
     corrflow_io::util::atomic::check_writable(&req.out)?;
     if let Some(h5) = &req.h5ad_out {
         corrflow_io::util::atomic::check_writable(h5)?;
+        corrflow_io::formats::check_editable(&req.input)?;
     }
     let (head, model_path) = model_head(&req.model)?;
     if let Some(o) = &req.ontology {

@@ -547,6 +547,7 @@ impl ReadArgs {
             chunk_cells: cfg.ingest.chunk_cells,
             scratch_dir: std::env::temp_dir(),
             genome: self.genome.clone(),
+            open_patience: None,
         }
     }
 

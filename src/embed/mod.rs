@@ -122,6 +122,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     corrflow_io::util::atomic::check_writable(&req.out)?;
     if let Some(h5) = &req.h5ad_out {
         corrflow_io::util::atomic::check_writable(h5)?;
+        corrflow_io::formats::check_editable(&req.input)?;
     }
     let mut encoder = open_encoder(&req.model, req.pooling, req.layer, &req.runtime)?;
     corrflow_io::encode::check_batch_memory(encoder.as_ref(), req.token_budget)?;

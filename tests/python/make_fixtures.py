@@ -6,7 +6,9 @@ good/  csr.h5ad csc.h5ad dense.h5ad legacy.h5ad (anndata<0.7 layout: h5sparse X,
        layers/counts, normalized X), tenx_v3.h5, mtx/ (gzipped Cell Ranger layout), repeat8.h5ad
 bad/   truncated.h5ad wrong_encoding.h5ad shape_mismatch.h5ad negative.h5ad nan.h5ad
        non_integer.h5ad no_vocab_genes.h5ad empty.h5ad not_hdf5.h5ad bad_indices.h5ad
-       truncated.mtx/
+       truncated.mtx/, and the unclear-message cases of issue 28: tenx_no_barcodes.h5,
+       no_x.h5ad (counts only in raw/X), not_anndata.h5, obs_short.h5ad, extra_entries.mtx/,
+       damaged_gzip.mtx/ (garbage that still inflates, caught by the CRC)
 """
 import gzip
 import shutil
@@ -189,4 +191,44 @@ with gzip.open(mtx / "matrix.mtx.gz", "rt") as f:
 (tm / "matrix.mtx").write_text("".join(lines[: len(lines) // 2]))
 shutil.copy(mtx / "features.tsv.gz", tm / "features.tsv.gz")
 shutil.copy(mtx / "barcodes.tsv.gz", tm / "barcodes.tsv.gz")
+
+# 10x file that lost its barcodes; AnnData without X; HDF5 that is neither.
+shutil.copy(good / "tenx_v3.h5", bad / "tenx_no_barcodes.h5")
+with h5py.File(bad / "tenx_no_barcodes.h5", "r+") as f:
+    del f["matrix/barcodes"]
+shutil.copy(good / "raw_layers.h5ad", bad / "no_x.h5ad")
+with h5py.File(bad / "no_x.h5ad", "r+") as f:
+    del f["X"]
+with h5py.File(bad / "not_anndata.h5", "w") as f:
+    f["expression"] = np.ones((3, 3), dtype=np.float32)
+
+
+def obs_short(f):
+    n = f["obs/score"].shape[0]
+    score = f["obs/score"][: n // 2]
+    del f["obs/score"]
+    f["obs/score"] = score
+
+
+variant("obs_short.h5ad", obs_short)
+
+# MatrixMarket: one entry more than the header announces; a gzip whose deflate data is altered
+# so that it still inflates (to wrong bytes) and only the CRC at the end tells.
+with gzip.open(mtx / "matrix.mtx.gz", "rt") as f:
+    lines = f.readlines()
+for name, text in [("extra_entries.mtx", "".join(lines) + lines[-1])]:
+    d = bad / name
+    d.mkdir(exist_ok=True)
+    (d / "matrix.mtx").write_text(text)
+    shutil.copy(mtx / "features.tsv.gz", d / "features.tsv.gz")
+    shutil.copy(mtx / "barcodes.tsv.gz", d / "barcodes.tsv.gz")
+dg = bad / "damaged_gzip.mtx"
+dg.mkdir(exist_ok=True)
+raw = "".join(lines).encode()
+stored = bytearray(gzip.compress(raw, compresslevel=0))  # stored blocks: bytes pass through
+at = len(stored) - 8 - len(raw) // 2
+stored[at] = ord("x") if stored[at] != ord("x") else ord("y")
+(dg / "matrix.mtx.gz").write_bytes(bytes(stored))
+shutil.copy(mtx / "features.tsv.gz", dg / "features.tsv.gz")
+shutil.copy(mtx / "barcodes.tsv.gz", dg / "barcodes.tsv.gz")
 print("fixtures written to", out)

@@ -87,6 +87,13 @@ impl Error {
         Self::Parquet { path: path.as_ref().to_path_buf(), msg: err.to_string() }
     }
 
+    /// A Parquet file that cannot be decoded: a damaged footer or page surfaces as thrift or
+    /// UTF-8 noise from the decoder, so the message says what that means first.
+    pub fn parquet_read(path: impl AsRef<Path>, err: impl std::fmt::Display) -> Self {
+        let msg = format!("cannot read this Parquet file, it is damaged or not Parquet ({err})");
+        Self::Parquet { path: path.as_ref().to_path_buf(), msg }
+    }
+
     pub fn conflict(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
         Self::Conflict { path: path.as_ref().to_path_buf(), msg: msg.into() }
     }

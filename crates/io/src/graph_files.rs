@@ -156,8 +156,8 @@ fn content_hash(edges: &[u8], genes: &[u8]) -> String {
 fn read_batches(path: &Path, bytes: Vec<u8>) -> Result<Vec<RecordBatch>> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
         .and_then(|b| b.build())
-        .map_err(|e| Error::parquet(path, e))?;
-    reader.map(|r| r.map_err(|e| Error::parquet(path, e))).collect()
+        .map_err(|e| Error::parquet_read(path, e))?;
+    reader.map(|r| r.map_err(|e| Error::parquet_read(path, e))).collect()
 }
 
 fn column<'a, T: 'static>(rb: &'a RecordBatch, path: &Path, name: &str) -> Result<&'a T> {

@@ -75,6 +75,19 @@ impl DataPlan {
         }
     }
 
+    /// Bytes the plan and the masking dataflow hold at most (the pre-flight estimate): the
+    /// shuffle buffer and one length group of cells of up to `max_len` tokens, and `batches`
+    /// planned or masked batches in flight (tokens, labels, masked positions and the attention
+    /// mask, each up to `batch_size × max_len`).
+    pub fn masking_bytes(&self, batches: usize) -> u128 {
+        let longest =
+            self.layout.max_genes + usize::from(self.layout.cls.is_some()) + usize::from(self.layout.eos.is_some());
+        let len = if self.max_len > 0 { self.max_len } else { longest } as u128;
+        let per_cell = 48 + 4 * len;
+        let cells = self.shuffle_buffer.max(1) as u128 + self.batch_size as u128 * self.group_batches as u128;
+        cells * per_cell + batches as u128 * self.batch_size as u128 * len * 4 * 4
+    }
+
     pub fn train_cells(&self) -> u64 {
         (0..self.index.cells).filter(|&k| !self.is_eval(k)).count() as u64
     }
@@ -176,7 +189,8 @@ impl DataPlan {
         let mut order: Vec<usize> = (0..self.index.shards.len()).collect();
         order.shuffle(&mut rng);
         let mut grouper = LengthGrouper::new(self.batch_size, self.group_batches, self.seed, epoch, first_seq);
-        let mut buffer: Vec<(u64, Vec<u32>)> = Vec::with_capacity(self.shuffle_buffer.max(1));
+        // Grows as cells arrive: a large buffer over a small corpus never fills.
+        let mut buffer: Vec<(u64, Vec<u32>)> = Vec::with_capacity(self.shuffle_buffer.clamp(1, 1 << 16));
         std::thread::scope(|scope| {
             let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<(u64, Vec<u32>)>>>(2);
             scope.spawn(move || self.read_training_cells(&order, &tx));
@@ -281,7 +295,33 @@ impl GraphWatch {
 
 #[cfg(test)]
 mod tests {
-    use super::split_part;
+    use super::{split_part, DataPlan};
+
+    #[test]
+    fn the_masking_estimate_grows_linearly_with_the_buffer_and_the_batch_plan() {
+        let plan = DataPlan {
+            index: Default::default(),
+            vocab_size: 100,
+            layout: corrflow_algorithms::SequenceLayout::v1(),
+            batch_size: 8,
+            group_batches: 50,
+            shuffle_buffer: 10_000,
+            epochs: 1,
+            max_len: 256,
+            eval_fraction: 0.0,
+            seed: 0,
+            subset: None,
+        };
+        let base = plan.masking_bytes(4);
+        let doubled_buffer = DataPlan { shuffle_buffer: 20_000, ..plan.clone() }.masking_bytes(4);
+        // 10,000 more cells of (48 + 4 × 256) bytes each.
+        assert_eq!(doubled_buffer - base, 10_000 * (48 + 4 * 256));
+        assert!(DataPlan { batch_size: 16, ..plan.clone() }.masking_bytes(4) > base);
+        assert!(DataPlan { max_len: 512, ..plan.clone() }.masking_bytes(4) > base);
+        // Unlimited length: the layout's longest sequence.
+        let unlimited = DataPlan { max_len: 0, ..plan.clone() }.masking_bytes(4);
+        assert_eq!(unlimited, DataPlan { max_len: 2048, ..plan }.masking_bytes(4));
+    }
 
     fn cells(n: u64) -> Vec<(u64, Vec<u32>)> {
         (0..n).map(|k| (k, vec![k as u32])).collect()

@@ -114,6 +114,17 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
         .ok_or_else(|| Error::format(path, "not a checkpoint (no state.json) nor a run directory with checkpoints"))
 }
 
+/// The error of a burn recorder writing into `dir`. burn wraps I/O errors in a debug dump
+/// (`Unknown("Io { inner: Os { code: 28, …, message: \"No space left on device\" } … }")`): the
+/// operating system's message, where there is one, is what the user needs.
+pub fn record_error(dir: &Path, e: impl std::fmt::Display) -> Error {
+    let text = e.to_string();
+    let os = ["message: \\\"", "message: \""]
+        .iter()
+        .find_map(|open| text.split_once(open).map(|(_, rest)| rest.split(['\\', '"']).next().unwrap_or(rest)));
+    Error::format(dir, format!("cannot write the checkpoint's records: {}", os.unwrap_or(&text)))
+}
+
 /// Writes a checkpoint: `write_records` fills a staging directory with the two record files,
 /// then `state.json` (with their checksums) is written and the directory renamed into place.
 /// Older checkpoints beyond `keep` are removed.
@@ -190,4 +201,21 @@ pub fn load_model<B: burn::tensor::backend::Backend>(
         ));
     }
     Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorder_io_error_is_reported_by_its_operating_system_message() {
+        let burn_text = r#"Unknown("Io { inner: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }, index: 149 }")"#;
+        let e = record_error(Path::new("run/checkpoints/.step-4.partial"), burn_text).to_string();
+        assert_eq!(
+            e,
+            "run/checkpoints/.step-4.partial: cannot write the checkpoint's records: No space left on device"
+        );
+        let other = record_error(Path::new("d"), "something else").to_string();
+        assert!(other.ends_with("cannot write the checkpoint's records: something else"), "{other}");
+    }
 }

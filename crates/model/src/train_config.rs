@@ -95,6 +95,17 @@ impl TrainConfig {
                 1 << 20
             ));
         }
+        // The shuffle buffer holds whole cells; 2^24 of them is already ~140 GB at full length.
+        if self.shuffle_buffer > 1 << 24 {
+            return Err(format!(
+                "train.shuffle_buffer ({}) must be at most {} cells (it holds whole cells in memory)",
+                self.shuffle_buffer,
+                1 << 24
+            ));
+        }
+        if self.mask_workers == 0 || self.mask_workers > 256 {
+            return Err(format!("train.mask_workers must be in 1..=256 (threads), got {}", self.mask_workers));
+        }
         if !(self.lr > 0.0) || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
             return Err("train.lr must be > 0, weight_decay and grad_clip ≥ 0".into());
         }

@@ -31,6 +31,9 @@ use crate::held_out::{evaluate, EvalSet};
 use crate::step::{clip_global_norm, StepPhases};
 use corrflow_mask::plan::{DataPlan, GraphWatch};
 
+/// Masked batches queued between the masking dataflow and the trainer.
+const MASKING_QUEUE: usize = 4;
+
 /// Everything `train` needs.
 #[derive(Clone, Debug)]
 pub struct TrainRequest {
@@ -138,8 +141,13 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
         seed: t.seed,
         subset: None,
     };
-    let bytes = corrflow_model::memory::training_bytes(m, vocab.len(), t.batch_size, plan.max_len);
-    corrflow_model::memory::check("training", bytes, "model sizes, train.batch_size or train.max_len")?;
+    let bytes = corrflow_model::memory::training_bytes(m, vocab.len(), t.batch_size, plan.max_len)
+        + plan.masking_bytes(MASKING_QUEUE + t.mask_workers + 1);
+    corrflow_model::memory::check(
+        "training (model, batch and masking data plan)",
+        bytes,
+        "model sizes, train.batch_size, train.max_len, train.shuffle_buffer or train.group_batches",
+    )?;
     let mut total = plan.batches_per_epoch() * t.epochs as u64;
     if t.max_steps > 0 {
         total = total.min(t.max_steps);
@@ -231,7 +239,7 @@ fn start_masking(setup: &RunSetup, t: &TrainConfig, step: u64) -> MaskedBatches 
         setup.ctx.clone(),
         initial,
         setup.plan.clone().feed(step, watch),
-        MaskingOptions { workers: t.mask_workers, capacity: 4, first_seq: step },
+        MaskingOptions { workers: t.mask_workers, capacity: MASKING_QUEUE, first_seq: step },
     )
 }
 
@@ -258,9 +266,9 @@ fn save_checkpoint<B: TrainingBackend>(
     };
     checkpoint::save(&req.out, state, req.train.keep_checkpoints, |dir| {
         let rec = Rec::new();
-        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| Error::format(dir, e.to_string()))?;
+        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(dir, e))?;
         rec.record(Optimizer::<CellEncoder<B>, B>::to_record(&trainee.optim), dir.join(OPTIM_FILE))
-            .map_err(|e| Error::format(dir, e.to_string()))
+            .map_err(|e| checkpoint::record_error(dir, e))
     })
 }
 
@@ -325,7 +333,7 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     // One run per folder: a second `train` into it is refused while this one runs.
     let _lock = DirLock::inside(&req.out, "train")?;
     let mut trainee = init_or_resume::<B>(req, &setup.vocab, &device)?;
-    setup.vocab.write_dir(&req.out.join("vocab"))?;
+    setup.vocab.publish_dir(&req.out.join("vocab"))?;
     let eval_set = EvalSet::new(&setup.ctx, &setup.plan.eval_set(t.eval_cells)?, t.batch_size);
     let batches = start_masking(&setup, t, trainee.step);
     let bar = progress_bar("train", req.progress, setup.total, trainee.step);

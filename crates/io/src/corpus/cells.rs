@@ -128,7 +128,7 @@ impl CorpusIndex {
 /// the run's first row in the shard).
 fn row_group_ranges(path: &Path, rows: usize) -> Result<Vec<(Vec<usize>, u64)>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::parquet(path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::parquet_read(path, e))?;
     let mut ranges: Vec<(Vec<usize>, u64)> = Vec::new();
     let (mut current, mut in_current, mut first) = (Vec::new(), 0usize, 0u64);
     for (g, meta) in builder.metadata().row_groups().iter().enumerate() {
@@ -159,7 +159,7 @@ fn read_row_groups(path: &Path, groups: &[usize], first_key: u64, vocab_size: us
     let mut blocks = Vec::new();
     for rb in reader {
         let mut block = CellBlock::default();
-        block.decode(&rb.map_err(|e| Error::parquet(path, e))?, path, key, vocab_size)?;
+        block.decode(&rb.map_err(|e| Error::parquet_read(path, e))?, path, key, vocab_size)?;
         key += block.len() as u64;
         blocks.push(block);
     }

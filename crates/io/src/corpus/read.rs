@@ -14,9 +14,9 @@ pub fn for_each_shard_batch(path: &Path, mut f: impl FnMut(&RecordBatch) -> Resu
     let file = File::open(path).at(path)?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|b| b.with_batch_size(8192).build())
-        .map_err(|e| Error::parquet(path, e))?;
+        .map_err(|e| Error::parquet_read(path, e))?;
     for rb in reader {
-        f(&rb.map_err(|e| Error::parquet(path, e))?)?;
+        f(&rb.map_err(|e| Error::parquet_read(path, e))?)?;
     }
     Ok(())
 }

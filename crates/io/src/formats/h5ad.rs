@@ -20,6 +20,35 @@ pub struct H5adSource {
     obs_fields: Vec<ObsField>,
 }
 
+/// The error for an HDF5 file without the matrix to read: an AnnData file without `X` (its counts
+/// may be elsewhere), or a file that is neither AnnData nor 10x.
+fn no_matrix(path: &Path, file: &hdf5::File, matrix_path: &str) -> Error {
+    let members = file.member_names().unwrap_or_default();
+    let anndata = file.link_exists("obs") && file.link_exists("var");
+    if !anndata {
+        return Error::format(
+            path,
+            format!(
+                "neither an AnnData file (X, obs, var) nor a 10x HDF5 matrix (matrix/ with barcodes, data, indices, \
+                 indptr, shape); its top-level members: {}",
+                if members.is_empty() { "none".to_string() } else { members.join(", ") }
+            ),
+        );
+    }
+    let mut elsewhere = Vec::new();
+    if file.link_exists("raw/X") || file.link_exists("raw.X") {
+        elsewhere.push("--counts raw".to_string());
+    }
+    let layers = file.group("layers").and_then(|g| g.member_names()).unwrap_or_default();
+    elsewhere.extend(layers.iter().map(|l| format!("--counts layer:{l}")));
+    let hint = if elsewhere.is_empty() {
+        "and no raw/X or layers either".to_string()
+    } else {
+        format!("counts may be read from {}", elsewhere.join(" or "))
+    };
+    Error::format(path, format!("AnnData file without a '{matrix_path}' matrix: {hint}"))
+}
+
 impl H5adSource {
     pub fn open(path: &Path, file: hdf5::File, opts: &ReadOptions) -> Result<Self> {
         let has = |p: &str| file.link_exists(p);
@@ -40,7 +69,7 @@ impl H5adSource {
             }
         };
         if !has(matrix_path.split('/').next().unwrap_or("X")) || !file.link_exists(&matrix_path) {
-            return Err(Error::format(path, format!("no '{matrix_path}' matrix: not an AnnData file?")));
+            return Err(no_matrix(path, &file, &matrix_path));
         }
         let (matrix, n_cells, n_genes) = open_matrix(path, &file, &matrix_path, opts)?;
 
@@ -64,7 +93,14 @@ impl H5adSource {
         let obs = opts
             .obs_columns
             .iter()
-            .map(|c| ColumnReader::open(path, &file, "obs", Column::Named(c)))
+            .map(|c| {
+                let reader = ColumnReader::open(path, &file, "obs", Column::Named(c))?;
+                if reader.len() != n_cells {
+                    let msg = format!("obs column '{c}' has {} rows but the matrix has {n_cells} cells", reader.len());
+                    return Err(Error::format(path, msg));
+                }
+                Ok(reader)
+            })
             .collect::<Result<Vec<_>>>()?;
         let obs_fields =
             opts.obs_columns.iter().zip(&obs).map(|(n, r)| ObsField { name: n.clone(), kind: r.kind() }).collect();

@@ -25,6 +25,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
+pub use h5ad_copy::check_editable;
 pub use obs::{ObsKind, ObsValues};
 pub use values::{CellValues, ChunkValues};
 
@@ -110,6 +111,9 @@ pub struct ReadOptions {
     /// 10x files of several genomes: the genome to read (a v2 file's matrix group, or the v3
     /// features of that genome).
     pub genome: Option<String>,
+    /// How long opening an HDF5 input may take before it is refused as damaged; `None`: by
+    /// the file's size (`crash_guard::default_patience`).
+    pub open_patience: Option<std::time::Duration>,
 }
 
 impl Default for ReadOptions {
@@ -121,6 +125,7 @@ impl Default for ReadOptions {
             chunk_cells: 256,
             scratch_dir: std::env::temp_dir(),
             genome: None,
+            open_patience: None,
         }
     }
 }
@@ -150,7 +155,8 @@ pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
     let file = h5::open(path)?;
     // Opening reads the attributes and the obs/var tables (chunks read cell ids, which
     // `vlen_heap` checks): that is what may crash the HDF5 library on a damaged file.
-    crash_guard::probe(path, || {
+    let patience = opts.open_patience.unwrap_or_else(|| crash_guard::default_patience(meta.len()));
+    crash_guard::probe(path, patience, || {
         let _ = h5::open(path).and_then(|f| open_hdf5(path, opts, f));
     })?;
     open_hdf5(path, opts, file)

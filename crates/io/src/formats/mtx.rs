@@ -153,9 +153,24 @@ impl MtxSource {
     fn transpose(&self) -> Result<RowBuckets> {
         let path = &self.matrix;
         let mut reader = open_text(path)?;
-        let (rows, cols, entries) = read_header(path, &mut *reader)?;
-        let n_cells = self.barcodes.len();
-        let mut writer = BucketWriter::new(&self.scratch, n_cells, self.chunk_cells)?;
+        let header = read_header(path, &mut *reader)?;
+        let mut writer = BucketWriter::new(&self.scratch, self.barcodes.len(), self.chunk_cells)?;
+        if let Err(e) = self.scan_entries(&mut *reader, header, &mut writer) {
+            // Damaged compressed data often decodes to garbage before the decoder notices: the
+            // real cause is then the gzip stream, not the entry that failed to parse.
+            return Err(gzip_damage(path, &mut *reader).unwrap_or(e));
+        }
+        writer.finish()
+    }
+
+    /// Streams the entries after the header into `writer`, checking positions and the count.
+    fn scan_entries(
+        &self,
+        reader: &mut dyn BufRead,
+        (rows, cols, entries): (usize, usize, usize),
+        writer: &mut BucketWriter,
+    ) -> Result<()> {
+        let path = &self.matrix;
         let mut line = Vec::new();
         let mut seen = 0usize;
         loop {
@@ -176,6 +191,15 @@ impl MtxSource {
                     format!("entry {}: expected 'row col value', got '{}'", seen + 1, text.trim()),
                 ));
             };
+            if seen == entries {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "more entries than the header announces ({entries}): line '{}' follows the last one",
+                        text.trim()
+                    ),
+                ));
+            }
             let bad = || Error::format(path, format!("entry {}: cannot parse '{}'", seen + 1, text.trim()));
             let (i, j): (usize, usize) = (i.parse().map_err(|_| bad())?, j.parse().map_err(|_| bad())?);
             let v: f64 = v.parse().map_err(|_| bad())?;
@@ -194,8 +218,18 @@ impl MtxSource {
         if seen != entries {
             return Err(Error::format(path, format!("truncated: header announces {entries} entries, file has {seen}")));
         }
-        writer.finish()
+        Ok(())
     }
+}
+
+/// For a `.gz` file: the decoder's error when the rest of the stream does not decompress (corrupt
+/// or cut), read after another error to find its cause.
+fn gzip_damage(path: &Path, reader: &mut dyn BufRead) -> Option<Error> {
+    if path.extension().is_none_or(|e| e != "gz") {
+        return None;
+    }
+    let e = std::io::copy(reader, &mut std::io::sink()).err()?;
+    Some(Error::format(path, format!("damaged gzip stream ({e}): the file is corrupt or cut short")))
 }
 
 impl CellSource for MtxSource {

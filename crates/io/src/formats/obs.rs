@@ -290,6 +290,12 @@ fn source_len(path: &Path, source: &ColumnSource, what: &str) -> Result<usize> {
     if shape.len() != 1 {
         return Err(Error::format(path, format!("{what}: expected a 1-d column, found shape {shape:?}")));
     }
+    if let ColumnSource::Nullable { mask, .. } = source {
+        if mask.shape() != shape {
+            let msg = format!("{what}: its mask has shape {:?} but its values {shape:?}", mask.shape());
+            return Err(Error::format(path, msg));
+        }
+    }
     Ok(shape[0])
 }
 

@@ -15,15 +15,38 @@ pub fn is_tenx(file: &hdf5::File) -> bool {
     !file.link_exists("X") && !tenx_groups(file).is_empty()
 }
 
-/// The matrix groups of a 10x file: `matrix` (v3), or one per genome (v2).
+/// What a 10x matrix group holds.
+const TENX_MEMBERS: [&str; 5] = ["barcodes", "data", "indices", "indptr", "shape"];
+
+/// The matrix groups of a 10x file: `matrix` (v3), or one per genome (v2). A group counts when it
+/// holds most of a 10x matrix, so that one missing dataset is reported as such, not as "not an
+/// AnnData file".
 fn tenx_groups(file: &hdf5::File) -> Vec<String> {
     let names = file.member_names().unwrap_or_default();
     names
         .into_iter()
-        .filter(|n| {
-            file.group(n).is_ok_and(|g| g.link_exists("barcodes") && g.link_exists("indptr") && g.link_exists("shape"))
-        })
+        .filter(|n| file.group(n).is_ok_and(|g| TENX_MEMBERS.iter().filter(|m| g.link_exists(m)).count() >= 3))
         .collect()
+}
+
+/// Refuses a 10x group that lacks one of the datasets every 10x matrix has.
+fn check_members(path: &Path, name: &str, g: &hdf5::Group) -> Result<()> {
+    let missing: Vec<&str> = TENX_MEMBERS.iter().copied().filter(|m| !g.link_exists(m)).collect();
+    let features = g.link_exists("features") || g.link_exists("genes");
+    if missing.is_empty() && features {
+        return Ok(());
+    }
+    let mut missing: Vec<String> = missing.iter().map(|m| format!("{name}/{m}")).collect();
+    if !features {
+        missing.push(format!("{name}/features (v3) or {name}/genes (v2)"));
+    }
+    Err(Error::format(
+        path,
+        format!(
+            "10x HDF5 matrix without {}: a Cell Ranger .h5 holds barcodes, data, indices, indptr, shape and the              feature table (is the file truncated or rewritten by another tool?)",
+            missing.join(", ")
+        ),
+    ))
 }
 
 /// The group to read: the only one, or the v2 genome `--genome` names.
@@ -57,6 +80,7 @@ impl TenxSource {
     pub fn open(path: &Path, file: hdf5::File, opts: &ReadOptions) -> Result<Self> {
         let name = choose_group(path, tenx_groups(&file), opts.genome.as_deref())?;
         let g = file.group(&name).map_err(|e| Error::hdf5(path, &name, e))?;
+        check_members(path, &name, &g)?;
         let shape_ds = g.dataset("shape").map_err(|e| Error::hdf5(path, format!("{name}/shape"), e))?;
         let shape = h5::read_i64(path, &shape_ds, &format!("{name}/shape"), None)?;
         let (n_features, n_cells) = match shape.as_slice() {

@@ -70,14 +70,20 @@ pub fn hidden_sibling(path: &Path, suffix: &str) -> PathBuf {
 /// Publishes a directory as a whole: `fill` writes it into a fresh staging sibling
 /// (`.NAME.partial`), which then replaces `target` by rename (an existing target is set aside as
 /// `.NAME.old` first and removed after), so `target` is always either the old or the complete
-/// new directory. A failed `fill` leaves `target` untouched.
+/// new directory. A failed `fill` leaves `target` untouched and removes the staging directory.
 pub fn publish_dir<T>(target: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let stage = hidden_sibling(target, "partial");
     if stage.exists() {
         std::fs::remove_dir_all(&stage).at(&stage)?;
     }
     std::fs::create_dir_all(&stage).at(&stage)?;
-    let value = fill(&stage)?;
+    let value = match fill(&stage) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&stage);
+            return Err(e);
+        }
+    };
     let old = hidden_sibling(target, "old");
     if old.exists() {
         std::fs::remove_dir_all(&old).at(&old)?;

@@ -16,12 +16,14 @@ pub struct ParquetOut {
     target: PathBuf,
     tmp: PathBuf,
     writer: Option<ArrowWriter<File>>,
+    /// Renamed into place: nothing to clean up.
+    committed: bool,
 }
 
 impl ParquetOut {
     /// A writer for `target` (nothing is created before the first batch).
     pub fn new(target: &Path) -> Self {
-        Self { target: target.to_path_buf(), tmp: temp_path(target), writer: None }
+        Self { target: target.to_path_buf(), tmp: temp_path(target), writer: None, committed: false }
     }
 
     /// Appends a batch (the first one fixes the schema).
@@ -44,14 +46,17 @@ impl ParquetOut {
     pub fn finish(mut self, empty: impl FnOnce() -> Error) -> Result<()> {
         let w = self.writer.take().ok_or_else(empty)?;
         w.into_inner().map_err(|e| Error::parquet(&self.tmp, e))?.sync_all().at(&self.tmp)?;
-        commit(&self.tmp, &self.target)
+        commit(&self.tmp, &self.target)?;
+        self.committed = true;
+        Ok(())
     }
 }
 
 impl Drop for ParquetOut {
-    /// An unfinished file (an error, or a writer dropped) is removed.
+    /// An unfinished file (an error at any point, a full disk, or a writer dropped) is removed.
     fn drop(&mut self) {
-        if self.writer.take().is_some() {
+        drop(self.writer.take());
+        if !self.committed {
             let _ = std::fs::remove_file(&self.tmp);
         }
     }

@@ -329,7 +329,15 @@ impl Vocabulary {
         out
     }
 
-    /// Writes the vocabulary as a directory that [`Vocabulary::load_dir`] reads back.
+    /// Writes the vocabulary as a whole directory: staged and renamed into place, so `dir`
+    /// never holds some of its files (a full disk leaves the old directory or none).
+    pub fn publish_dir(&self, dir: &Path) -> Result<PathBuf> {
+        crate::util::atomic::publish_dir(dir, |stage| self.write_dir(stage))?;
+        Ok(dir.to_path_buf())
+    }
+
+    /// Writes the vocabulary as a directory that [`Vocabulary::load_dir`] reads back: each file
+    /// atomically, the set not (for staging directories; see [`Self::publish_dir`]).
     pub fn write_dir(&self, dir: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).at(dir)?;
         write_atomic(&dir.join(TOKEN_FILE), self.token_table().as_bytes())?;

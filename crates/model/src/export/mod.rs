@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use corrflow_io::error::{Error, Result};
+use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::model_meta::{
     vocab_sidecar, ClassifierTask, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
 };
-use corrflow_io::util::atomic::{publish_dir, write_atomic};
+use corrflow_io::util::atomic::{commit, publish_dir, temp_path};
 use corrflow_io::vocab::Vocabulary;
 use proto::{ModelProto, OperatorSetIdProto, StringStringEntryProto};
 
@@ -112,9 +112,22 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
         ],
     };
     let sidecar = vocab_sidecar(&req.out);
-    publish_vocab(vocab, &sidecar)?;
     let bytes = model.encode_to_vec();
-    write_atomic(&req.out, &bytes)?;
+    // The model is written first, under its temporary name, so that a full disk cannot leave a
+    // vocabulary sidecar without its model; it is renamed into place after the sidecar.
+    let tmp = temp_path(&req.out);
+    if let Some(parent) = req.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).at(parent)?;
+    }
+    let written = std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .at(&tmp)
+        .and_then(|()| publish_vocab(vocab, &sidecar))
+        .and_then(|()| commit(&tmp, &req.out));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(ExportSummary {
         command: "export onnx".into(),
         out: req.out.display().to_string(),

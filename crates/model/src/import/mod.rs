@@ -69,7 +69,7 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
     std::fs::create_dir_all(out).at(out)?;
     let vocab_dir = out.join("vocab");
     if !vocab_dir.exists() {
-        vocab.write_dir(&vocab_dir)?;
+        vocab.publish_dir(&vocab_dir)?;
     }
     let train = TrainConfig { max_len: 0, ..TrainConfig::default() };
     let state = CheckpointState {
@@ -111,10 +111,10 @@ fn write_records(model: &CellEncoder<CpuBackend>, stage: &Path) -> Result<()> {
     use burn::optim::{AdamWConfig, Optimizer};
     use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
     let rec = BinFileRecorder::<FullPrecisionSettings>::new();
-    model.clone().save_file(stage.join(MODEL_FILE), &rec).map_err(|e| Error::format(stage, e.to_string()))?;
+    model.clone().save_file(stage.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(stage, e))?;
     let optim = AdamWConfig::new().init::<CpuTraining, CellEncoder<CpuTraining>>();
     rec.record(Optimizer::<CellEncoder<CpuTraining>, CpuTraining>::to_record(&optim), stage.join(OPTIM_FILE))
-        .map_err(|e| Error::format(stage, e.to_string()))
+        .map_err(|e| checkpoint::record_error(stage, e))
 }
 
 /// Puts the file's weights into `model`; returns it with the names used.

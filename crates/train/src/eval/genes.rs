@@ -98,11 +98,12 @@ pub fn read_gene_classes(p: &Path, id_column: &str, class_columns: &[String]) ->
 /// gene_id → embedding from `embed --genes`' Parquet.
 fn read_embeddings(path: &Path) -> Result<(HashMap<String, Vec<f64>>, usize)> {
     let file = File::open(path).at(path)?;
-    let reader =
-        ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| Error::parquet(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| Error::parquet_read(path, e))?;
     let (mut out, mut dim) = (HashMap::new(), 0);
     for rb in reader {
-        let rb = rb.map_err(|e| Error::parquet(path, e))?;
+        let rb = rb.map_err(|e| Error::parquet_read(path, e))?;
         let bad = || Error::format(path, "needs gene_id and embedding columns (write it with corrflow embed --genes)");
         let ids =
             rb.column_by_name("gene_id").and_then(|c| c.as_any().downcast_ref::<StringArray>()).ok_or_else(bad)?;

@@ -89,11 +89,12 @@ pub struct ProbeReport {
 /// Rows with a label and a finite embedding: (embeddings row-major, labels, dim).
 fn read(path: &Path, label: &str) -> Result<(Vec<f64>, Vec<String>, usize)> {
     let file = File::open(path).at(path)?;
-    let reader =
-        ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| Error::parquet(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| Error::parquet_read(path, e))?;
     let (mut x, mut y, mut dim) = (Vec::new(), Vec::new(), 0usize);
     for rb in reader {
-        let rb: RecordBatch = rb.map_err(|e| Error::parquet(path, e))?;
+        let rb: RecordBatch = rb.map_err(|e| Error::parquet_read(path, e))?;
         let emb =
             rb.column_by_name("embedding").and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>()).ok_or_else(
                 || Error::format(path, "no fixed-size-list 'embedding' column (write it with corrflow embed)"),

@@ -124,6 +124,15 @@ impl FinetuneConfig {
         if self.epochs == 0 || self.patience == 0 || self.batch_size == 0 || self.log_every == 0 {
             return Err("finetune.epochs, patience, batch_size and log_every must be > 0".into());
         }
+        if self.batch_size > 1 << 20 || self.shuffle_buffer > 1 << 24 {
+            return Err(format!(
+                "finetune.batch_size ({}) must be at most {} and shuffle_buffer ({}) at most {} cells",
+                self.batch_size,
+                1 << 20,
+                self.shuffle_buffer,
+                1 << 24
+            ));
+        }
         if !(self.lr > 0.0 && self.lr.is_finite()) || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
             return Err("finetune.lr must be > 0, weight_decay and grad_clip ≥ 0".into());
         }
@@ -252,8 +261,13 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
         seed: c.seed,
         subset: (!supervision.genes).then(|| Arc::new(supervision.training_cells())),
     };
-    let bytes = corrflow_model::memory::training_bytes(m, base.vocab.len(), c.batch_size, max_len);
-    corrflow_model::memory::check("fine-tuning", bytes, "finetune.batch_size or finetune.max_len")?;
+    let bytes =
+        corrflow_model::memory::training_bytes(m, base.vocab.len(), c.batch_size, max_len) + plan.masking_bytes(4);
+    corrflow_model::memory::check(
+        "fine-tuning",
+        bytes,
+        "finetune.batch_size, finetune.max_len or finetune.shuffle_buffer",
+    )?;
     let per_epoch = plan.batches_per_epoch();
     if per_epoch == 0 {
         return Err(Error::format(&req.corpus, "no training cells"));
@@ -384,7 +398,7 @@ pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) ->
     let _lock = DirLock::inside(&req.out, "finetune")?;
     clear_or_refuse(req)?;
     let mut trainee = init_or_resume(req, &setup, &device)?;
-    setup.base.vocab.write_dir(&req.out.join("vocab"))?;
+    setup.base.vocab.publish_dir(&req.out.join("vocab"))?;
     let c = &req.config;
     let mut summary = FinetuneSummary {
         command: "finetune".into(),
@@ -594,9 +608,9 @@ fn save<B: TrainingBackend>(
     };
     let dir = checkpoint::save(&req.out, state, usize::MAX, |dir| {
         let rec = Rec::new();
-        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| Error::format(dir, e.to_string()))?;
+        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(dir, e))?;
         rec.record(Optimizer::<CellEncoder<B>, B>::to_record(&trainee.optim), dir.join(OPTIM_FILE))
-            .map_err(|e| Error::format(dir, e.to_string()))?;
+            .map_err(|e| checkpoint::record_error(dir, e))?;
         write_json_atomic(&dir.join(PROGRESS_FILE), &trainee.state)
     })?;
     let best = trainee.state.best.map(|b| checkpoint::checkpoint_dir(&req.out, b.step));

@@ -27,6 +27,9 @@ test: deps data pyenv
 	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --features corrflow/failpoints --lib --bins --tests
 	# The Python package (python/): built into the test venv, tested against the CLI just built.
 	$$(scripts/python-package.sh) -m pytest -q python/tests
+	# The CubeCL kernels of the fused operations, gradient-checked on burn's wgpu backend over
+	# Mesa's software Vulkan driver (lavapipe; scripts/bootstrap.sh installs it).
+	$(CARGO) test --release -p corrflow-model --features wgpu --lib cubecl
 	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
 	$(CARGO) build --release --features cuda --bins
 

@@ -6,13 +6,17 @@
 //! - `Autodiff<B>` registers each fused operation as one node of the autodiff graph whose
 //!   backward pass calls `B`'s fused backward kernel, so training never materializes what the
 //!   kernel avoids (the attention scores);
-//! - other backends (CUDA) use the default bodies.
+//! - burn's CubeCL backends without fusion (`CubeBackend<R>`, feature `wgpu`) run the CubeCL
+//!   kernels of `cube.rs` where there is one (the LayerNorm), the default bodies elsewhere;
+//! - other backends (CUDA with fusion) use the default bodies.
 //!
 //! Adding a fused operation: a method pair (forward, backward) on the trait with its reference
 //! composition as the default body (`reference.rs`), the CPU kernel in `ndarray.rs`, the autodiff
 //! node in `autodiff.rs`, and a gradient check against the composition in `tests.rs`.
 
 mod autodiff;
+#[cfg(feature = "wgpu")]
+mod cube;
 mod ndarray;
 pub mod reference;
 #[cfg(test)]

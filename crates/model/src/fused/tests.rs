@@ -220,3 +220,94 @@ fn fused_linear_matches_burn_linear() {
         assert!(e < 1e-4, "{name}: relative error {e}");
     }
 }
+
+/// The CubeCL LayerNorm on burn's wgpu backend (a Vulkan device; Mesa's software driver,
+/// lavapipe, in CI) against the composition on the same device and against the CPU kernel.
+#[cfg(feature = "wgpu")]
+#[test]
+fn cubecl_layer_norm_matches_the_composition_on_wgpu() {
+    type Gpu = burn::backend::Wgpu<f32, i32, u32>;
+    type GpuTraining = burn::backend::Autodiff<Gpu>;
+    let device = burn::backend::wgpu::WgpuDevice::default();
+    for (rows, width) in [(1_031, 256), (7, 64), (130, 48)] {
+        let spec = LayerNormSpec { width, eps: 1e-12 };
+        let host = |t: Tensor<CpuBackend, 2>| t.into_data();
+        let (x0, r0, w) = (
+            host(normal([rows, width], 1.0, 17)),
+            host(normal([rows, width], 0.5, 18)),
+            host(normal([rows, width], 1.0, 19)),
+        );
+        let (g0, b0) = ((normal([width], 0.1, 20) + 1.0).into_data(), normal([width], 0.1, 21).into_data());
+        let run =
+            |fused: bool| {
+                let x = Tensor::<GpuTraining, 2>::from_data(x0.clone(), &device).require_grad();
+                let r = Tensor::<GpuTraining, 2>::from_data(r0.clone(), &device).require_grad();
+                let g = Tensor::<GpuTraining, 1>::from_data(g0.clone(), &device).require_grad();
+                let b = Tensor::<GpuTraining, 1>::from_data(b0.clone(), &device).require_grad();
+                let y =
+                    if fused {
+                        let p2 = |t: &Tensor<GpuTraining, 2>| t.clone().into_primitive().tensor();
+                        let p1 = |t: &Tensor<GpuTraining, 1>| t.clone().into_primitive().tensor();
+                        Tensor::<GpuTraining, 2>::from_primitive(TensorPrimitive::Float(
+                            GpuTraining::fused_add_layer_norm(p2(&x), p2(&r), p1(&g), p1(&b), &spec),
+                        ))
+                    } else {
+                        reference::add_layer_norm(x.clone(), r.clone(), g.clone(), b.clone(), &spec)
+                    };
+                let grads = (y.clone() * Tensor::from_data(w.clone(), &device)).sum().backward();
+                let v = |d: burn::tensor::TensorData| d.to_vec::<f32>().unwrap();
+                [
+                    v(y.inner().into_data()),
+                    v(x.grad(&grads).unwrap().into_data()),
+                    v(r.grad(&grads).unwrap().into_data()),
+                    v(g.grad(&grads).unwrap().into_data()),
+                    v(b.grad(&grads).unwrap().into_data()),
+                ]
+            };
+        let (f, c) = (run(true), run(false));
+        for (name, (a, b)) in ["y", "dx", "dr", "dgamma", "dbeta"].iter().zip(f.iter().zip(&c)) {
+            let norm = b.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            let err = a.iter().zip(b).map(|(p, q)| (p - q) * (p - q)).sum::<f32>().sqrt() / norm;
+            assert!(err < 1e-4, "{rows}×{width} {name}: relative error {err}");
+        }
+    }
+}
+
+/// The CubeCL attention on burn's wgpu backend against the composition on the same device,
+/// differentiated by burn's autodiff: outputs and the q, k, v gradients, with padding and
+/// dropout (the same counter-based mask as the CPU kernel's).
+#[cfg(feature = "wgpu")]
+#[test]
+fn cubecl_attention_matches_the_composition_on_wgpu() {
+    type Gpu = burn::backend::Wgpu<f32, i32, u32>;
+    type GpuTraining = burn::backend::Autodiff<Gpu>;
+    let device = burn::backend::wgpu::WgpuDevice::default();
+    for spec in
+        [spec(3, 37, 2, 8, &[37, 20, 1], 0.0), spec(2, 130, 4, 16, &[130, 77], 0.1), spec(1, 96, 4, 64, &[90], 0.02)]
+    {
+        let s = spec.shape;
+        let dims = [s.batch, s.len, s.heads * s.head_dim];
+        let data = |seed| normal(dims, 1.0, seed).into_data();
+        let (q0, k0, v0, w) = (data(1), data(2), data(3), data(4));
+        let run = |fused: bool| {
+            let q = Tensor::<GpuTraining, 3>::from_data(q0.clone(), &device).require_grad();
+            let k = Tensor::<GpuTraining, 3>::from_data(k0.clone(), &device).require_grad();
+            let v = Tensor::<GpuTraining, 3>::from_data(v0.clone(), &device).require_grad();
+            let out = if fused {
+                let p = |t: &Tensor<GpuTraining, 3>| t.clone().into_primitive().tensor();
+                Tensor::from_primitive(TensorPrimitive::Float(GpuTraining::fused_attention(p(&q), p(&k), p(&v), &spec)))
+            } else {
+                reference::attention(q.clone(), k.clone(), v.clone(), &spec)
+            };
+            let grads = (out.clone() * Tensor::from_data(w.clone(), &device)).sum().backward();
+            let h = |t: Tensor<Gpu, 3>| t.into_data().to_vec::<f32>().unwrap();
+            [h(out.inner()), h(q.grad(&grads).unwrap()), h(k.grad(&grads).unwrap()), h(v.grad(&grads).unwrap())]
+        };
+        let (f, c) = (run(true), run(false));
+        for (name, (a, b)) in ["output", "dq", "dk", "dv"].iter().zip(f.iter().zip(&c)) {
+            let norm = b.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            let err = a.iter().zip(b).map(|(p, q)| (p - q) * (p - q)).sum::<f32>().sqrt() / norm;
+            assert!(err < 1e-4, "{:?} {name}: relative error {err}", s);
+        }
+    }
+}

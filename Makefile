@@ -29,7 +29,7 @@ test: deps data pyenv
 	$$(scripts/python-package.sh) -m pytest -q python/tests
 	# The CubeCL kernels of the fused operations, gradient-checked on burn's wgpu backend over
 	# Mesa's software Vulkan driver (lavapipe; scripts/bootstrap.sh installs it).
-	$(CARGO) test --release -p corrflow-model --features wgpu --lib cubecl
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(CARGO) test --release -p corrflow-model --features wgpu --lib cubecl
 	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
 	$(CARGO) build --release --features cuda --bins
 

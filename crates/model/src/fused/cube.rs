@@ -138,6 +138,16 @@ fn dropout_factor(seeds: &Array<u32>, row: usize, col: usize, threshold: u32, ke
     f
 }
 
+/// `Σ_d a[ai + d] · b[bi + d]` over one head's `n` values.
+#[cube]
+fn dot(a: &Array<f32>, ai: usize, b: &Array<f32>, bi: usize, #[comptime] n: usize) -> f32 {
+    let mut s = 0.0f32;
+    for d in 0..n {
+        s += a[ai + d] * b[bi + d];
+    }
+    s
+}
+
 /// One unit per query row `(b, h, i)`: the context and the row's log-sum-exp, streaming over the
 /// keys (the running maximum rescales what was summed), so no `[len, len]` score row is stored.
 #[cube(launch_unchecked)]
@@ -183,11 +193,7 @@ fn attention_forward_kernel(
     for j in 0..len {
         if valid[b * len + j] != 0u32 {
             let ka = (b * len + j) * width + h * head_dim;
-            let mut s = 0.0f32;
-            for d in 0..head_dim {
-                s += q[qa + d] * k[ka + d];
-            }
-            s *= scale;
+            let s = dot(q, qa, k, ka, head_dim) * scale;
             if s > max {
                 let rescale = f32::exp(max - s);
                 sum *= rescale;
@@ -246,10 +252,7 @@ fn attention_backward_queries_kernel(
         delta[row] = 0.0f32;
         terminate!();
     }
-    let mut dl = 0.0f32;
-    for d in 0..head_dim {
-        dl += grad[qa + d] * out[qa + d];
-    }
+    let dl = dot(grad, qa, out, qa, head_dim);
     delta[row] = dl;
     let mut acc = Array::<f32>::new(head_dim);
     for d in 0..head_dim {
@@ -258,13 +261,8 @@ fn attention_backward_queries_kernel(
     for j in 0..len {
         if valid[b * len + j] != 0u32 {
             let ka = (b * len + j) * width + h * head_dim;
-            let mut s = 0.0f32;
-            let mut dp = 0.0f32;
-            for d in 0..head_dim {
-                s += q[qa + d] * k[ka + d];
-                dp += grad[qa + d] * v[ka + d];
-            }
-            let p = f32::exp(s * scale - lse[row]);
+            let p = f32::exp(dot(q, qa, k, ka, head_dim) * scale - lse[row]);
+            let dp = dot(grad, qa, v, ka, head_dim);
             let ds = p * (dp * dropout_factor(seeds, row, j, threshold, keep) - dl);
             for d in 0..head_dim {
                 acc[d] += ds * k[ka + d];
@@ -317,13 +315,8 @@ fn attention_backward_keys_kernel(
             if valid[b * len + i] != 0u32 {
                 let row = (b * heads + h) * len + i;
                 let qa = (b * len + i) * width + h * head_dim;
-                let mut s = 0.0f32;
-                let mut dp = 0.0f32;
-                for d in 0..head_dim {
-                    s += q[qa + d] * k[ka + d];
-                    dp += grad[qa + d] * v[ka + d];
-                }
-                let p = f32::exp(s * scale - lse[row]);
+                let p = f32::exp(dot(q, qa, k, ka, head_dim) * scale - lse[row]);
+                let dp = dot(grad, qa, v, ka, head_dim);
                 let f = dropout_factor(seeds, row, j, threshold, keep);
                 let ds = p * (dp * f - delta[row]);
                 for d in 0..head_dim {

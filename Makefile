@@ -30,6 +30,8 @@ test: deps data pyenv
 	# The CubeCL kernels of the fused operations, gradient-checked on burn's wgpu backend over
 	# Mesa's software Vulkan driver (lavapipe; scripts/bootstrap.sh installs it).
 	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(CARGO) test --release -p corrflow-model --features wgpu --lib cubecl
+	# ... and the whole trainer on them (`train --device wgpu`) against the CPU trainer's losses.
+	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(CARGO) test --release --features wgpu --test wgpu_train
 	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
 	$(CARGO) build --release --features cuda --bins
 

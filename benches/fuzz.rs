@@ -75,7 +75,7 @@ fn run(target: &str, range: Range<u64>, mut exec: impl FnMut(u64, &mut ChaCha8Rn
             Err(p) => t.panics.push(format!("execution {i}: {p}")),
         }
         let done = i + 1 - first;
-        if done % 100_000 == 0 {
+        if done.is_multiple_of(100_000) {
             eprintln!("{target}: {done} executions, {:.0}/s", done as f64 / start.elapsed().as_secs_f64());
         }
     }

@@ -81,6 +81,24 @@ impl TrainingBatch {
         Self::pad(planned.seq, planned.epoch, keys, &masked[..cells.len()], pad)
     }
 
+    /// The batch widened with padding to a length that is a multiple of `multiple`, at most
+    /// `limit` (never narrower than it is). GPU kernels compile once per sequence length; with
+    /// lengths in buckets they compile for a few shapes instead of one per batch.
+    pub fn padded_to_multiple(&self, multiple: usize, limit: usize, pad: u32) -> Self {
+        let len = self.len.next_multiple_of(multiple.max(1)).min(limit.max(self.len));
+        if len == self.len {
+            return self.clone();
+        }
+        Self {
+            len,
+            input_ids: widen_rows(&self.input_ids, self.len, len, pad),
+            attention_mask: widen_rows(&self.attention_mask, self.len, len, 0),
+            labels: widen_rows(&self.labels, self.len, len, IGNORE_INDEX),
+            cell_keys: self.cell_keys.clone(),
+            ..*self
+        }
+    }
+
     /// Positions that are predicted.
     pub fn masked_tokens(&self) -> usize {
         self.labels.iter().filter(|&&l| l != IGNORE_INDEX).count()
@@ -90,6 +108,16 @@ impl TrainingBatch {
     pub fn tokens(&self) -> usize {
         self.attention_mask.iter().map(|&m| m as usize).sum()
     }
+}
+
+/// Rows of `from` values widened to `to` with `fill`.
+fn widen_rows<T: Copy>(v: &[T], from: usize, to: usize, fill: T) -> Vec<T> {
+    let mut out = Vec::with_capacity(v.len() / from.max(1) * to);
+    for row in v.chunks(from.max(1)) {
+        out.extend_from_slice(row);
+        out.resize(out.len() + to - row.len(), fill);
+    }
+    out
 }
 
 /// Groups a stream of cells into length-grouped batches, as Hugging Face's
@@ -154,6 +182,32 @@ impl LengthGrouper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padding_to_a_multiple_keeps_every_token_and_label_and_adds_only_padding() {
+        let cells = [
+            MaskedSequence {
+                input_ids: vec![5, 6, 7],
+                labels: vec![IGNORE_INDEX, 9, IGNORE_INDEX],
+                ..Default::default()
+            },
+            MaskedSequence { input_ids: vec![8], labels: vec![4], ..Default::default() },
+        ];
+        let b = TrainingBatch::pad(3, 1, vec![10, 11], &cells, 0);
+        let wide = b.padded_to_multiple(4, 100, 0);
+        assert_eq!(wide.len, 4);
+        assert_eq!(wide.input_ids, vec![5, 6, 7, 0, 8, 0, 0, 0]);
+        assert_eq!(wide.attention_mask, vec![1, 1, 1, 0, 1, 0, 0, 0]);
+        assert_eq!(
+            wide.labels,
+            vec![IGNORE_INDEX, 9, IGNORE_INDEX, IGNORE_INDEX, 4, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]
+        );
+        assert_eq!((wide.tokens(), wide.masked_tokens(), wide.cell_keys.clone()), (4, 2, vec![10, 11]));
+        // Never past the model's positions, never narrower, unchanged when already a multiple.
+        assert_eq!(b.padded_to_multiple(64, 50, 0).len, 50);
+        assert_eq!(b.padded_to_multiple(64, 2, 0).len, 3);
+        assert_eq!(wide.padded_to_multiple(2, 100, 0), wide);
+    }
 
     #[test]
     fn groups_cells_of_similar_length_and_numbers_batches_consecutively() {

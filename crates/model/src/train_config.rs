@@ -13,6 +13,20 @@ pub enum Device {
     Cpu,
     /// burn-cuda (build with `--features cuda`).
     Cuda,
+    /// burn's wgpu backend with the CubeCL kernels of the fused operations (build with
+    /// `--features wgpu`): a Vulkan, Metal or DX12 GPU, or Mesa's software Vulkan driver.
+    Wgpu,
+}
+
+impl Device {
+    /// Batches are padded to a multiple of this many positions: GPU kernels compile once per
+    /// sequence length, so lengths in buckets of 64 compile a few shapes, not one per batch.
+    pub fn length_bucket(self) -> usize {
+        match self {
+            Device::Cpu => 1,
+            Device::Cuda | Device::Wgpu => 64,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 //! The trainer (DESIGN.md §5): the Geneformer V1 BERT in burn, pre-trained on batches from the
-//! masking dataflow, on the CPU (ndarray backend) or with `--features cuda` on an NVIDIA GPU.
+//! masking dataflow, on the CPU (ndarray backend), with `--features cuda` on an NVIDIA GPU, or
+//! with `--features wgpu` on burn's wgpu backend and the CubeCL kernels.
 
 /// The training data plan, which lives with the masking stage (the Python loader uses it too).
 pub use corrflow_mask::plan as data;
@@ -29,6 +30,12 @@ pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> 
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => {
             Err(corrflow_io::Error::Usage("this binary was built without CUDA: rebuild with --features cuda".into()))
+        }
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu => train::<burn::backend::Autodiff<burn::backend::Wgpu<f32, i32, u32>>>(req, Default::default()),
+        #[cfg(not(feature = "wgpu"))]
+        Device::Wgpu => {
+            Err(corrflow_io::Error::Usage("this binary was built without wgpu: rebuild with --features wgpu".into()))
         }
     }
 }

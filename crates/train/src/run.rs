@@ -297,6 +297,14 @@ fn optimise<B: TrainingBackend>(
     // Dropout draws depend on (seed, step) only: a resumed run repeats them.
     B::seed(device, mix(t.seed, step));
     let targets = Targets { whole_cell: objective.whole_cell_targets(), labels: setup.labels.as_ref(), step };
+    let bucketed;
+    let batch = match t.device.length_bucket() {
+        1 => batch,
+        bucket => {
+            bucketed = batch.padded_to_multiple(bucket, m.max_positions, setup.vocab.pad);
+            &bucketed
+        }
+    };
     let tensors = batch_tensors::<B>(batch, &setup.is_special, setup.vocab.len(), targets, m.max_positions, device);
     if objective.per_masked_token() && tensors.masked == 0 {
         return Ok(None);

@@ -24,6 +24,8 @@ pub fn default_patience(file_bytes: u64) -> Duration {
 /// Runs `probe` in a forked child; errors when the child dies of a signal or has not finished
 /// after `patience`. A failure to fork leaves the decision to the normal read.
 pub fn probe(path: &Path, patience: Duration, probe: impl FnOnce()) -> Result<()> {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the child only runs `probe` (reads of the file) and leaves with _exit, without
     // running destructors or flushing the parent's buffers.
     let pid = unsafe { libc::fork() };
@@ -31,6 +33,17 @@ pub fn probe(path: &Path, patience: Duration, probe: impl FnOnce()) -> Result<()
         return Ok(());
     }
     if pid == 0 {
+        // The child must not keep this process's directory locks, nor outlive it (a probe
+        // looping in libhdf5 would otherwise run on after this process is killed).
+        crate::util::lock::close_inherited_locks();
+        // SAFETY: asks the kernel to kill this child when its parent ends; then checks that
+        // the parent did not end before the request.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+        }
         let code = i32::from(catch_unwind(AssertUnwindSafe(probe)).is_err());
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(code) }

@@ -7,9 +7,39 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::error::{Error, IoContext, Result};
+
+/// The descriptors of the lock files this process holds, in slots readable without a lock, so
+/// that a forked child (the HDF5 crash guard) can close its copies first thing: a flock belongs
+/// to the open file, so a child's copy would keep the directory locked after this process is
+/// killed, and a rerun would be refused until the child ended.
+static HELD: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
+
+fn register(fd: i32) {
+    let _ = HELD.iter().any(|slot| slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+}
+
+fn unregister(fd: i32) {
+    for slot in &HELD {
+        let _ = slot.compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// Closes, in a freshly forked child, its copies of the parent's lock descriptors (only atomic
+/// loads and `close`: safe between fork and exit).
+pub fn close_inherited_locks() {
+    for slot in &HELD {
+        let fd = slot.load(Ordering::SeqCst);
+        if fd >= 0 {
+            // SAFETY: closes the child's copy of a descriptor the parent registered.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
 
 /// Held while a directory is being changed; released when dropped.
 #[derive(Debug)]
@@ -42,6 +72,7 @@ impl DirLock {
         file.rewind().at(path)?;
         file.write_all(me.as_bytes()).at(path)?;
         file.flush().at(path)?;
+        register(file.as_raw_fd());
         Ok(Self { file, path: path.to_path_buf() })
     }
 
@@ -105,6 +136,7 @@ impl Drop for DirLock {
         // Unlinked while still locked: a waiting writer that locks this file next finds it
         // unlinked and opens the path anew.
         let _ = std::fs::remove_file(&self.path);
+        unregister(self.file.as_raw_fd());
         let _ = self.file.unlock();
     }
 }

@@ -55,6 +55,8 @@ fn malformed_inputs_fail_cleanly() {
         ("truncated.mtx", "truncated"),
         // Issue 28, item 8: each used to get a message that named the wrong problem.
         ("tenx_no_barcodes.h5", "10x HDF5 matrix without matrix/barcodes"),
+        // Found by the h5 fuzzer: a per-feature column shorter than the features panicked.
+        ("tenx_short_feature_type.h5", "matrix/features/feature_type has"),
         ("no_x.h5ad", "AnnData file without a 'X' matrix: counts may be read from --counts raw"),
         ("not_anndata.h5", "neither an AnnData file (X, obs, var) nor a 10x HDF5 matrix"),
         ("extra_entries.mtx", "more entries than the header announces (42492)"),

@@ -7,7 +7,7 @@ good/  csr.h5ad csc.h5ad dense.h5ad legacy.h5ad (anndata<0.7 layout: h5sparse X,
 bad/   truncated.h5ad wrong_encoding.h5ad shape_mismatch.h5ad negative.h5ad nan.h5ad
        non_integer.h5ad no_vocab_genes.h5ad empty.h5ad not_hdf5.h5ad bad_indices.h5ad
        truncated.mtx/, and the unclear-message cases of issue 28: tenx_no_barcodes.h5,
-       no_x.h5ad (counts only in raw/X), not_anndata.h5, obs_short.h5ad, extra_entries.mtx/,
+       no_x.h5ad (counts only in raw/X), not_anndata.h5, tenx_short_feature_type.h5, obs_short.h5ad, extra_entries.mtx/,
        damaged_gzip.mtx/ (garbage that still inflates, caught by the CRC)
 """
 import gzip
@@ -199,6 +199,11 @@ with h5py.File(bad / "tenx_no_barcodes.h5", "r+") as f:
 shutil.copy(good / "raw_layers.h5ad", bad / "no_x.h5ad")
 with h5py.File(bad / "no_x.h5ad", "r+") as f:
     del f["X"]
+shutil.copy(good / "tenx_v3.h5", bad / "tenx_short_feature_type.h5")
+with h5py.File(bad / "tenx_short_feature_type.h5", "r+") as f:
+    types = f["matrix/features/feature_type"][:-1]
+    del f["matrix/features/feature_type"]
+    f["matrix/features/feature_type"] = types
 with h5py.File(bad / "not_anndata.h5", "w") as f:
     f["expression"] = np.ones((3, 3), dtype=np.float32)
 

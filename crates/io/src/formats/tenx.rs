@@ -109,13 +109,30 @@ impl TenxSource {
                 format!("shape mismatch: {name}/shape says {n_features} features, gene table has {}", ids.len()),
             ));
         }
+        // Each per-feature column must cover every feature (a shorter one would leave features
+        // without a decision: found by the fuzzer as an out-of-bounds index).
+        let per_feature = |column: &str, values: Vec<String>| -> Result<Vec<String>> {
+            if values.len() == n_features {
+                return Ok(values);
+            }
+            let msg = format!(
+                "shape mismatch: {name}/shape says {n_features} features, {name}/{column} has {}",
+                values.len()
+            );
+            Err(Error::format(path, msg))
+        };
         let mut is_gene: Vec<bool> = if v3 && g.link_exists("features/feature_type") {
-            strings("features/feature_type")?.into_iter().map(|t| t == "Gene Expression").collect()
+            let types = per_feature("features/feature_type", strings("features/feature_type")?)?;
+            types.into_iter().map(|t| t == "Gene Expression").collect()
         } else {
             vec![true; n_features]
         };
         if let (true, Some(want)) = (v3, opts.genome.as_deref()) {
-            let genomes = if g.link_exists("features/genome") { strings("features/genome")? } else { Vec::new() };
+            let genomes = if g.link_exists("features/genome") {
+                per_feature("features/genome", strings("features/genome")?)?
+            } else {
+                Vec::new()
+            };
             if !genomes.iter().any(|x| x == want) {
                 let mut known = genomes.clone();
                 known.sort();

@@ -7,7 +7,7 @@
 //!   backward pass calls `B`'s fused backward kernel, so training never materializes what the
 //!   kernel avoids (the attention scores);
 //! - burn's CubeCL backends without fusion (`CubeBackend<R>`, feature `wgpu`) run the CubeCL
-//!   kernels of `cube.rs` where there is one (the LayerNorm), the default bodies elsewhere;
+//!   kernels of `cube/` where there is one (attention, LayerNorm), the default bodies elsewhere;
 //! - other backends (CUDA with fusion) use the default bodies.
 //!
 //! Adding a fused operation: a method pair (forward, backward) on the trait with its reference

@@ -1,0 +1,364 @@
+//! The attention kernels: one unit per query row for the context (streaming over the keys with
+//! a running maximum and log-sum-exp, so no `[len, len]` scores are stored) and for the query
+//! gradient, one unit per key row for the key and value gradients; padding and the same
+//! counter-based dropout as the CPU kernel.
+
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::CubeRuntime;
+use cubecl::prelude::*;
+
+use super::{array, contiguous, cubes, empty_like, UNITS};
+use crate::fused::AttentionSpec;
+
+/// lowbias32 of a row seed and a column: `corrflow_algorithms::nn` dropout's element hash, so the
+/// kernels drop exactly what the CPU kernel and the composition drop.
+#[cube]
+fn element_hash(seed: u32, col: u32) -> u32 {
+    let mut x = seed ^ (col * 0x9e37_79b9u32);
+    x ^= x >> 16u32;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15u32;
+    x *= 0x846c_a68bu32;
+    x ^ (x >> 16u32)
+}
+
+/// The dropout factor of probability `(row, col)`: 0, or `keep` when the hash clears `threshold`.
+#[cube]
+fn dropout_factor(seeds: &Array<u32>, row: usize, col: usize, threshold: u32, keep: f32) -> f32 {
+    let mut f = keep;
+    if element_hash(seeds[row], col as u32) < threshold {
+        f = 0.0f32;
+    }
+    f
+}
+
+/// `Σ_d a[ai + d] · b[bi + d]` over one head's `n` values.
+#[cube]
+fn dot(a: &Array<f32>, ai: usize, b: &Array<f32>, bi: usize, #[comptime] n: usize) -> f32 {
+    let mut s = 0.0f32;
+    for d in 0..n {
+        s += a[ai + d] * b[bi + d];
+    }
+    s
+}
+
+/// One unit per query row `(b, h, i)`: the context and the row's log-sum-exp, streaming over the
+/// keys (the running maximum rescales what was summed), so no `[len, len]` score row is stored.
+#[cube(launch_unchecked)]
+fn attention_forward_kernel(
+    q: &Array<f32>,
+    k: &Array<f32>,
+    v: &Array<f32>,
+    valid: &Array<u32>,
+    seeds: &Array<u32>,
+    out: &mut Array<f32>,
+    lse: &mut Array<f32>,
+    threshold: u32,
+    keep: f32,
+    scale: f32,
+    #[comptime] len: usize,
+    #[comptime] heads: usize,
+    #[comptime] head_dim: usize,
+) {
+    let row = ABSOLUTE_POS; // (b · heads + h) · len + i
+    if row >= lse.len() {
+        terminate!();
+    }
+    let i = row % len;
+    let h = (row / len) % heads;
+    let b = row / (len * heads);
+    let width = heads * head_dim;
+    let qa = (b * len + i) * width + h * head_dim;
+    if valid[b * len + i] == 0u32 {
+        for d in 0..head_dim {
+            out[qa + d] = 0.0f32;
+        }
+        lse[row] = 0.0f32;
+        terminate!();
+    }
+    let mut acc = Array::<f32>::new(head_dim);
+    for d in 0..head_dim {
+        acc[d] = 0.0f32;
+    }
+    // A runtime value (a literal would be a compile-time constant that cannot be reassigned);
+    // far below any score, so the first key's rescale multiplies zeros.
+    let mut max = scale * -1.0e30f32;
+    let mut sum = 0.0f32;
+    for j in 0..len {
+        if valid[b * len + j] != 0u32 {
+            let ka = (b * len + j) * width + h * head_dim;
+            let s = dot(q, qa, k, ka, head_dim) * scale;
+            if s > max {
+                let rescale = f32::exp(max - s);
+                sum *= rescale;
+                for d in 0..head_dim {
+                    acc[d] *= rescale;
+                }
+                max = s;
+            }
+            let e = f32::exp(s - max);
+            sum += e;
+            let w = e * dropout_factor(seeds, row, j, threshold, keep);
+            for d in 0..head_dim {
+                acc[d] += w * v[ka + d];
+            }
+        }
+    }
+    for d in 0..head_dim {
+        out[qa + d] = acc[d] / sum;
+    }
+    lse[row] = max + f32::ln(sum);
+}
+
+/// One unit per query row: `δ = dO · O` (kept for the key pass) and the query gradient.
+#[cube(launch_unchecked)]
+fn attention_backward_queries_kernel(
+    q: &Array<f32>,
+    k: &Array<f32>,
+    v: &Array<f32>,
+    out: &Array<f32>,
+    lse: &Array<f32>,
+    grad: &Array<f32>,
+    valid: &Array<u32>,
+    seeds: &Array<u32>,
+    dq: &mut Array<f32>,
+    delta: &mut Array<f32>,
+    threshold: u32,
+    keep: f32,
+    scale: f32,
+    #[comptime] len: usize,
+    #[comptime] heads: usize,
+    #[comptime] head_dim: usize,
+) {
+    let row = ABSOLUTE_POS;
+    if row >= lse.len() {
+        terminate!();
+    }
+    let i = row % len;
+    let h = (row / len) % heads;
+    let b = row / (len * heads);
+    let width = heads * head_dim;
+    let qa = (b * len + i) * width + h * head_dim;
+    if valid[b * len + i] == 0u32 {
+        for d in 0..head_dim {
+            dq[qa + d] = 0.0f32;
+        }
+        delta[row] = 0.0f32;
+        terminate!();
+    }
+    let dl = dot(grad, qa, out, qa, head_dim);
+    delta[row] = dl;
+    let mut acc = Array::<f32>::new(head_dim);
+    for d in 0..head_dim {
+        acc[d] = 0.0f32;
+    }
+    for j in 0..len {
+        if valid[b * len + j] != 0u32 {
+            let ka = (b * len + j) * width + h * head_dim;
+            let p = f32::exp(dot(q, qa, k, ka, head_dim) * scale - lse[row]);
+            let dp = dot(grad, qa, v, ka, head_dim);
+            let ds = p * (dp * dropout_factor(seeds, row, j, threshold, keep) - dl);
+            for d in 0..head_dim {
+                acc[d] += ds * k[ka + d];
+            }
+        }
+    }
+    for d in 0..head_dim {
+        dq[qa + d] = acc[d] * scale;
+    }
+}
+
+/// One unit per key row `(b, h, j)`: the key and value gradients, summed over the query rows in
+/// order.
+#[cube(launch_unchecked)]
+fn attention_backward_keys_kernel(
+    q: &Array<f32>,
+    k: &Array<f32>,
+    v: &Array<f32>,
+    lse: &Array<f32>,
+    delta: &Array<f32>,
+    grad: &Array<f32>,
+    valid: &Array<u32>,
+    seeds: &Array<u32>,
+    dk: &mut Array<f32>,
+    dv: &mut Array<f32>,
+    threshold: u32,
+    keep: f32,
+    scale: f32,
+    #[comptime] len: usize,
+    #[comptime] heads: usize,
+    #[comptime] head_dim: usize,
+) {
+    let key_row = ABSOLUTE_POS;
+    if key_row >= lse.len() {
+        terminate!();
+    }
+    let j = key_row % len;
+    let h = (key_row / len) % heads;
+    let b = key_row / (len * heads);
+    let width = heads * head_dim;
+    let ka = (b * len + j) * width + h * head_dim;
+    let mut acc_k = Array::<f32>::new(head_dim);
+    let mut acc_v = Array::<f32>::new(head_dim);
+    for d in 0..head_dim {
+        acc_k[d] = 0.0f32;
+        acc_v[d] = 0.0f32;
+    }
+    if valid[b * len + j] != 0u32 {
+        for i in 0..len {
+            if valid[b * len + i] != 0u32 {
+                let row = (b * heads + h) * len + i;
+                let qa = (b * len + i) * width + h * head_dim;
+                let p = f32::exp(dot(q, qa, k, ka, head_dim) * scale - lse[row]);
+                let dp = dot(grad, qa, v, ka, head_dim);
+                let f = dropout_factor(seeds, row, j, threshold, keep);
+                let ds = p * (dp * f - delta[row]);
+                for d in 0..head_dim {
+                    acc_k[d] += ds * q[qa + d];
+                    acc_v[d] += p * f * grad[qa + d];
+                }
+            }
+        }
+    }
+    for d in 0..head_dim {
+        dk[ka + d] = acc_k[d] * scale;
+        dv[ka + d] = acc_v[d];
+    }
+}
+
+/// What the attention kernels read besides q, k, v: the valid positions (`[batch · len]`, 1/0)
+/// and the dropout row seeds (`[batch · heads · len]`), with the dropout threshold and scale
+/// (0 and 1 without dropout: nothing is dropped).
+struct AttentionInputs<R: CubeRuntime> {
+    valid: ArrayArg<R>,
+    seeds: ArrayArg<R>,
+    threshold: u32,
+    keep: f32,
+    scale: f32,
+    rows: usize,
+}
+
+fn attention_inputs<R: CubeRuntime>(like: &CubeTensor<R>, spec: &AttentionSpec) -> AttentionInputs<R> {
+    let s = spec.shape;
+    let rows = s.batch * s.heads * s.len;
+    let valid: Vec<u32> = spec.valid.iter().map(|&v| u32::from(v)).collect();
+    let seeds: Vec<u32> = match spec.dropout {
+        Some(key) => (0..rows as u64).map(|r| key.row_seed(r)).collect(),
+        None => vec![0; rows],
+    };
+    // SAFETY: the handle holds exactly `v.len()` u32 values.
+    let upload =
+        |v: &[u32]| unsafe { ArrayArg::from_raw_parts(like.client.create_from_slice(u32::as_bytes(v)), v.len()) };
+    AttentionInputs {
+        valid: upload(&valid),
+        seeds: upload(&seeds),
+        threshold: spec.dropout.map_or(0, |k| k.threshold()),
+        keep: spec.dropout.map_or(1.0, |k| k.keep_scale()),
+        scale: 1.0 / (s.head_dim as f32).sqrt(),
+        rows,
+    }
+}
+
+/// The forward pass: the context and each query row's log-sum-exp (0 on padding rows).
+pub(super) fn forward<R: CubeRuntime>(
+    q: CubeTensor<R>,
+    k: CubeTensor<R>,
+    v: CubeTensor<R>,
+    spec: &AttentionSpec,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let (q, k, v) = (contiguous(q), contiguous(k), contiguous(v));
+    let s = spec.shape;
+    let a = attention_inputs(&q, spec);
+    let out = empty_like(&q, vec![s.batch, s.len, s.heads * s.head_dim]);
+    let lse = empty_like(&q, vec![s.batch, s.heads, s.len]);
+    // SAFETY: q, k, v and out are contiguous [batch, len, heads · head_dim], lse and the seeds
+    // hold one value per (batch, head, row) and valid one per (batch, row); the kernel checks
+    // its row index.
+    unsafe {
+        attention_forward_kernel::launch_unchecked(
+            &q.client,
+            cubes(a.rows),
+            CubeDim::new_1d(UNITS),
+            array(&q),
+            array(&k),
+            array(&v),
+            a.valid,
+            a.seeds,
+            array(&out),
+            array(&lse),
+            a.threshold,
+            a.keep,
+            a.scale,
+            s.len,
+            s.heads,
+            s.head_dim,
+        );
+    }
+    (out, lse)
+}
+
+/// The backward pass: the gradients of q, k and v.
+pub(super) fn backward<R: CubeRuntime>(
+    q: CubeTensor<R>,
+    k: CubeTensor<R>,
+    v: CubeTensor<R>,
+    out: CubeTensor<R>,
+    lse: CubeTensor<R>,
+    grad: CubeTensor<R>,
+    spec: &AttentionSpec,
+) -> [CubeTensor<R>; 3] {
+    let (q, k, v, out) = (contiguous(q), contiguous(k), contiguous(v), contiguous(out));
+    let (lse, grad) = (contiguous(lse), contiguous(grad));
+    let s = spec.shape;
+    let dims = vec![s.batch, s.len, s.heads * s.head_dim];
+    let (dq, dk, dv) = (empty_like(&q, dims.clone()), empty_like(&q, dims.clone()), empty_like(&q, dims));
+    let delta = empty_like(&q, vec![s.batch, s.heads, s.len]);
+    let a = attention_inputs(&q, spec);
+    let b = attention_inputs(&q, spec);
+    // SAFETY: as in the forward pass.
+    unsafe {
+        attention_backward_queries_kernel::launch_unchecked(
+            &q.client,
+            cubes(a.rows),
+            CubeDim::new_1d(UNITS),
+            array(&q),
+            array(&k),
+            array(&v),
+            array(&out),
+            array(&lse),
+            array(&grad),
+            a.valid,
+            a.seeds,
+            array(&dq),
+            array(&delta),
+            a.threshold,
+            a.keep,
+            a.scale,
+            s.len,
+            s.heads,
+            s.head_dim,
+        );
+        attention_backward_keys_kernel::launch_unchecked(
+            &q.client,
+            cubes(b.rows),
+            CubeDim::new_1d(UNITS),
+            array(&q),
+            array(&k),
+            array(&v),
+            array(&lse),
+            array(&delta),
+            array(&grad),
+            b.valid,
+            b.seeds,
+            array(&dk),
+            array(&dv),
+            b.threshold,
+            b.keep,
+            b.scale,
+            s.len,
+            s.heads,
+            s.head_dim,
+        );
+    }
+    [dq, dk, dv]
+}

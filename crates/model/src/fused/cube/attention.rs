@@ -6,6 +6,7 @@
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 
 use super::{array, contiguous, cubes, empty_like, UNITS};
 use crate::fused::AttentionSpec;
@@ -228,17 +229,27 @@ fn attention_backward_keys_kernel(
 
 /// What the attention kernels read besides q, k, v: the valid positions (`[batch · len]`, 1/0)
 /// and the dropout row seeds (`[batch · heads · len]`), with the dropout threshold and scale
-/// (0 and 1 without dropout: nothing is dropped).
-struct AttentionInputs<R: CubeRuntime> {
-    valid: ArrayArg<R>,
-    seeds: ArrayArg<R>,
+/// (0 and 1 without dropout: nothing is dropped). Uploaded once per pass; each launch takes
+/// its own arguments over the same buffers.
+struct AttentionInputs {
+    valid: (Handle, usize),
+    seeds: (Handle, usize),
     threshold: u32,
     keep: f32,
     scale: f32,
     rows: usize,
 }
 
-fn attention_inputs<R: CubeRuntime>(like: &CubeTensor<R>, spec: &AttentionSpec) -> AttentionInputs<R> {
+impl AttentionInputs {
+    /// Launch arguments for the valid positions and the dropout row seeds.
+    fn arrays<R: CubeRuntime>(&self) -> (ArrayArg<R>, ArrayArg<R>) {
+        // SAFETY: each handle holds exactly its recorded number of u32 values.
+        let arg = |(h, n): &(Handle, usize)| unsafe { ArrayArg::from_raw_parts(h.clone(), *n) };
+        (arg(&self.valid), arg(&self.seeds))
+    }
+}
+
+fn attention_inputs<R: CubeRuntime>(like: &CubeTensor<R>, spec: &AttentionSpec) -> AttentionInputs {
     let s = spec.shape;
     let rows = s.batch * s.heads * s.len;
     let valid: Vec<u32> = spec.valid.iter().map(|&v| u32::from(v)).collect();
@@ -246,9 +257,7 @@ fn attention_inputs<R: CubeRuntime>(like: &CubeTensor<R>, spec: &AttentionSpec) 
         Some(key) => (0..rows as u64).map(|r| key.row_seed(r)).collect(),
         None => vec![0; rows],
     };
-    // SAFETY: the handle holds exactly `v.len()` u32 values.
-    let upload =
-        |v: &[u32]| unsafe { ArrayArg::from_raw_parts(like.client.create_from_slice(u32::as_bytes(v)), v.len()) };
+    let upload = |v: &[u32]| (like.client.create_from_slice(u32::as_bytes(v)), v.len());
     AttentionInputs {
         valid: upload(&valid),
         seeds: upload(&seeds),
@@ -269,6 +278,7 @@ pub(super) fn forward<R: CubeRuntime>(
     let (q, k, v) = (contiguous(q), contiguous(k), contiguous(v));
     let s = spec.shape;
     let a = attention_inputs(&q, spec);
+    let (valid, seeds) = a.arrays();
     let out = empty_like(&q, vec![s.batch, s.len, s.heads * s.head_dim]);
     let lse = empty_like(&q, vec![s.batch, s.heads, s.len]);
     // SAFETY: q, k, v and out are contiguous [batch, len, heads · head_dim], lse and the seeds
@@ -282,8 +292,8 @@ pub(super) fn forward<R: CubeRuntime>(
             array(&q),
             array(&k),
             array(&v),
-            a.valid,
-            a.seeds,
+            valid,
+            seeds,
             array(&out),
             array(&lse),
             a.threshold,
@@ -314,7 +324,7 @@ pub(super) fn backward<R: CubeRuntime>(
     let (dq, dk, dv) = (empty_like(&q, dims.clone()), empty_like(&q, dims.clone()), empty_like(&q, dims));
     let delta = empty_like(&q, vec![s.batch, s.heads, s.len]);
     let a = attention_inputs(&q, spec);
-    let b = attention_inputs(&q, spec);
+    let ((valid, seeds), (valid_k, seeds_k)) = (a.arrays(), a.arrays());
     // SAFETY: as in the forward pass.
     unsafe {
         attention_backward_queries_kernel::launch_unchecked(
@@ -327,8 +337,8 @@ pub(super) fn backward<R: CubeRuntime>(
             array(&out),
             array(&lse),
             array(&grad),
-            a.valid,
-            a.seeds,
+            valid,
+            seeds,
             array(&dq),
             array(&delta),
             a.threshold,
@@ -340,7 +350,7 @@ pub(super) fn backward<R: CubeRuntime>(
         );
         attention_backward_keys_kernel::launch_unchecked(
             &q.client,
-            cubes(b.rows),
+            cubes(a.rows),
             CubeDim::new_1d(UNITS),
             array(&q),
             array(&k),
@@ -348,13 +358,13 @@ pub(super) fn backward<R: CubeRuntime>(
             array(&lse),
             array(&delta),
             array(&grad),
-            b.valid,
-            b.seeds,
+            valid_k,
+            seeds_k,
             array(&dk),
             array(&dv),
-            b.threshold,
-            b.keep,
-            b.scale,
+            a.threshold,
+            a.keep,
+            a.scale,
             s.len,
             s.heads,
             s.head_dim,

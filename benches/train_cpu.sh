@@ -41,7 +41,8 @@ import json, statistics, sys
 path, skip, label, config, rnd = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 rows = [json.loads(l) for l in open(path) if '"tokens"' in l][skip:]
 secs = sum(r["tokens"] / r["tokens_per_s"] for r in rows)
-ph = lambda k: statistics.median(r["phase_ms"][k] for r in rows)
+# A phase a binary does not time (clipping is inside the optimizer step since session 21) is 0.
+ph = lambda k: statistics.median(r["phase_ms"].get(k, 0.0) for r in rows)
 print(json.dumps({"impl": label, "config": config, "round": int(rnd), "steps": len(rows),
     "tokens_per_s": sum(r["tokens"] for r in rows) / secs,
     "phase_ms": {"fwd": ph("forward"), "bwd": ph("backward"), "opt": ph("clip") + ph("optimizer")},

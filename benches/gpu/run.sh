@@ -3,7 +3,12 @@
 # transformers.BertForMaskedLM (benches/gpu/bert_torch.py), same model, same batch size, same
 # corpus, on the same GPU. Results (JSON lines in results.jsonl, logs, metrics.jsonl) go to OUTDIR.
 #
-#   benches/gpu/run.sh CORPUS GRAPH OUTDIR STEPS WARMUP [LABEL=CORRFLOW_BIN ...]
+#   benches/gpu/run.sh CORPUS GRAPH OUTDIR STEPS WARMUP [LABEL=CORRFLOW_BIN[@DEVICE] ...]
+#
+# DEVICE is cuda (burn-cuda with fusion, the default) or cuda-kernels (no fusion, the CubeCL
+# kernels of the fused operations): `fusion=BIN kernels=BIN@cuda-kernels` compares them. Each
+# LABEL runs twice, with its kernel cache (CORRFLOW_KERNEL_CACHE, OUTDIR/kernel-cache-LABEL) cold
+# and then warm (as LABEL-warm), to time the first step both ways.
 #
 # Each CORRFLOW_BIN must be built with `cargo build --release --features cuda`; libcuda and NVRTC
 # are loaded at run time (CUDA's lib folders are added to LD_LIBRARY_PATH for NVRTC).
@@ -31,12 +36,16 @@ fi
 sed -e 's/^device = .*/device = "cuda"/' -e 's/^log_every = .*/log_every = 1/' \
     -e 's/^eval_every = .*/eval_every = 100000/' -e 's/^checkpoint_every = .*/checkpoint_every = 100000/' \
     -e 's/^eval_cells = .*/eval_cells = 96/' "$HERE/../../configs/paper.toml" > "$OUT/paper-cuda.toml"
-for spec in "$@"; do
-    label=${spec%%=*} bin=${spec#*=}
+for spec in $(for s in "$@"; do echo "$s ${s%%=*}-warm=${s#*=}"; done); do
+    label=${spec%%=*} bin=${spec#*=} device=cuda
+    case "$bin" in *@*) device=${bin#*@} bin=${bin%@*} ;; esac
+    # One kernel cache per label: empty for its first run, kept for its -warm run.
+    export CORRFLOW_KERNEL_CACHE="$OUT/kernel-cache-${label%-warm}"
+    case "$label" in *-warm) ;; *) rm -rf "$CORRFLOW_KERNEL_CACHE" ;; esac
     rm -rf "$OUT/run-$label"
     start=$(date +%s)
     CUBECL_DEBUG_LOG="$OUT/cubecl-$label.log" timeout "${BURN_TIMEOUT:-300}" "$bin" train ${PROFILE:+--profile-steps} \
-        --config "$OUT/paper-cuda.toml" --corpus "$CORPUS" --graph "$GRAPH" \
+        --config "$OUT/paper-cuda.toml" --corpus "$CORPUS" --graph "$GRAPH" --device "$device" \
         --out "$OUT/run-$label" --max-steps "$STEPS" > "$OUT/burn-$label.log" 2>&1
     echo "$label exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/burn-$label.log"
     tail -3 "$OUT/burn-$label.log"
@@ -61,6 +70,9 @@ print(json.dumps({
     "median_step_ms": 1000 * statistics.median(secs) if timed else None,
     "step_seconds_first": [round(r["tokens"] / r["tokens_per_s"], 3) for r in rows[:12]],
     "first_losses": [round(r["loss"], 4) for r in rows[:5]], "last_loss": rows[-1]["loss"] if rows else None,
+    # The stability target: after step 50, no step slower than 2x the median.
+    "slowest_after_50_over_median": max(s for r, s in zip(timed, secs) if r["step"] > 50) / statistics.median(secs)
+    if any(r["step"] > 50 for r in timed) else None,
 }))
 EOF
 done

@@ -256,7 +256,7 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     pub(crate) seed: Option<u64>,
     /// cpu or cuda (overrides train.device).
-    #[arg(long, value_parser = serde_enum::<Device>, value_name = "cpu|cuda|wgpu")]
+    #[arg(long, value_parser = serde_enum::<Device>, value_name = "cpu|cuda|cuda-kernels|wgpu")]
     pub(crate) device: Option<Device>,
     /// Discard the checkpoints in --out instead of resuming.
     #[arg(long)]

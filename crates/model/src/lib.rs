@@ -13,6 +13,8 @@ pub mod export;
 pub mod fused;
 pub mod import;
 mod init;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod kernel_cache;
 pub mod layer;
 pub mod memory;
 pub mod objective;

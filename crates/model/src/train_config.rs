@@ -11,8 +11,13 @@ pub enum Device {
     /// burn's ndarray backend on the machine's cores.
     #[default]
     Cpu,
-    /// burn-cuda (build with `--features cuda`).
+    /// burn-cuda with its kernel fusion (build with `--features cuda`); the fused operations run
+    /// as their compositions.
     Cuda,
+    /// burn-cuda without fusion, with the CubeCL kernels of the fused operations (attention,
+    /// LayerNorm, AdamW; build with `--features cuda`).
+    #[serde(rename = "cuda-kernels")]
+    CudaKernels,
     /// burn's wgpu backend with the CubeCL kernels of the fused operations (build with
     /// `--features wgpu`): a Vulkan, Metal or DX12 GPU, or Mesa's software Vulkan driver.
     Wgpu,
@@ -24,7 +29,7 @@ impl Device {
     pub fn length_bucket(self) -> usize {
         match self {
             Device::Cpu => 1,
-            Device::Cuda | Device::Wgpu => 64,
+            Device::Cuda | Device::CudaKernels | Device::Wgpu => 64,
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod finetune;
 pub mod hce;
 mod held_out;
 mod init_from;
+pub mod optim;
 mod run;
 mod step;
 
@@ -26,13 +27,24 @@ pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> 
     match req.train.device {
         Device::Cpu => train::<CpuTraining>(req, Default::default()),
         #[cfg(feature = "cuda")]
-        Device::Cuda => train::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(req, Default::default()),
-        #[cfg(not(feature = "cuda"))]
         Device::Cuda => {
+            corrflow_model::kernel_cache::enable_from_env();
+            train::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(req, Default::default())
+        }
+        #[cfg(feature = "cuda")]
+        Device::CudaKernels => {
+            corrflow_model::kernel_cache::enable_from_env();
+            train::<burn::backend::Autodiff<corrflow_model::fused::CudaKernels>>(req, Default::default())
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda | Device::CudaKernels => {
             Err(corrflow_io::Error::Usage("this binary was built without CUDA: rebuild with --features cuda".into()))
         }
         #[cfg(feature = "wgpu")]
-        Device::Wgpu => train::<burn::backend::Autodiff<burn::backend::Wgpu<f32, i32, u32>>>(req, Default::default()),
+        Device::Wgpu => {
+            corrflow_model::kernel_cache::enable_from_env();
+            train::<burn::backend::Autodiff<burn::backend::Wgpu<f32, i32, u32>>>(req, Default::default())
+        }
         #[cfg(not(feature = "wgpu"))]
         Device::Wgpu => {
             Err(corrflow_io::Error::Usage("this binary was built without wgpu: rebuild with --features wgpu".into()))

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::GradientsParams;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::ElementConversion;
 use corrflow_algorithms::batches::TrainingBatch;
@@ -23,12 +22,14 @@ use corrflow_io::vocab::Vocabulary;
 use corrflow_mask::dataflow::{MaskedBatches, MaskingOptions};
 use corrflow_mask::MaskContext;
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
+use corrflow_model::fused::AdamWHyper;
 use corrflow_model::objective::{self, batch_tensors, Objective, Targets};
 use corrflow_model::{learning_rate, CellEncoder, FusedOps, InitModel, ModelConfig, TrainConfig, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
 use crate::held_out::{evaluate, EvalSet};
-use crate::step::{clip_global_norm, StepPhases};
+use crate::optim::FlatAdamW;
+use crate::step::StepPhases;
 use corrflow_mask::plan::{DataPlan, GraphWatch};
 
 /// Masked batches queued between the masking dataflow and the trainer.
@@ -170,13 +171,11 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
     Ok((setup, objective))
 }
 
-type Optim<B> = OptimizerAdaptor<AdamW, CellEncoder<B>, B>;
-
 /// The model and optimiser at the step the run continues from: the latest checkpoint of `out`
 /// (which must belong to the same run), or freshly initialised at step 0.
 struct Trainee<B: TrainingBackend> {
     model: CellEncoder<B>,
-    optim: Optim<B>,
+    optim: FlatAdamW<B>,
     step: u64,
     resumed_from: Option<u64>,
 }
@@ -194,9 +193,8 @@ fn init_or_resume<B: TrainingBackend>(
     }
     B::seed(device, t.seed);
     let model: CellEncoder<B> = m.init(vocab.len(), device);
-    // Clipping is done here, by the global norm (as PyTorch's clip_grad_norm_), not by burn's
-    // per-tensor clipping.
-    let optim = AdamWConfig::new().with_weight_decay(t.weight_decay as f32).init::<B, CellEncoder<B>>();
+    // Clipping is by the global norm (as PyTorch's clip_grad_norm_), inside the optimizer step.
+    let hyper = AdamWHyper { weight_decay: t.weight_decay as f32, ..AdamWHyper::default() };
     let Some(dir) = checkpoint::latest(&req.out) else {
         // A run killed before its first checkpoint starts again from step 0: its metric lines go.
         truncate_metrics(&req.out.join("metrics.jsonl"), 0)?;
@@ -204,6 +202,7 @@ fn init_or_resume<B: TrainingBackend>(
             Some(from) => crate::init_from::from_checkpoint(model, m, vocab, from, device)?,
             None => model,
         };
+        let optim = FlatAdamW::new(hyper, &model, device);
         return Ok(Trainee { model, optim, step: 0, resumed_from: None });
     };
     let state = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
@@ -219,7 +218,8 @@ fn init_or_resume<B: TrainingBackend>(
     let record = Rec::new()
         .load(dir.join(OPTIM_FILE), device)
         .map_err(|e| Error::format(dir.join(OPTIM_FILE), e.to_string()))?;
-    let optim = optim.load_record(record);
+    let mut optim = FlatAdamW::new(hyper, &model, device);
+    optim.load_record(record).map_err(|e| Error::format(dir.join(OPTIM_FILE), e))?;
     truncate_metrics(&req.out.join("metrics.jsonl"), state.step)?;
     tracing::info!(step = state.step, "resumed from {}", dir.display());
     Ok(Trainee { model, optim, step: state.step, resumed_from: Some(state.step) })
@@ -267,8 +267,7 @@ fn save_checkpoint<B: TrainingBackend>(
     checkpoint::save(&req.out, state, req.train.keep_checkpoints, |dir| {
         let rec = Rec::new();
         trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(dir, e))?;
-        rec.record(Optimizer::<CellEncoder<B>, B>::to_record(&trainee.optim), dir.join(OPTIM_FILE))
-            .map_err(|e| checkpoint::record_error(dir, e))
+        rec.record(trainee.optim.to_record(), dir.join(OPTIM_FILE)).map_err(|e| checkpoint::record_error(dir, e))
     })
 }
 
@@ -319,14 +318,10 @@ fn optimise<B: TrainingBackend>(
         return Err(Error::Usage(format!("training diverged at step {step}: loss is {loss}")));
     }
     phases.mark::<B>("forward", device);
-    let mut grads = GradientsParams::from_grads(out.loss.backward(), &trainee.model);
+    let grads = GradientsParams::from_grads(out.loss.backward(), &trainee.model);
     phases.mark::<B>("backward", device);
-    if t.grad_clip > 0.0 {
-        clip_global_norm::<B>(&trainee.model, &mut grads, t.grad_clip);
-    }
-    phases.mark::<B>("clip", device);
     let lr = learning_rate(t.lr, step, t.warmup_steps, setup.total);
-    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads);
+    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads, t.grad_clip);
     phases.mark::<B>("optimizer", device);
     Ok(Some(StepOutcome { loss, lr, masked: tensors.masked, phases, parts }))
 }

@@ -6,6 +6,7 @@
 //! Every kernel gives the same bits for the same inputs whatever the thread count: work is split
 //! into independent units (a sequence and a head), each computed by one thread in a fixed order.
 
+pub mod adamw;
 pub mod attention;
 pub mod decoder;
 pub mod dropout;
@@ -14,6 +15,9 @@ pub mod layer_norm;
 pub mod linear;
 mod rows;
 
+pub use adamw::{
+    adamw_update, clip_coefficient, split_spans, sum_of_squares, AdamWConstants, AdamWHyper, AdamWSegment,
+};
 pub use attention::{attention_backward, attention_forward, AttentionGrads, AttentionShape, AttentionStats};
 pub use decoder::{decoder_nll_backward, decoder_nll_forward, DecoderForward, DecoderGrads, DecoderShape};
 pub use dropout::DropoutKey;

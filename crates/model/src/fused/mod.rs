@@ -6,16 +6,19 @@
 //! - `Autodiff<B>` registers each fused operation as one node of the autodiff graph whose
 //!   backward pass calls `B`'s fused backward kernel, so training never materializes what the
 //!   kernel avoids (the attention scores);
-//! - burn's CubeCL backends without fusion (`CubeBackend<R>`, feature `wgpu`) run the CubeCL
-//!   kernels of `cube/` where there is one (attention, LayerNorm), the default bodies elsewhere;
+//! - burn's CubeCL backends without fusion (`CubeBackend<R>`: wgpu, and CUDA as `cuda-kernels`)
+//!   run the CubeCL kernels of `cube/` where there is one (attention, LayerNorm, AdamW), the
+//!   default bodies elsewhere;
 //! - other backends (CUDA with fusion) use the default bodies.
 //!
 //! Adding a fused operation: a method pair (forward, backward) on the trait with its reference
 //! composition as the default body (`reference.rs`), the CPU kernel in `ndarray.rs`, the autodiff
 //! node in `autodiff.rs`, and a gradient check against the composition in `tests.rs`.
 
+#[cfg(test)]
+mod adamw_tests;
 mod autodiff;
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube;
 mod ndarray;
 pub mod reference;
@@ -25,7 +28,7 @@ mod tests;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
-pub use corrflow_algorithms::nn::{AttentionShape, DecoderShape, DropoutKey, LinearShape};
+pub use corrflow_algorithms::nn::{AdamWConstants, AdamWHyper, AttentionShape, DecoderShape, DropoutKey, LinearShape};
 
 static UNFUSED: std::sync::OnceLock<std::sync::atomic::AtomicBool> = std::sync::OnceLock::new();
 
@@ -68,6 +71,33 @@ pub struct DecoderSpec {
 pub struct LayerNormSpec {
     pub width: usize,
     pub eps: f32,
+}
+
+/// Where one parameter's moments lie in the optimizer's flat moment buffers, and how many
+/// updates it has had counting this one (AdamW's bias correction).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MomentSlot {
+    pub offset: usize,
+    pub len: usize,
+    pub time: usize,
+}
+
+/// One AdamW step over many parameters: the hyper-parameters, the learning rate, the clipping
+/// coefficient every gradient is multiplied by first (`None`: not clipped), and each updated
+/// parameter's moment slot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdamWSpec {
+    pub hyper: AdamWHyper,
+    pub lr: f64,
+    pub grad_scale: Option<f64>,
+    pub slots: Vec<MomentSlot>,
+}
+
+impl AdamWSpec {
+    /// The scalars of the update of the parameter at `slot`.
+    pub fn constants(&self, slot: &MomentSlot) -> AdamWConstants {
+        AdamWConstants::new(&self.hyper, self.lr, slot.time, self.grad_scale)
+    }
 }
 
 /// A backend with the trainer's fused operations.
@@ -201,6 +231,26 @@ pub trait FusedOps: Backend {
     ) -> [FloatTensor<Self>; 3] {
         reference::decoder_nll_backward::<Self>(y, emb, bias, lse, grad, spec)
     }
+
+    /// `Σ x²` over every element of `tensors` (the squared global norm of a model's gradients),
+    /// summed in a fixed order.
+    fn sum_of_squares(tensors: &[FloatTensor<Self>]) -> f64 {
+        reference::sum_of_squares::<Self>(tensors)
+    }
+
+    /// AdamW over parameters `params[i]` with gradients `grads[i]` and moments at
+    /// `spec.slots[i]` of the flat buffers `moment_1`, `moment_2` (each gradient multiplied by
+    /// `spec.grad_scale` first): the new parameters, same shapes, and the new moment buffers.
+    /// The update rule is burn's `AdamW`.
+    fn adamw_step(
+        params: Vec<FloatTensor<Self>>,
+        grads: Vec<FloatTensor<Self>>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        spec: &AdamWSpec,
+    ) -> (Vec<FloatTensor<Self>>, FloatTensor<Self>, FloatTensor<Self>) {
+        reference::adamw_step::<Self>(params, grads, moment_1, moment_2, spec)
+    }
 }
 
 /// `linear.forward(x)` for any rank, as one fused product over all rows; see
@@ -319,9 +369,14 @@ pub(crate) fn draw_key<B: Backend>(device: &B::Device) -> u64 {
     parts.iter().fold(0u64, |acc, &p| (acc << 24) | (p as u64 & 0xff_ffff))
 }
 
-/// `impl FusedOps` for the CUDA backends: the default (composed) bodies.
+/// `impl FusedOps` for burn-cuda with fusion: the default (composed) bodies, which its fusion
+/// compiles into fewer kernels.
 #[cfg(feature = "cuda")]
 impl FusedOps for burn::backend::Cuda<f32> {}
+
+/// burn-cuda without fusion, with the CubeCL kernels of the fused operations.
+#[cfg(feature = "cuda")]
+pub type CudaKernels = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
 
 /// A backend the trainer runs on: autodiff with the fused operations, over an inner backend
 /// (evaluation, `valid()` models) that has them too.

@@ -8,11 +8,12 @@ use burn::backend::NdArray;
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use corrflow_algorithms::nn::{
-    add_layer_norm_backward, add_layer_norm_forward, attention_backward, attention_forward, decoder_nll_backward,
-    decoder_nll_forward, linear_backward, linear_forward, AttentionStats, LinearShape,
+    adamw_update, add_layer_norm_backward, add_layer_norm_forward, attention_backward, attention_forward,
+    decoder_nll_backward, decoder_nll_forward, linear_backward, linear_forward, split_spans, sum_of_squares,
+    AdamWSegment, AttentionStats, LinearShape,
 };
 
-use super::{AttentionSpec, DecoderSpec, FusedOps, LayerNormSpec};
+use super::{AdamWSpec, AttentionSpec, DecoderSpec, FusedOps, LayerNormSpec};
 
 type Cpu = NdArray<f32>;
 
@@ -34,7 +35,64 @@ fn from_vec(v: Vec<f32>, shape: Vec<usize>) -> FloatTensor<Cpu> {
     Cpu::float_from_data(TensorData::new(v, shape), &Default::default())
 }
 
+/// The tensor as a writable, standard-layout f32 array: its own array when nothing else refers to
+/// it (the optimizer's moments, usually the parameters), a copy otherwise.
+fn writable(t: FloatTensor<Cpu>) -> ndarray::ArcArray<f32, ndarray::IxDyn> {
+    let array = match t {
+        NdArrayTensor::F32(storage) => storage.into_owned(),
+        other => {
+            let shape = ndarray::IxDyn(&burn::tensor::TensorMetadata::shape(&other).to_vec());
+            let values = host(&other).into_owned();
+            ndarray::ArcArray::from_shape_vec(shape, values).expect("a tensor's shape matches its elements")
+        }
+    };
+    if array.is_standard_layout() {
+        array
+    } else {
+        array.as_standard_layout().into_owned().into_shared()
+    }
+}
+
+fn slice_mut(array: &mut ndarray::ArcArray<f32, ndarray::IxDyn>) -> &mut [f32] {
+    array.as_slice_mut().expect("writable() gives standard-layout arrays")
+}
+
 impl FusedOps for Cpu {
+    fn sum_of_squares(tensors: &[FloatTensor<Self>]) -> f64 {
+        let hosts: Vec<Cow<'_, [f32]>> = tensors.iter().map(host).collect();
+        let parts: Vec<&[f32]> = hosts.iter().map(|h| h.as_ref()).collect();
+        sum_of_squares(&parts)
+    }
+
+    fn adamw_step(
+        params: Vec<FloatTensor<Self>>,
+        grads: Vec<FloatTensor<Self>>,
+        moment_1: FloatTensor<Self>,
+        moment_2: FloatTensor<Self>,
+        spec: &AdamWSpec,
+    ) -> (Vec<FloatTensor<Self>>, FloatTensor<Self>, FloatTensor<Self>) {
+        let mut params: Vec<_> = params.into_iter().map(writable).collect();
+        let (mut m, mut v) = (writable(moment_1), writable(moment_2));
+        let grads: Vec<Cow<'_, [f32]>> = grads.iter().map(host).collect();
+        let spans: Vec<(usize, usize)> = spec.slots.iter().map(|s| (s.offset, s.len)).collect();
+        let segments = params
+            .iter_mut()
+            .zip(&grads)
+            .zip(split_spans(slice_mut(&mut m), &spans))
+            .zip(split_spans(slice_mut(&mut v), &spans))
+            .zip(&spec.slots)
+            .map(|((((p, g), m), v), slot)| AdamWSegment {
+                param: slice_mut(p),
+                grad: g,
+                moment_1: m,
+                moment_2: v,
+                constants: spec.constants(slot),
+            })
+            .collect();
+        adamw_update(segments);
+        (params.into_iter().map(NdArrayTensor::from).collect(), NdArrayTensor::from(m), NdArrayTensor::from(v))
+    }
+
     fn attention_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,

@@ -4,9 +4,9 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use super::{AttentionSpec, DecoderSpec, LayerNormSpec};
+use super::{AdamWSpec, AttentionSpec, DecoderSpec, LayerNormSpec};
 
 fn wrap<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
@@ -291,4 +291,54 @@ pub(super) fn linear_backward<B: Backend>(
     let dx = dy.clone().matmul(wrap::<B, 2>(w).transpose());
     let dw = wrap::<B, 2>(x).transpose().matmul(dy.clone());
     [unwrap(dx), unwrap(dw), unwrap(dy.sum_dim(0).squeeze_dim::<1>(0))]
+}
+
+/// `t` as a vector of its elements (row-major).
+fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
+    let n = t.shape().num_elements();
+    wrap(B::float_reshape(t, Shape::new([n])))
+}
+
+/// `Σ x²` over every element of `tensors`, summed per tensor and then in order in `f64`.
+pub fn sum_of_squares<B: Backend>(tensors: &[FloatTensor<B>]) -> f64 {
+    if tensors.is_empty() {
+        return 0.0;
+    }
+    let squares: Vec<Tensor<B, 1>> = tensors.iter().map(|t| flat::<B>(t.clone()).square().sum()).collect();
+    // One read-back for all of them (on a GPU each read is a device sync), summed in order.
+    Tensor::cat(squares, 0).into_data().iter::<f64>().sum()
+}
+
+/// burn's `AdamW` step, parameter by parameter, with the moments sliced out of and written back
+/// into the flat buffers.
+pub fn adamw_step<B: Backend>(
+    params: Vec<FloatTensor<B>>,
+    grads: Vec<FloatTensor<B>>,
+    moment_1: FloatTensor<B>,
+    moment_2: FloatTensor<B>,
+    spec: &AdamWSpec,
+) -> (Vec<FloatTensor<B>>, FloatTensor<B>, FloatTensor<B>) {
+    let (mut m, mut v) = (wrap::<B, 1>(moment_1), wrap::<B, 1>(moment_2));
+    let h = spec.hyper;
+    let decay_rate = spec.lr * f64::from(h.weight_decay);
+    let mut out = Vec::with_capacity(params.len());
+    for ((p, g), slot) in params.into_iter().zip(grads).zip(&spec.slots) {
+        let shape = p.shape();
+        let (p, mut g) = (flat::<B>(p), flat::<B>(g));
+        if let Some(s) = spec.grad_scale {
+            g = g.mul_scalar(s);
+        }
+        let span = slot.offset..slot.offset + slot.len;
+        let m_i = m.clone().slice([span.clone()]).mul_scalar(h.beta_1).add(g.clone().mul_scalar(1.0 - h.beta_1));
+        let v_i = v.clone().slice([span.clone()]).mul_scalar(h.beta_2).add(g.square().mul_scalar(1.0 - h.beta_2));
+        let t = slot.time.min(i32::MAX as usize) as i32;
+        let m_hat = m_i.clone().div_scalar(1f32 - h.beta_1.powi(t));
+        let v_hat = v_i.clone().div_scalar(1f32 - h.beta_2.powi(t));
+        let delta = m_hat.div(v_hat.sqrt().add_scalar(h.epsilon));
+        let p = if decay_rate == 0.0 { p } else { p.mul_scalar(1.0 - decay_rate) };
+        out.push(B::float_reshape(unwrap(p - delta.mul_scalar(spec.lr)), shape));
+        m = m.slice_assign([span.clone()], m_i);
+        v = v.slice_assign([span], v_i);
+    }
+    (out, unwrap(m), unwrap(v))
 }

@@ -12,7 +12,7 @@ use crate::{CpuBackend, CpuTraining};
 
 /// A tensor of N(0, sd²)-like values from a local generator (burn's global one is shared with
 /// the tests running beside this one, so it would not give the same inputs twice).
-fn normal<const D: usize>(dims: [usize; D], sd: f32, seed: u64) -> Tensor<CpuBackend, D> {
+pub(super) fn normal<const D: usize>(dims: [usize; D], sd: f32, seed: u64) -> Tensor<CpuBackend, D> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut uniform = || {
         x ^= x << 13;

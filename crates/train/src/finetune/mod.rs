@@ -19,16 +19,15 @@ mod batches;
 mod evaluate;
 mod labels;
 mod outputs;
+mod run_dir;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
-use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::optim::GradientsParams;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use corrflow_algorithms::batches::PlannedBatch;
 use corrflow_algorithms::classes::{balanced_weights, Part};
@@ -40,17 +39,17 @@ use corrflow_io::util::lock::DirLock;
 use corrflow_io::vocab::Vocabulary;
 use corrflow_mask::dataflow::Feed;
 use corrflow_mask::plan::DataPlan;
-use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
+use corrflow_model::checkpoint;
 use corrflow_model::classifier::cross_entropy;
-use corrflow_model::{head, learning_rate, load_checkpoint, CellEncoder, InitModel, TrainConfig, TrainingBackend};
+use corrflow_model::{learning_rate, load_checkpoint, CellEncoder, InitModel, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
-use crate::run::{mix, progress_bar, truncate_metrics};
-use crate::step::clip_global_norm;
+use crate::run::{mix, progress_bar};
 use batches::{BatchSpec, ClassBatch};
 pub use evaluate::{ClassMetrics, Scores, SplitMetrics};
 use labels::Supervision;
 pub use labels::{FinetuneTask, PartSizes};
+use run_dir::{clear_or_refuse, init_or_resume, prune, save, Best, Trainee};
 
 const PROGRESS_FILE: &str = "finetune.json";
 const RESULTS_FILE: &str = "results.json";
@@ -157,25 +156,6 @@ pub struct FinetuneRequest {
     pub stop_after: Option<u64>,
 }
 
-/// The best validation score so far.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-struct Best {
-    step: u64,
-    macro_f1: f64,
-}
-
-/// `finetune.json` of a checkpoint: what a resumed run must match, and early stopping's state.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct FinetuneState {
-    /// sha256 of the base checkpoint's weights.
-    base_model_sha256: String,
-    task: FinetuneTask,
-    config: FinetuneConfig,
-    best: Option<Best>,
-    /// Epochs since the best one.
-    stale: usize,
-}
-
 /// What `finetune --json` prints and `results.json` holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FinetuneSummary {
@@ -203,9 +183,6 @@ pub struct FinetuneSummary {
     /// The best checkpoint (when finished), else the latest.
     pub checkpoint: Option<String>,
 }
-
-type Rec = BinFileRecorder<FullPrecisionSettings>;
-type Optim<B> = OptimizerAdaptor<AdamW, CellEncoder<B>, B>;
 
 /// The base model, corpus and labels, checked against each other.
 struct Setup<B: TrainingBackend> {
@@ -307,87 +284,6 @@ fn trainable<B: TrainingBackend>(m: &CellEncoder<B>, frozen: usize) -> usize {
     let layers: usize = m.encoder.layers.iter().skip(frozen).map(Module::num_params).sum();
     let head = m.label_head.as_ref().map_or(0, Module::num_params);
     head + layers + if frozen == 0 { embeddings } else { 0 }
-}
-
-struct Trainee<B: TrainingBackend> {
-    model: CellEncoder<B>,
-    optim: Optim<B>,
-    step: u64,
-    state: FinetuneState,
-    resumed_from: Option<u64>,
-}
-
-fn init_or_resume<B: TrainingBackend>(
-    req: &FinetuneRequest,
-    setup: &Setup<B>,
-    device: &B::Device,
-) -> Result<Trainee<B>> {
-    let c = &req.config;
-    let optim = AdamWConfig::new().with_weight_decay(c.weight_decay as f32).init::<B, CellEncoder<B>>();
-    let fresh = FinetuneState {
-        base_model_sha256: setup.base.state.model_sha256.clone(),
-        task: req.task.clone(),
-        config: c.clone(),
-        best: None,
-        stale: 0,
-    };
-    let Some(dir) = checkpoint::latest(&req.out) else {
-        // A run killed before its first checkpoint starts again from step 0: its metric lines go.
-        truncate_metrics(&req.out.join("metrics.jsonl"), 0)?;
-        B::seed(device, c.seed);
-        let mut model = setup.base.model.clone();
-        model.label_head = Some(head(setup.model.hidden, setup.supervision.classes.len(), device));
-        let model = freeze(model, c.freeze_layers);
-        return Ok(Trainee { model, optim, step: 0, state: fresh, resumed_from: None });
-    };
-    let ckpt = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
-    let p = dir.join(PROGRESS_FILE);
-    let text = std::fs::read_to_string(&p).at(&p)?;
-    let state: FinetuneState =
-        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid fine-tuning state: {e}")))?;
-    let same = ckpt.model == setup.model
-        && state.base_model_sha256 == fresh.base_model_sha256
-        && state.task == fresh.task
-        && FinetuneConfig { log_every: 0, ..state.config.clone() } == FinetuneConfig { log_every: 0, ..c.clone() };
-    if !same {
-        return Err(Error::conflict(
-            &dir,
-            "the run directory holds a fine-tuning run of another base model, task or settings; use --restart to discard it or another --out",
-        ));
-    }
-    let model = checkpoint::load_model(setup.model.init(setup.base.vocab.len(), device), &dir, device)?;
-    let record = Rec::new()
-        .load(dir.join(OPTIM_FILE), device)
-        .map_err(|e| Error::format(dir.join(OPTIM_FILE), e.to_string()))?;
-    truncate_metrics(&req.out.join("metrics.jsonl"), ckpt.step)?;
-    tracing::info!(step = ckpt.step, "resumed from {}", dir.display());
-    Ok(Trainee {
-        model: freeze(model, c.freeze_layers),
-        optim: optim.load_record(record),
-        step: ckpt.step,
-        state,
-        resumed_from: Some(ckpt.step),
-    })
-}
-
-/// Clears a run directory for `--restart`, or refuses one that holds a finished run.
-fn clear_or_refuse(req: &FinetuneRequest) -> Result<()> {
-    let finished = req.out.join(RESULTS_FILE);
-    if req.restart {
-        for f in [RESULTS_FILE, PREDICTIONS_FILE, "metrics.jsonl"] {
-            let _ = std::fs::remove_file(req.out.join(f));
-        }
-        let dir = checkpoint::checkpoints_dir(&req.out);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).at(&dir)?;
-        }
-    } else if finished.is_file() {
-        return Err(Error::conflict(
-            &finished,
-            "this fine-tuning run has finished; use --restart to run it again or another --out",
-        ));
-    }
-    Ok(())
 }
 
 /// Runs (or resumes) fine-tuning on backend `B`.
@@ -544,12 +440,9 @@ fn optimise<B: TrainingBackend>(
     if !value.is_finite() {
         return Err(Error::Usage(format!("fine-tuning diverged at step {step}: loss is {value}")));
     }
-    let mut grads = GradientsParams::from_grads(loss.backward(), &trainee.model);
-    if c.grad_clip > 0.0 {
-        clip_global_norm::<B>(&trainee.model, &mut grads, c.grad_clip);
-    }
+    let grads = GradientsParams::from_grads(loss.backward(), &trainee.model);
     let lr = learning_rate(c.lr, step, c.warmup_steps, setup.total);
-    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads);
+    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads, c.grad_clip);
     Ok(Some(value))
 }
 
@@ -568,67 +461,6 @@ fn validate<B: TrainingBackend>(
     };
     let p = evaluate::predict(&model.valid(), &setup.plan, &spec, c.gene_eval_cells, device)?;
     Ok(p.metrics(&setup.supervision.classes, setup.supervision.genes))
-}
-
-/// Writes a checkpoint at the trainee's step, then removes those that are neither the latest
-/// nor the best.
-fn save<B: TrainingBackend>(
-    req: &FinetuneRequest,
-    setup: &Setup<B>,
-    trainee: &Trainee<B>,
-    epoch: u64,
-) -> Result<PathBuf> {
-    let c = &req.config;
-    let train = TrainConfig {
-        corpus: Some(req.corpus.clone()),
-        atlases: req.atlases.clone(),
-        batch_size: c.batch_size,
-        epochs: c.epochs,
-        max_len: setup.plan.max_len,
-        lr: c.lr,
-        weight_decay: c.weight_decay,
-        warmup_steps: c.warmup_steps,
-        grad_clip: c.grad_clip,
-        seed: c.seed,
-        ..TrainConfig::default()
-    };
-    let state = CheckpointState {
-        format_version: 1,
-        step: trainee.step,
-        epoch,
-        total_steps: setup.total,
-        model: setup.model.clone(),
-        train,
-        mask: Default::default(),
-        vocab_hash: setup.base.vocab.hash().to_string(),
-        vocab_size: setup.base.vocab.len(),
-        layout: setup.base.state.layout,
-        model_sha256: String::new(),
-        optim_sha256: String::new(),
-    };
-    let dir = checkpoint::save(&req.out, state, usize::MAX, |dir| {
-        let rec = Rec::new();
-        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(dir, e))?;
-        rec.record(Optimizer::<CellEncoder<B>, B>::to_record(&trainee.optim), dir.join(OPTIM_FILE))
-            .map_err(|e| checkpoint::record_error(dir, e))?;
-        write_json_atomic(&dir.join(PROGRESS_FILE), &trainee.state)
-    })?;
-    let best = trainee.state.best.map(|b| checkpoint::checkpoint_dir(&req.out, b.step));
-    prune(&req.out, &[Some(dir.clone()), best])?;
-    Ok(dir)
-}
-
-/// Removes the checkpoints of `out` other than `keep`.
-fn prune(out: &Path, keep: &[Option<PathBuf>]) -> Result<()> {
-    let dir = checkpoint::checkpoints_dir(out);
-    for entry in std::fs::read_dir(&dir).at(&dir)?.flatten() {
-        let p = entry.path();
-        let is_checkpoint = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-"));
-        if is_checkpoint && !keep.iter().flatten().any(|k| *k == p) {
-            std::fs::remove_dir_all(&p).at(&p)?;
-        }
-    }
-    Ok(())
 }
 
 /// Scores the best checkpoint on validation and test, writes the test predictions and keeps

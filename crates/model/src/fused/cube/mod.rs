@@ -4,13 +4,15 @@
 //!   with the row's log-sum-exp, so the `[batch, heads, len, len]` scores are never stored
 //!   (one unit per query row, and one per key row for the key and value gradients);
 //! - the LayerNorm of a residual sum, forward and backward, as three launches instead of the
-//!   dozen element-wise and reduction kernels of its composition.
+//!   dozen element-wise and reduction kernels of its composition;
+//! - the AdamW update over the optimizer's flat moment buffers, one launch per parameter.
 //!
 //! Every value is summed in a fixed order by one unit, so results do not depend on the launch
 //! geometry. These are plain, unblocked kernels (no shared-memory tiles yet): what they are
 //! checked for here is the numbers, against the compositions, on Mesa's software Vulkan driver.
 //! The decoder loss and the dense layers keep their composed default bodies (burn's matmul).
 
+mod adamw;
 mod attention;
 mod layer_norm;
 
@@ -20,7 +22,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, IntElement};
 use cubecl::prelude::*;
 
-use super::{AttentionSpec, FusedOps, LayerNormSpec};
+use super::{AdamWSpec, AttentionSpec, FusedOps, LayerNormSpec};
 
 /// Units per cube of the row and column launches.
 const UNITS: u32 = 64;
@@ -89,5 +91,15 @@ where
         spec: &LayerNormSpec,
     ) -> [CubeTensor<R>; 3] {
         layer_norm::backward(x, r, gamma, mean, rstd, grad, spec)
+    }
+
+    fn adamw_step(
+        params: Vec<CubeTensor<R>>,
+        grads: Vec<CubeTensor<R>>,
+        moment_1: CubeTensor<R>,
+        moment_2: CubeTensor<R>,
+        spec: &AdamWSpec,
+    ) -> (Vec<CubeTensor<R>>, CubeTensor<R>, CubeTensor<R>) {
+        adamw::step(params, grads, moment_1, moment_2, spec)
     }
 }

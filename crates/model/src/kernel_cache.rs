@@ -1,0 +1,73 @@
+//! CubeCL's caches on disk for the GPU backends: compiled kernels (PTX on CUDA; SPIR-V where
+//! wgpu compiles through Vulkan's SPIR-V path) and autotune results, so a second run neither
+//! compiles nor tunes again what the first one did. CubeCL keeps no compiled kernels by default
+//! and puts autotune results in a `target/` directory found from the working directory; a
+//! trainer run from anywhere should find them in one place.
+
+use std::path::PathBuf;
+
+use cubecl::config::cache::CacheConfig;
+use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+
+/// The directory: `CORRFLOW_KERNEL_CACHE`, else `$XDG_CACHE_HOME/corrflow/cubecl`, else
+/// `~/.cache/corrflow/cubecl`; `None` when `CORRFLOW_KERNEL_CACHE` is `off` or no home is known.
+pub fn directory() -> Option<PathBuf> {
+    match std::env::var_os("CORRFLOW_KERNEL_CACHE") {
+        Some(v) if v == "off" => None,
+        Some(v) if !v.is_empty() => Some(PathBuf::from(v)),
+        _ => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("corrflow").join("cubecl")),
+    }
+}
+
+/// The configuration CubeCL would load (a `cubecl.toml` or `burn.toml` above the working
+/// directory, then its environment variables), with the caches this module sets where that
+/// configuration leaves them at CubeCL's defaults.
+pub fn with_caches(mut config: CubeClRuntimeConfig, dir: PathBuf) -> CubeClRuntimeConfig {
+    if config.compilation.cache.is_none() {
+        config.compilation.cache = Some(CacheConfig::File(dir.clone()));
+    }
+    if matches!(config.autotune.cache, CacheConfig::Target) {
+        config.autotune.cache = CacheConfig::File(dir);
+    }
+    config
+}
+
+/// Turns the caches on for this process (see [`directory`]); `false` when they stay off, or when
+/// CubeCL has already read its configuration (the first GPU call does), so call it first.
+pub fn enable_from_env() -> bool {
+    let Some(dir) = directory() else { return false };
+    if std::fs::create_dir_all(&dir).is_err() {
+        tracing::warn!("kernel cache {} cannot be created; kernels are compiled anew", dir.display());
+        return false;
+    }
+    if CubeClRuntimeConfig::storage().lock().is_some() {
+        return false;
+    }
+    let config = with_caches(CubeClRuntimeConfig::from_current_dir().override_from_env(), dir.clone());
+    CubeClRuntimeConfig::set(config);
+    tracing::info!("CubeCL kernel and autotune cache: {}", dir.display());
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caches_go_where_the_configuration_leaves_cubecls_defaults() {
+        let dir = PathBuf::from("/tmp/k");
+        let c = with_caches(CubeClRuntimeConfig::default(), dir.clone());
+        assert!(matches!(c.compilation.cache, Some(CacheConfig::File(ref p)) if *p == dir));
+        assert!(matches!(c.autotune.cache, CacheConfig::File(ref p) if *p == dir));
+        let mut mine = CubeClRuntimeConfig::default();
+        mine.compilation.cache = Some(CacheConfig::Global);
+        mine.autotune.cache = CacheConfig::Local;
+        let c = with_caches(mine, dir);
+        assert!(matches!(c.compilation.cache, Some(CacheConfig::Global)));
+        assert!(matches!(c.autotune.cache, CacheConfig::Local));
+    }
+}

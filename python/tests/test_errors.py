@@ -88,8 +88,11 @@ def test_masked_batches_refuse_bad_ranks_strategies_and_parameters(pbmc_corpus, 
 def run_and_interrupt(script: str, after: float = 1.0):
     """Starts `script`, waits for it to print 'started', sends SIGINT `after` seconds later and
     returns (seconds from the signal to its exit, stderr)."""
+    # The child gets SIGINT's default disposition: a runner that started this test in the
+    # background with SIGINT ignored would pass that on, and Python then installs no handler.
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "started", proc.stderr.read()
     time.sleep(after)
     proc.send_signal(signal.SIGINT)

@@ -184,14 +184,7 @@ mod tests {
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(40_503)) >> 8) as f32
-                    / (1u32 << 24) as f32
-                    * 2.0
-                    - 1.0
-            })
-            .collect()
+        super::super::test_values(n, seed, 40_503, -1.0, 1.0)
     }
 
     /// Logits, softmax and NLL written out in f64; returns (nll, dy, dE, dbias) for `grad`.

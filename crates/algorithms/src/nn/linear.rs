@@ -70,13 +70,7 @@ mod tests {
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(7_919)) >> 8) as f32
-                    / (1u32 << 24) as f32
-                    - 0.5
-            })
-            .collect()
+        super::super::test_values(n, seed, 7_919, -0.5, 0.5)
     }
 
     #[test]

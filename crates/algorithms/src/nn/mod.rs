@@ -23,3 +23,16 @@ pub use decoder::{decoder_nll_backward, decoder_nll_forward, DecoderForward, Dec
 pub use dropout::DropoutKey;
 pub use layer_norm::{add_layer_norm_backward, add_layer_norm_forward, LayerNormGrads, LayerNormStats};
 pub use linear::{linear_backward, linear_forward, LinearGrads, LinearShape};
+
+/// Deterministic test inputs in `[lo, hi)`: a multiplicative hash of the index, offset by
+/// `seed · mix`, so each test draws its own values without a generator.
+#[cfg(test)]
+pub(crate) fn test_values(n: usize, seed: u32, mix: u32, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let u = ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(mix)) >> 8) as f32
+                / (1u32 << 24) as f32;
+            u * (hi - lo) + lo
+        })
+        .collect()
+}

@@ -24,16 +24,17 @@ pub fn finetune_on_cpu(req: &finetune::FinetuneRequest) -> corrflow_io::Result<f
 
 /// Runs `train` on the configured device.
 pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> {
+    // CubeCL's kernel and autotune caches, read once by the first GPU call.
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    if req.train.device != Device::Cpu {
+        corrflow_model::kernel_cache::enable_from_env();
+    }
     match req.train.device {
         Device::Cpu => train::<CpuTraining>(req, Default::default()),
         #[cfg(feature = "cuda")]
-        Device::Cuda => {
-            corrflow_model::kernel_cache::enable_from_env();
-            train::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(req, Default::default())
-        }
+        Device::Cuda => train::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(req, Default::default()),
         #[cfg(feature = "cuda")]
         Device::CudaKernels => {
-            corrflow_model::kernel_cache::enable_from_env();
             train::<burn::backend::Autodiff<corrflow_model::fused::CudaKernels>>(req, Default::default())
         }
         #[cfg(not(feature = "cuda"))]
@@ -41,10 +42,7 @@ pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> 
             Err(corrflow_io::Error::Usage("this binary was built without CUDA: rebuild with --features cuda".into()))
         }
         #[cfg(feature = "wgpu")]
-        Device::Wgpu => {
-            corrflow_model::kernel_cache::enable_from_env();
-            train::<burn::backend::Autodiff<burn::backend::Wgpu<f32, i32, u32>>>(req, Default::default())
-        }
+        Device::Wgpu => train::<burn::backend::Autodiff<burn::backend::Wgpu<f32, i32, u32>>>(req, Default::default()),
         #[cfg(not(feature = "wgpu"))]
         Device::Wgpu => {
             Err(corrflow_io::Error::Usage("this binary was built without wgpu: rebuild with --features wgpu".into()))

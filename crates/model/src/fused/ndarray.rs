@@ -36,7 +36,8 @@ fn from_vec(v: Vec<f32>, shape: Vec<usize>) -> FloatTensor<Cpu> {
 }
 
 /// The tensor as a writable, standard-layout f32 array: its own array when nothing else refers to
-/// it (the optimizer's moments, usually the parameters), a copy otherwise.
+/// it (the optimizer's moments, which it moves in), a copy otherwise (the parameters, which the
+/// model still holds during the step).
 fn writable(t: FloatTensor<Cpu>) -> ndarray::ArcArray<f32, ndarray::IxDyn> {
     let array = match t {
         NdArrayTensor::F32(storage) => storage.into_owned(),

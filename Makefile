@@ -7,6 +7,7 @@ CARGO ?= cargo
 
 deps:
 	@scripts/bootstrap.sh
+	@scripts/prune-target.sh "$(CARGO_TARGET_DIR)"
 	@scripts/fetch-onnxruntime.sh >/dev/null
 
 build: deps

@@ -1,17 +1,19 @@
 //! The command-line interface: subcommands and their arguments (clap derive).
 
 pub(crate) mod finetune;
+mod graph;
+mod ingest;
 pub(crate) mod ontology;
 pub(crate) mod synth;
+
+pub(crate) use graph::{BatchArgs, GraphCommand};
+pub(crate) use ingest::{IngestArgs, ReadArgs, VocabCommand};
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use corrflow::config::{Config, ModelVersion};
-use corrflow::formats::{CountsSource, ReadOptions};
 use corrflow::model::{Device, Pooling};
 use corrflow::runtime::RuntimeDevice;
-use corrflow::tokenize::ValueTransform;
 use corrflow_algorithms::mask::MaskStrategy;
 
 #[derive(Parser)]
@@ -401,219 +403,6 @@ pub(crate) enum EvalCommand {
 
 pub(crate) fn parse_strategy(s: &str) -> std::result::Result<MaskStrategy, String> {
     MaskStrategy::parse(s).ok_or_else(|| format!("unknown strategy '{s}' ({})", MaskStrategy::names()))
-}
-
-#[derive(Subcommand)]
-pub(crate) enum GraphCommand {
-    /// Build the graph from a corpus, exactly as Algorithm 1 defines it. With `--incremental`
-    /// the shards are streamed by a timely dataflow (`-w`/`-n`/`-p`/`-h` as for `update`).
-    #[command(disable_help_flag = true)]
-    Build {
-        #[arg(long, value_name = "CORPUS")]
-        corpus: PathBuf,
-        #[arg(long, value_name = "GRAPH")]
-        out: PathBuf,
-        /// Atlases to include (default: all).
-        #[arg(long, value_delimiter = ',')]
-        atlas: Vec<String>,
-        /// Cells sampled (N_sub); 0 = all cells.
-        #[arg(long)]
-        n_sub: Option<u64>,
-        /// Seed of the N_sub sample.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Graph vocabulary size (most present genes).
-        #[arg(long)]
-        max_genes: Option<usize>,
-        /// Also keep the incremental state (all cells) for `graph update` and `graph rebase`.
-        #[arg(long)]
-        incremental: bool,
-        #[command(flatten)]
-        cluster: ClusterArgs,
-        /// Print help (`-h` is the host file).
-        #[arg(long, action = clap::ArgAction::Help)]
-        help: Option<bool>,
-    },
-    /// Add or retract an atlas, writing only the changes (a delta) and the new state.
-    /// The atlas' statistics are computed by a timely dataflow: `-w` worker threads, and with
-    /// `-n`/`-p`/`-h` one process per host of a cluster (run the same command on each; process
-    /// 0 writes the graph).
-    #[command(
-        group(clap::ArgGroup::new("change").required(true).args(["add", "retract"])),
-        disable_help_flag = true
-    )]
-    Update {
-        #[arg(long, value_name = "GRAPH")]
-        graph: PathBuf,
-        /// Atlas directory to add (CORPUS/atlases/NAME).
-        #[arg(long, value_name = "ATLAS_DIR")]
-        add: Option<PathBuf>,
-        /// Name of an included atlas to retract.
-        #[arg(long, value_name = "NAME")]
-        retract: Option<String>,
-        #[command(flatten)]
-        cluster: ClusterArgs,
-        /// Print help (`-h` is the host file).
-        #[arg(long, action = clap::ArgAction::Help)]
-        help: Option<bool>,
-    },
-    /// Recompute rank maps and statistics from the stored shards (= an exact build), streamed
-    /// by the same dataflow as `build --incremental`.
-    #[command(disable_help_flag = true)]
-    Rebase {
-        #[arg(long, value_name = "GRAPH")]
-        graph: PathBuf,
-        #[command(flatten)]
-        cluster: ClusterArgs,
-        /// Print help (`-h` is the host file).
-        #[arg(long, action = clap::ArgAction::Help)]
-        help: Option<bool>,
-    },
-    /// Print size, degree distribution and a gene's neighbours.
-    Show {
-        graph: PathBuf,
-        /// Gene symbol or Ensembl id whose neighbours to list.
-        #[arg(long)]
-        gene: Option<String>,
-        /// Vocabulary for gene names (default: the built-in one).
-        #[arg(long, default_value = corrflow::vocab::BUILTIN)]
-        vocab: String,
-        #[arg(long, default_value_t = 15)]
-        top: usize,
-    },
-}
-
-/// How cells are grouped into model batches (`embed` and `serve`).
-#[derive(Args, Clone, Copy)]
-pub(crate) struct BatchArgs {
-    /// Most cells per model batch.
-    #[arg(long, default_value_t = 64, visible_alias = "batch-size")]
-    pub(crate) max_batch_cells: usize,
-    /// Most padded tokens per model batch (cells × longest cell in it).
-    #[arg(long, default_value_t = 16384)]
-    pub(crate) token_budget: usize,
-}
-
-/// Where a graph dataflow runs (timely's own options).
-#[derive(Args, Clone)]
-pub(crate) struct ClusterArgs {
-    /// Worker threads per process.
-    #[arg(short = 'w', long, default_value_t = 1)]
-    pub(crate) workers: usize,
-    /// Processes in the cluster (run the same command on each; process 0 writes the graph).
-    #[arg(short = 'n', long, default_value_t = 1)]
-    pub(crate) processes: usize,
-    /// This process' index (0..n).
-    #[arg(short = 'p', long, default_value_t = 0)]
-    pub(crate) process: usize,
-    /// Host file: one host:port per process, in process order.
-    #[arg(short = 'h', long, value_name = "FILE")]
-    pub(crate) hostfile: Option<PathBuf>,
-}
-
-impl ClusterArgs {
-    pub(crate) fn cluster(self) -> anyhow::Result<corrflow::graph::Cluster> {
-        let ClusterArgs { workers, processes, process, hostfile } = self;
-        anyhow::ensure!(workers >= 1 && processes >= 1 && process < processes, "need -w ≥ 1, -n ≥ 1 and 0 ≤ -p < -n");
-        Ok(corrflow::graph::Cluster { workers, processes, process, hostfile })
-    }
-}
-
-#[derive(Args, Clone)]
-pub(crate) struct ReadArgs {
-    /// var column with gene ids (default: the var index; 10x/mtx: 'id' or 'name').
-    #[arg(long, value_name = "COL")]
-    pub(crate) gene_column: Option<String>,
-    /// Where counts are: X, raw (raw/X) or layer:NAME.
-    #[arg(long, default_value = "X", value_parser = clap::value_parser!(CountsSource))]
-    pub(crate) counts: CountsSource,
-    /// Accept non-integer values (normalized data; tokens are invariant to per-cell scaling).
-    #[arg(long)]
-    pub(crate) allow_normalized: bool,
-    /// Values are log1p-transformed: apply expm1 first (implies --allow-normalized).
-    #[arg(long)]
-    pub(crate) log1p: bool,
-    /// 10x files with several genomes: the one to read (a v2 file of several is refused without it).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) genome: Option<String>,
-}
-
-impl ReadArgs {
-    pub(crate) fn read_options(&self, cfg: &Config, obs_columns: Vec<String>) -> ReadOptions {
-        ReadOptions {
-            counts: self.counts.clone(),
-            gene_column: self.gene_column.clone(),
-            obs_columns,
-            chunk_cells: cfg.ingest.chunk_cells,
-            scratch_dir: std::env::temp_dir(),
-            genome: self.genome.clone(),
-            open_patience: None,
-        }
-    }
-
-    pub(crate) fn transform(&self) -> ValueTransform {
-        if self.log1p {
-            ValueTransform::Expm1
-        } else {
-            ValueTransform::None
-        }
-    }
-}
-
-#[derive(Args)]
-pub(crate) struct IngestArgs {
-    /// Vocabulary: a built-in name (geneformer-v1) or a directory from `vocab build`.
-    #[arg(long, default_value = corrflow::vocab::BUILTIN)]
-    pub(crate) vocab: String,
-    /// Atlas name (one corpus holds many atlases).
-    #[arg(long)]
-    pub(crate) atlas: String,
-    /// Corpus directory.
-    #[arg(long, value_name = "CORPUS")]
-    pub(crate) out: PathBuf,
-    #[command(flatten)]
-    pub(crate) read: ReadArgs,
-    /// obs columns to carry into the shards (comma-separated).
-    #[arg(long, value_delimiter = ',', value_name = "A,B")]
-    pub(crate) obs_columns: Vec<String>,
-    /// A cell-type map (TSV from `ontology map`, edited): one of --obs-columns' labels become
-    /// Cell Ontology ids in a `cl_id` column; unmapped labels are counted in the summary.
-    #[arg(long, value_name = "MAP.tsv")]
-    pub(crate) cell_type_map: Option<PathBuf>,
-    /// Geneformer layout: v1 (2,048 genes) or v2 (<cls> 4,094 genes <eos>).
-    #[arg(long, value_parser = serde_enum::<ModelVersion>, value_name = "v1|v2")]
-    pub(crate) version: Option<ModelVersion>,
-    /// Also write the atlas in Hugging Face `save_to_disk` layout here.
-    #[arg(long, value_name = "DIR")]
-    pub(crate) hf: Option<PathBuf>,
-    /// Discard an interrupted ingest of this atlas instead of resuming it.
-    #[arg(long)]
-    pub(crate) restart: bool,
-    /// Input files: .h5ad, 10x .h5, or MatrixMarket directories.
-    #[arg(required = true, value_name = "FILE")]
-    pub(crate) inputs: Vec<PathBuf>,
-}
-
-#[derive(Subcommand)]
-pub(crate) enum VocabCommand {
-    /// Compute a vocabulary (tokens + medians of nonzero normalized expression) in one pass.
-    Build {
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-        /// Name recorded for the vocabulary (default: the output directory's name).
-        #[arg(long)]
-        name: Option<String>,
-        /// Relative error bound of the medians.
-        #[arg(long)]
-        alpha: Option<f64>,
-        /// Leave out genes expressed in fewer cells.
-        #[arg(long)]
-        min_cells: Option<u64>,
-        #[command(flatten)]
-        read: ReadArgs,
-        #[arg(required = true, value_name = "FILE")]
-        inputs: Vec<PathBuf>,
-    },
 }
 
 #[derive(Subcommand)]

@@ -3,6 +3,10 @@
 //! compiles nor tunes again what the first one did. CubeCL keeps no compiled kernels by default
 //! and puts autotune results in a `target/` directory found from the working directory; a
 //! trainer run from anywhere should find them in one place.
+//!
+//! CubeCL keys a compiled kernel by its name and launch settings, not by its source: a kernel of
+//! this crate whose body changed would load the old binary. So the caches live in a
+//! subdirectory named by a fingerprint of this crate's kernel sources.
 
 use std::path::PathBuf;
 
@@ -23,6 +27,30 @@ pub fn directory() -> Option<PathBuf> {
     }
 }
 
+/// This crate's CubeCL kernel sources (`fused/cube/`).
+const KERNEL_SOURCES: &[&str] = &[
+    include_str!("fused/cube/mod.rs"),
+    include_str!("fused/cube/adamw.rs"),
+    include_str!("fused/cube/layer_norm.rs"),
+    include_str!("fused/cube/attention.rs"),
+];
+
+/// 64-bit FNV-1a over the sources, as 16 hex digits: the name of the cache's subdirectory.
+fn fingerprint(sources: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for s in sources {
+        for b in s.bytes().chain([0]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Where this build's caches go inside `dir`: `dir/kernels-<fingerprint of the kernel sources>`.
+pub fn versioned(dir: &std::path::Path) -> PathBuf {
+    dir.join(format!("kernels-{}", fingerprint(KERNEL_SOURCES)))
+}
+
 /// The configuration CubeCL would load (a `cubecl.toml` or `burn.toml` above the working
 /// directory, then its environment variables), with the caches this module sets where that
 /// configuration leaves them at CubeCL's defaults.
@@ -39,7 +67,7 @@ pub fn with_caches(mut config: CubeClRuntimeConfig, dir: PathBuf) -> CubeClRunti
 /// Turns the caches on for this process (see [`directory`]); `false` when they stay off, or when
 /// CubeCL has already read its configuration (the first GPU call does), so call it first.
 pub fn enable_from_env() -> bool {
-    let Some(dir) = directory() else { return false };
+    let Some(dir) = directory().map(|d| versioned(&d)) else { return false };
     if std::fs::create_dir_all(&dir).is_err() {
         tracing::warn!("kernel cache {} cannot be created; kernels are compiled anew", dir.display());
         return false;
@@ -56,6 +84,18 @@ pub fn enable_from_env() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cubecl_caches_move_to_another_directory_when_a_kernel_source_changes() {
+        let a = fingerprint(&["fn k() { 1 }", "fn j() {}"]);
+        assert_eq!(a, fingerprint(&["fn k() { 1 }", "fn j() {}"]));
+        assert_ne!(a, fingerprint(&["fn k() { 2 }", "fn j() {}"]));
+        // File boundaries count: moving text from one file to the next is a change too.
+        assert_ne!(a, fingerprint(&["fn k() { 1 }fn j", "() {}"]));
+        let dir = versioned(std::path::Path::new("/tmp/k"));
+        assert!(dir.starts_with("/tmp/k"));
+        assert_eq!(dir.file_name().unwrap().len(), "kernels-".len() + 16);
+    }
 
     #[test]
     fn caches_go_where_the_configuration_leaves_cubecls_defaults() {

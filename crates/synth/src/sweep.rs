@@ -123,6 +123,9 @@ impl Journal {
     }
 }
 
+/// A run still to do: background, γ, trial, strategy.
+type Job = (Background, f64, usize, Strategy);
+
 /// Runs the sweep, resuming from `journal` when given; `progress` is called after each run
 /// trained here with (done, total, record).
 pub fn sweep(
@@ -139,26 +142,7 @@ pub fn sweep(
         }
         None => (None, Vec::new()),
     };
-    let mut runs = Vec::new();
-    let mut jobs = Vec::new();
-    // Trial-major, and taken from the front by the workers: a sweep stopped early leaves whole
-    // trials in the journal.
-    for trial in 0..p.seeds {
-        let seed = p.seed + trial as u64;
-        for &background in &p.backgrounds {
-            for &gamma in &p.gammas {
-                for strategy in Strategy::BOTH {
-                    let same = |r: &&RunRecord| {
-                        (r.background, r.gamma, r.seed, r.strategy) == (background, gamma, seed, strategy)
-                    };
-                    match journaled.iter().find(same) {
-                        Some(r) => runs.push(RunRecord { trial, ..r.clone() }),
-                        None => jobs.push((background, gamma, trial, strategy)),
-                    }
-                }
-            }
-        }
-    }
+    let (mut runs, jobs) = plan_jobs(p, &journaled);
     let resumed = runs.len();
     let total = resumed + jobs.len();
     if resumed > 0 {
@@ -178,7 +162,7 @@ pub fn sweep(
         .build()
         .map_err(|e| corrflow_io::Error::internal("synth modularity", format!("thread pool: {e}")))?;
     let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(resumed));
-    let one = |(background, gamma, trial, strategy): (Background, f64, usize, Strategy)| -> Result<RunRecord> {
+    let one = |(background, gamma, trial, strategy): Job| -> Result<RunRecord> {
         let seed = p.seed + trial as u64;
         let data = generate(p, background, gamma, seed);
         let outcome = run(p, &data, strategy, seed)?;
@@ -208,38 +192,7 @@ pub fn sweep(
             .collect::<Result<_>>()
     })?;
     runs.extend(trained.into_iter().flatten());
-    // Journal order is completion order: put trials back in order so that gains pair up.
-    let bg = |b: Background| p.backgrounds.iter().position(|&x| x == b);
-    runs.sort_by(|a, b| {
-        bg(a.background)
-            .cmp(&bg(b.background))
-            .then(a.gamma.total_cmp(&b.gamma))
-            .then((a.trial, a.strategy as u8).cmp(&(b.trial, b.strategy as u8)))
-    });
-    let mut rows = Vec::new();
-    for &background in &p.backgrounds {
-        for &gamma in &p.gammas {
-            let acc = |s: Strategy| -> Vec<f64> {
-                runs.iter()
-                    .filter(|r| r.background == background && r.gamma == gamma && r.strategy == s)
-                    .map(|r| r.outcome.accuracy)
-                    .collect()
-            };
-            let (random, correlation) = (acc(Strategy::Random), acc(Strategy::Correlation));
-            let gains: Vec<f64> = correlation.iter().zip(&random).map(|(c, r)| c - r).collect();
-            let ms = |v: &[f64]| {
-                let (mean, sd) = mean_sd(v);
-                MeanSd { mean, sd }
-            };
-            rows.push(SweepRow {
-                background,
-                gamma,
-                random: ms(&random),
-                correlation: ms(&correlation),
-                gain: ms(&gains),
-            });
-        }
-    }
+    let rows = summarize(p, &mut runs);
     Ok(SweepReport {
         experiment: "modularity".into(),
         rows,
@@ -252,6 +205,67 @@ pub fn sweep(
         json: None,
         plot: None,
     })
+}
+
+/// A sweep's runs taken from the journal, and the jobs still to run: trial-major, and taken
+/// from the front by the workers, so a sweep stopped early leaves whole trials in the journal.
+fn plan_jobs(p: &ModularityParams, journaled: &[RunRecord]) -> (Vec<RunRecord>, Vec<Job>) {
+    let (mut runs, mut jobs) = (Vec::new(), Vec::new());
+    for trial in 0..p.seeds {
+        let seed = p.seed + trial as u64;
+        for &background in &p.backgrounds {
+            for &gamma in &p.gammas {
+                for strategy in Strategy::BOTH {
+                    let same = |r: &&RunRecord| {
+                        (r.background, r.gamma, r.seed, r.strategy) == (background, gamma, seed, strategy)
+                    };
+                    match journaled.iter().find(same) {
+                        Some(r) => runs.push(RunRecord { trial, ..r.clone() }),
+                        None => jobs.push((background, gamma, trial, strategy)),
+                    }
+                }
+            }
+        }
+    }
+    (runs, jobs)
+}
+
+/// One row per (background, γ): the accuracies of both strategies and the paired gains. Sorts
+/// the runs back into trial order first (the journal holds them in completion order), so that
+/// the gains pair each trial's two runs.
+fn summarize(p: &ModularityParams, runs: &mut [RunRecord]) -> Vec<SweepRow> {
+    let bg = |b: Background| p.backgrounds.iter().position(|&x| x == b);
+    runs.sort_by(|a, b| {
+        bg(a.background)
+            .cmp(&bg(b.background))
+            .then(a.gamma.total_cmp(&b.gamma))
+            .then((a.trial, a.strategy as u8).cmp(&(b.trial, b.strategy as u8)))
+    });
+    let ms = |v: &[f64]| {
+        let (mean, sd) = mean_sd(v);
+        MeanSd { mean, sd }
+    };
+    let mut rows = Vec::new();
+    for &background in &p.backgrounds {
+        for &gamma in &p.gammas {
+            let acc = |s: Strategy| -> Vec<f64> {
+                runs.iter()
+                    .filter(|r| r.background == background && r.gamma == gamma && r.strategy == s)
+                    .map(|r| r.outcome.accuracy)
+                    .collect()
+            };
+            let (random, correlation) = (acc(Strategy::Random), acc(Strategy::Correlation));
+            let gains: Vec<f64> = correlation.iter().zip(&random).map(|(c, r)| c - r).collect();
+            rows.push(SweepRow {
+                background,
+                gamma,
+                random: ms(&random),
+                correlation: ms(&correlation),
+                gain: ms(&gains),
+            });
+        }
+    }
+    rows
 }
 
 /// The table as Markdown: one line per (background, γ).

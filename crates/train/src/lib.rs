@@ -9,6 +9,7 @@ pub mod finetune;
 pub mod hce;
 mod held_out;
 mod init_from;
+mod metrics;
 pub mod optim;
 mod run;
 mod step;
@@ -42,7 +43,7 @@ pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> 
             Err(corrflow_io::Error::Usage("this binary was built without CUDA: rebuild with --features cuda".into()))
         }
         #[cfg(feature = "wgpu")]
-        Device::Wgpu => train::<burn::backend::Autodiff<burn::backend::Wgpu<f32, i32, u32>>>(req, Default::default()),
+        Device::Wgpu => train::<burn::backend::Autodiff<corrflow_model::fused::WgpuKernels>>(req, Default::default()),
         #[cfg(not(feature = "wgpu"))]
         Device::Wgpu => {
             Err(corrflow_io::Error::Usage("this binary was built without wgpu: rebuild with --features wgpu".into()))

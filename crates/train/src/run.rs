@@ -28,6 +28,7 @@ use corrflow_model::{learning_rate, CellEncoder, FusedOps, InitModel, ModelConfi
 use serde::{Deserialize, Serialize};
 
 use crate::held_out::{evaluate, EvalSet};
+use crate::metrics::{progress_bar, truncate_metrics, BatchDump};
 use crate::optim::FlatAdamW;
 use crate::step::StepPhases;
 use corrflow_mask::plan::{DataPlan, GraphWatch};
@@ -281,6 +282,52 @@ struct StepOutcome {
     parts: Vec<(&'static str, f64)>,
 }
 
+impl StepOutcome {
+    /// The step's line of `metrics.jsonl` (evaluation results are added to it on eval steps).
+    fn metrics_line(&self, step: u64, batch: &TrainingBatch, tokens_per_s: f64, profile: bool) -> serde_json::Value {
+        let mut line = serde_json::json!({
+            "step": step, "epoch": batch.epoch, "loss": self.loss, "lr": self.lr, "tokens_per_s": tokens_per_s,
+            "tokens": batch.tokens() as u64, "masked": self.masked, "graph_time": batch.graph_time,
+        });
+        for (name, value) in &self.parts {
+            line[format!("loss_{name}")] = (*value).into();
+        }
+        if profile {
+            line["phase_ms"] = self.phases.to_json();
+        }
+        line
+    }
+}
+
+impl TrainSummary {
+    /// The summary of a run starting (or resuming) at the trainee's step.
+    fn started<B: TrainingBackend>(
+        command: &str,
+        out: &Path,
+        device: String,
+        total_steps: u64,
+        trainee: &Trainee<B>,
+    ) -> Self {
+        TrainSummary {
+            command: command.into(),
+            out: out.display().to_string(),
+            device,
+            steps: trainee.step,
+            total_steps,
+            resumed_from: trainee.resumed_from,
+            parameters: trainee.model.num_params(),
+            first_loss: None,
+            last_loss: None,
+            eval_loss: None,
+            eval_accuracy: None,
+            unigram_accuracy: None,
+            tokens_per_s: 0.0,
+            seconds: 0.0,
+            checkpoint: None,
+        }
+    }
+}
+
 /// Forward, backward, gradient clipping and the AdamW update of one batch. `None` when the
 /// batch teaches the objective nothing (no masked token for a per-token loss).
 fn optimise<B: TrainingBackend>(
@@ -342,23 +389,7 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     let bar = progress_bar("train", req.progress, setup.total, trainee.step);
     let metrics_path = req.out.join("metrics.jsonl");
     let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
-    let mut summary = TrainSummary {
-        command: "train".into(),
-        out: req.out.display().to_string(),
-        device: format!("{device:?}"),
-        steps: trainee.step,
-        total_steps: setup.total,
-        resumed_from: trainee.resumed_from,
-        parameters: trainee.model.num_params(),
-        first_loss: None,
-        last_loss: None,
-        eval_loss: None,
-        eval_accuracy: None,
-        unigram_accuracy: None,
-        tokens_per_s: 0.0,
-        seconds: 0.0,
-        checkpoint: None,
-    };
+    let mut summary = TrainSummary::started("train", &req.out, format!("{device:?}"), setup.total, &trainee);
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
     let mut dump = req.dump_batches.as_deref().map(BatchDump::create).transpose()?;
     for batch in batches {
@@ -386,16 +417,7 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
         let tps = tokens as f64 / secs.max(1e-9);
         bar.set_position(step);
         bar.set_message(format!("loss {:.4} lr {:.2e} {tps:.0} tok/s", outcome.loss, outcome.lr));
-        let mut line = serde_json::json!({
-            "step": step, "epoch": batch.epoch, "loss": outcome.loss, "lr": outcome.lr, "tokens_per_s": tps,
-            "tokens": tokens, "masked": outcome.masked, "graph_time": batch.graph_time,
-        });
-        for (name, value) in &outcome.parts {
-            line[format!("loss_{name}")] = (*value).into();
-        }
-        if req.profile_steps {
-            line["phase_ms"] = outcome.phases.to_json();
-        }
+        let mut line = outcome.metrics_line(step, &batch, tps, req.profile_steps);
         let last = step == setup.total || req.stop_after == Some(step);
         if step.is_multiple_of(t.eval_every) || step == setup.total {
             evaluate_into(&trainee.model.valid(), &eval_set, (&setup, req, step), &device, &mut line, &mut summary);
@@ -416,26 +438,6 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     summary.tokens_per_s = tokens_done as f64 / train_secs.max(1e-9);
     summary.seconds = start.elapsed().as_secs_f64();
     Ok(summary)
-}
-
-/// `train --dump-batches`: each step's batch as a JSON line, for replaying it elsewhere.
-struct BatchDump {
-    path: PathBuf,
-    out: std::io::BufWriter<std::fs::File>,
-}
-
-impl BatchDump {
-    fn create(path: &Path) -> Result<Self> {
-        Ok(Self { path: path.to_path_buf(), out: std::io::BufWriter::new(std::fs::File::create(path).at(path)?) })
-    }
-
-    fn write(&mut self, step: u64, batch: &TrainingBatch) -> Result<()> {
-        let line = serde_json::json!({
-            "step": step, "rows": batch.rows, "len": batch.len, "input_ids": batch.input_ids,
-            "attention_mask": batch.attention_mask, "labels": batch.labels,
-        });
-        writeln!(self.out, "{line}").and_then(|()| self.out.flush()).at(&self.path)
-    }
 }
 
 /// Evaluates on the held-out set (at `step`, for losses with a warm-up) and records the result
@@ -475,34 +477,4 @@ fn same_run(a: &TrainConfig, b: &TrainConfig) -> bool {
     };
     // max_steps stays: the learning-rate schedule depends on it.
     norm(a) == norm(b)
-}
-
-/// Drops metric lines past `step` (a resumed run rewrites them).
-pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
-    let kept: String = text
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v["step"].as_u64())
-                .is_some_and(|s| s <= step)
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    corrflow_io::util::atomic::write_atomic(path, kept.as_bytes())
-}
-
-pub(crate) fn progress_bar(name: &str, show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total).with_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{name} {{bar:30}} {{pos}}/{{len}} steps {{msg}} (eta {{eta}})"
-        ))
-        .expect("valid template"),
-    );
-    bar.set_position(pos);
-    bar
 }

@@ -195,94 +195,15 @@ pub fn attention_backward(
     drop: Option<DropoutKey>,
 ) -> AttentionGrads {
     check(&shape, valid, &[q, k, v, &fwd.out, grad_out]);
-    let d = shape.head_dim;
-    let scale = shape.scale();
     let done: Vec<(Unit, [Vec<f32>; 3])> = units(&shape)
         .into_par_iter()
         .map(|(b, h)| {
-            let u = Unit::gather(&shape, valid, b, h, q, k, v);
-            let packed = Unit::gather(&shape, valid, b, h, &fwd.out, grad_out, grad_out);
-            let (o, dout) = (&packed.q, &packed.k);
-            let n = u.n();
-            let (mut dq, mut dk, mut dv) = (vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]);
-            let delta: Vec<f32> = (0..n)
-                .map(|r| o[r * d..(r + 1) * d].iter().zip(&dout[r * d..(r + 1) * d]).map(|(a, b)| a * b).sum())
-                .collect();
-            let tile = TILE.min(n) * n;
-            let (mut p, mut pd, mut dp) = (vec![0f32; tile], vec![0f32; tile], vec![0f32; tile]);
-            for t0 in (0..n).step_by(TILE) {
-                let rows = TILE.min(n - t0);
-                let (p, pd, dp) = (&mut p[..rows * n], &mut pd[..rows * n], &mut dp[..rows * n]);
-                matmul(
-                    (rows, n, d),
-                    p,
-                    View::rows(0, n),
-                    false,
-                    &u.q,
-                    View::rows(t0 * d, d),
-                    &u.k,
-                    View::transposed(0, d),
-                    scale,
-                );
-                for r in 0..rows {
-                    let i = u.pos[t0 + r] as usize;
-                    let drop = u.row_dropout(&shape, drop, i);
-                    let lse = fwd.lse[(b * shape.heads + h) * shape.len + i];
-                    probs(&mut p[r * n..(r + 1) * n], &mut pd[r * n..(r + 1) * n], lse, &drop);
-                }
-                // dV += Pdᵀ dO
-                matmul(
-                    (n, d, rows),
-                    &mut dv,
-                    View::rows(0, d),
-                    true,
-                    pd,
-                    View::transposed(0, n),
-                    dout,
-                    View::rows(t0 * d, d),
-                    1.0,
-                );
-                // dPd = dO Vᵀ, then dS in place
-                matmul(
-                    (rows, n, d),
-                    dp,
-                    View::rows(0, n),
-                    false,
-                    dout,
-                    View::rows(t0 * d, d),
-                    &u.v,
-                    View::transposed(0, d),
-                    1.0,
-                );
-                for r in 0..rows {
-                    let drop = u.row_dropout(&shape, drop, u.pos[t0 + r] as usize);
-                    score_grad(&p[r * n..(r + 1) * n], &mut dp[r * n..(r + 1) * n], delta[t0 + r], &drop);
-                }
-                // dQ = s · dS K ; dK += s · dSᵀ Q
-                matmul(
-                    (rows, d, n),
-                    &mut dq,
-                    View::rows(t0 * d, d),
-                    false,
-                    dp,
-                    View::rows(0, n),
-                    &u.k,
-                    View::rows(0, d),
-                    scale,
-                );
-                matmul(
-                    (n, d, rows),
-                    &mut dk,
-                    View::rows(0, d),
-                    true,
-                    dp,
-                    View::transposed(0, n),
-                    &u.q,
-                    View::rows(t0 * d, d),
-                    scale,
-                );
-            }
-            (u, [dq, dk, dv])
+            let inputs = Unit::gather(&shape, valid, b, h, q, k, v);
+            // The output and its gradient, packed the same way (the third slot is unused).
+            let outputs = Unit::gather(&shape, valid, b, h, &fwd.out, grad_out, grad_out);
+            let lse = &fwd.lse[(b * shape.heads + h) * shape.len..][..shape.len];
+            let grads = UnitBackward::new(&shape, &inputs, &outputs.q, &outputs.k, lse, drop).run();
+            (inputs, grads)
         })
         .collect();
     let mut grads = AttentionGrads {
@@ -296,6 +217,120 @@ pub fn attention_backward(
         u.scatter(&shape, &dv, &mut grads.v);
     }
     grads
+}
+
+/// The backward pass of one (sequence, head) over its `n` valid positions, query tile by query
+/// tile; `dK` and `dV` accumulate over the tiles in order.
+struct UnitBackward<'a> {
+    shape: &'a AttentionShape,
+    u: &'a Unit,
+    /// The forward output and its gradient, packed `[n, head_dim]`.
+    out: &'a [f32],
+    dout: &'a [f32],
+    /// This head's log-sum-exp by position.
+    lse: &'a [f32],
+    /// `rowsum(dO ∘ O)` of each packed row.
+    delta: Vec<f32>,
+    drop: Option<DropoutKey>,
+}
+
+/// One tile's `[rows, n]` scratch: the probabilities, with dropout, and the score gradients.
+struct TileScratch {
+    p: Vec<f32>,
+    pd: Vec<f32>,
+    dp: Vec<f32>,
+}
+
+impl<'a> UnitBackward<'a> {
+    fn new(
+        shape: &'a AttentionShape,
+        u: &'a Unit,
+        out: &'a [f32],
+        dout: &'a [f32],
+        lse: &'a [f32],
+        drop: Option<DropoutKey>,
+    ) -> Self {
+        let d = shape.head_dim;
+        let delta = (0..u.n())
+            .map(|r| out[r * d..(r + 1) * d].iter().zip(&dout[r * d..(r + 1) * d]).map(|(a, b)| a * b).sum())
+            .collect();
+        UnitBackward { shape, u, out, dout, lse, delta, drop }
+    }
+
+    fn run(self) -> [Vec<f32>; 3] {
+        let (n, d) = (self.u.n(), self.shape.head_dim);
+        debug_assert_eq!(self.out.len(), n * d);
+        let mut grads = [vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]];
+        let tile = TILE.min(n) * n;
+        let mut scratch = TileScratch { p: vec![0f32; tile], pd: vec![0f32; tile], dp: vec![0f32; tile] };
+        for t0 in (0..n).step_by(TILE) {
+            self.tile(t0, TILE.min(n - t0), &mut scratch, &mut grads);
+        }
+        grads
+    }
+
+    /// Query rows `t0..t0 + rows`: their `dQ`, and their share of `dK` and `dV`.
+    fn tile(&self, t0: usize, rows: usize, scratch: &mut TileScratch, [dq, dk, dv]: &mut [Vec<f32>; 3]) {
+        let (u, n, d, scale) = (self.u, self.u.n(), self.shape.head_dim, self.shape.scale());
+        let (p, pd, dp) = (&mut scratch.p[..rows * n], &mut scratch.pd[..rows * n], &mut scratch.dp[..rows * n]);
+        matmul(
+            (rows, n, d),
+            p,
+            View::rows(0, n),
+            false,
+            &u.q,
+            View::rows(t0 * d, d),
+            &u.k,
+            View::transposed(0, d),
+            scale,
+        );
+        for r in 0..rows {
+            let i = u.pos[t0 + r] as usize;
+            let drop = u.row_dropout(self.shape, self.drop, i);
+            probs(&mut p[r * n..(r + 1) * n], &mut pd[r * n..(r + 1) * n], self.lse[i], &drop);
+        }
+        // dV += Pdᵀ dO
+        matmul(
+            (n, d, rows),
+            dv,
+            View::rows(0, d),
+            true,
+            pd,
+            View::transposed(0, n),
+            self.dout,
+            View::rows(t0 * d, d),
+            1.0,
+        );
+        // dPd = dO Vᵀ, then dS in place
+        matmul(
+            (rows, n, d),
+            dp,
+            View::rows(0, n),
+            false,
+            self.dout,
+            View::rows(t0 * d, d),
+            &u.v,
+            View::transposed(0, d),
+            1.0,
+        );
+        for r in 0..rows {
+            let drop = u.row_dropout(self.shape, self.drop, u.pos[t0 + r] as usize);
+            score_grad(&p[r * n..(r + 1) * n], &mut dp[r * n..(r + 1) * n], self.delta[t0 + r], &drop);
+        }
+        // dQ = s · dS K ; dK += s · dSᵀ Q
+        matmul((rows, d, n), dq, View::rows(t0 * d, d), false, dp, View::rows(0, n), &u.k, View::rows(0, d), scale);
+        matmul(
+            (n, d, rows),
+            dk,
+            View::rows(0, d),
+            true,
+            dp,
+            View::transposed(0, n),
+            &u.q,
+            View::rows(t0 * d, d),
+            scale,
+        );
+    }
 }
 
 #[cfg(test)]

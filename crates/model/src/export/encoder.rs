@@ -11,6 +11,7 @@
 //! ```
 
 use burn::module::Param;
+use burn::nn::transformer::TransformerEncoderLayer;
 use burn::nn::{LayerNorm, Linear};
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
@@ -89,54 +90,11 @@ pub fn encoder_graph<B: Backend>(
     let axes12 = g.ints("const.axes12", &[2], &[1, 2]);
     let pad4 = g.op("Unsqueeze", &[&pad, &axes12], vec![]);
     for (i, layer) in model.encoder.layers.iter().enumerate() {
-        let name = format!("layer{i}");
-        let mha = &layer.mha;
-        let (heads, d_k) = (mha.n_heads as i64, mha.d_k as i64);
-        let split = g.ints(&format!("{name}.split_shape"), &[4], &[0, 0, heads, d_k]);
-        let merge = g.ints(&format!("{name}.merge_shape"), &[3], &[0, 0, hidden as i64]);
-        let min_float = g.scalar(&format!("{name}.min_float"), mha.min_float as f32);
-        let pad_bias = g.op("Mul", &[&pad4, &min_float], vec![]);
-        let scale = g.scalar(&format!("{name}.sqrt_dk"), (mha.d_k as f32).sqrt());
-        let heads_of = |g: &mut GraphBuilder, l: &Linear<B>, part: &str, perm: &[i64]| {
-            let y = add_linear(g, &x, l, &format!("{name}.attention.{part}"));
-            let y = g.op("Reshape", &[&y, &split], vec![]);
-            g.op("Transpose", &[&y], vec![attr_ints("perm", perm)])
-        };
-        let q = heads_of(&mut g, &mha.query, "query", &[0, 2, 1, 3]);
-        let k = heads_of(&mut g, &mha.key, "key", &[0, 2, 3, 1]);
-        let v = heads_of(&mut g, &mha.value, "value", &[0, 2, 1, 3]);
-        let scores = g.op("MatMul", &[&q, &k], vec![]);
-        let scores = g.op("Div", &[&scores, &scale], vec![]);
-        let scores = g.op("Add", &[&scores, &pad_bias], vec![]);
-        let weights = g.op("Softmax", &[&scores], vec![attr_int("axis", -1)]);
-        let context = g.op("MatMul", &[&weights, &v], vec![]);
-        let context = g.op("Transpose", &[&context], vec![attr_ints("perm", &[0, 2, 1, 3])]);
-        let context = g.op("Reshape", &[&context, &merge], vec![]);
-        let attended = add_linear(&mut g, &context, &mha.output, &format!("{name}.attention.output"));
-        let residual = g.op("Add", &[&x, &attended], vec![]);
-        x = add_layer_norm(&mut g, &residual, &layer.norm_1, layer_norm_eps, &format!("{name}.norm_1"));
-        let inner = add_linear(&mut g, &x, &layer.pwff.linear_inner, &format!("{name}.ffn.inner"));
-        let inner = g.op("Relu", &[&inner], vec![]);
-        let outer = add_linear(&mut g, &inner, &layer.pwff.linear_outer, &format!("{name}.ffn.outer"));
-        let residual = g.op("Add", &[&x, &outer], vec![]);
-        x = add_layer_norm(&mut g, &residual, &layer.norm_2, layer_norm_eps, &format!("{name}.norm_2"));
+        x = add_encoder_layer(&mut g, &x, layer, &format!("layer{i}"), &pad4, layer_norm_eps);
     }
     let last = g.op_named("Identity", &[&x], vec![], LAST_HIDDEN_STATE);
 
-    // Pooling weights: the token's flag, zero on padding.
-    let flags = g.weight("pooling.token_flags", &[pool_flags.len()], pool_flags);
-    let w = g.op("Gather", &[&flags, INPUT_IDS], vec![attr_int("axis", 0)]);
-    let mask = g.op("Cast", &[ATTENTION_MASK], vec![attr_int("to", i64::from(dtype::FLOAT))]);
-    let w = g.op("Mul", &[&w, &mask], vec![]);
-    let axis1 = g.ints("const.axis1", &[1], &[1]);
-    let axis2 = g.ints("const.axis2", &[1], &[2]);
-    let w3 = g.op("Unsqueeze", &[&w, &axis2], vec![]);
-    let weighted = g.op("Mul", &[&last, &w3], vec![]);
-    let total = g.op("ReduceSum", &[&weighted, &axis1], vec![attr_int("keepdims", 0)]);
-    let count = g.op("ReduceSum", &[&w, &axis1], vec![attr_int("keepdims", 1)]);
-    let one_f = g.scalar("const.one_f", 1.0);
-    let count = g.op("Max", &[&count, &one_f], vec![]);
-    g.op_named("Div", &[&total, &count], vec![], CELL_EMBEDDING);
+    add_pooling(&mut g, &last, pool_flags);
 
     let h = hidden as i64;
     let mut outputs = vec![
@@ -166,4 +124,65 @@ pub fn encoder_graph<B: Backend>(
         ],
         outputs,
     )
+}
+
+/// One encoder layer on `x`: multi-head attention (scores plus the padding bias `pad4`,
+/// `[batch, 1, 1, seq]`), residual and LayerNorm, feed-forward, residual and LayerNorm.
+fn add_encoder_layer<B: Backend>(
+    g: &mut GraphBuilder,
+    x: &str,
+    layer: &TransformerEncoderLayer<B>,
+    name: &str,
+    pad4: &str,
+    layer_norm_eps: f64,
+) -> String {
+    let mha = &layer.mha;
+    let hidden = mha.n_heads * mha.d_k;
+    let (heads, d_k) = (mha.n_heads as i64, mha.d_k as i64);
+    let split = g.ints(&format!("{name}.split_shape"), &[4], &[0, 0, heads, d_k]);
+    let merge = g.ints(&format!("{name}.merge_shape"), &[3], &[0, 0, hidden as i64]);
+    let min_float = g.scalar(&format!("{name}.min_float"), mha.min_float as f32);
+    let pad_bias = g.op("Mul", &[pad4, &min_float], vec![]);
+    let scale = g.scalar(&format!("{name}.sqrt_dk"), (mha.d_k as f32).sqrt());
+    let heads_of = |g: &mut GraphBuilder, l: &Linear<B>, part: &str, perm: &[i64]| {
+        let y = add_linear(g, x, l, &format!("{name}.attention.{part}"));
+        let y = g.op("Reshape", &[&y, &split], vec![]);
+        g.op("Transpose", &[&y], vec![attr_ints("perm", perm)])
+    };
+    let q = heads_of(g, &mha.query, "query", &[0, 2, 1, 3]);
+    let k = heads_of(g, &mha.key, "key", &[0, 2, 3, 1]);
+    let v = heads_of(g, &mha.value, "value", &[0, 2, 1, 3]);
+    let scores = g.op("MatMul", &[&q, &k], vec![]);
+    let scores = g.op("Div", &[&scores, &scale], vec![]);
+    let scores = g.op("Add", &[&scores, &pad_bias], vec![]);
+    let weights = g.op("Softmax", &[&scores], vec![attr_int("axis", -1)]);
+    let context = g.op("MatMul", &[&weights, &v], vec![]);
+    let context = g.op("Transpose", &[&context], vec![attr_ints("perm", &[0, 2, 1, 3])]);
+    let context = g.op("Reshape", &[&context, &merge], vec![]);
+    let attended = add_linear(g, &context, &mha.output, &format!("{name}.attention.output"));
+    let residual = g.op("Add", &[x, &attended], vec![]);
+    let x = add_layer_norm(g, &residual, &layer.norm_1, layer_norm_eps, &format!("{name}.norm_1"));
+    let inner = add_linear(g, &x, &layer.pwff.linear_inner, &format!("{name}.ffn.inner"));
+    let inner = g.op("Relu", &[&inner], vec![]);
+    let outer = add_linear(g, &inner, &layer.pwff.linear_outer, &format!("{name}.ffn.outer"));
+    let residual = g.op("Add", &[&x, &outer], vec![]);
+    add_layer_norm(g, &residual, &layer.norm_2, layer_norm_eps, &format!("{name}.norm_2"))
+}
+
+/// The cell embedding: the mean of the last hidden states weighted by the tokens' pooling flags,
+/// zero on padding.
+fn add_pooling(g: &mut GraphBuilder, last: &str, pool_flags: &[f32]) {
+    let flags = g.weight("pooling.token_flags", &[pool_flags.len()], pool_flags);
+    let w = g.op("Gather", &[&flags, INPUT_IDS], vec![attr_int("axis", 0)]);
+    let mask = g.op("Cast", &[ATTENTION_MASK], vec![attr_int("to", i64::from(dtype::FLOAT))]);
+    let w = g.op("Mul", &[&w, &mask], vec![]);
+    let axis1 = g.ints("const.axis1", &[1], &[1]);
+    let axis2 = g.ints("const.axis2", &[1], &[2]);
+    let w3 = g.op("Unsqueeze", &[&w, &axis2], vec![]);
+    let weighted = g.op("Mul", &[last, &w3], vec![]);
+    let total = g.op("ReduceSum", &[&weighted, &axis1], vec![attr_int("keepdims", 0)]);
+    let count = g.op("ReduceSum", &[&w, &axis1], vec![attr_int("keepdims", 1)]);
+    let one_f = g.scalar("const.one_f", 1.0);
+    let count = g.op("Max", &[&count, &one_f], vec![]);
+    g.op_named("Div", &[&total, &count], vec![], CELL_EMBEDDING);
 }

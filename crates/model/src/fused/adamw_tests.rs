@@ -85,7 +85,7 @@ fn cpu_adamw_step_gives_the_compositions_bits() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn cubecl_adamw_step_matches_the_composition_on_wgpu() {
-    type Gpu = burn::backend::Wgpu<f32, i32, u32>;
+    type Gpu = crate::fused::WgpuKernels;
     let device = burn::backend::wgpu::WgpuDevice::default();
     let (fused, _) = three_steps::<Gpu>(&device, true);
     let (composed, _) = three_steps::<Gpu>(&device, false);

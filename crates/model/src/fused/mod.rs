@@ -378,6 +378,12 @@ impl FusedOps for burn::backend::Cuda<f32> {}
 #[cfg(feature = "cuda")]
 pub type CudaKernels = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
 
+/// burn's wgpu backend without fusion, with the CubeCL kernels of the fused operations. Named
+/// here rather than as `burn::backend::Wgpu`, which becomes the fusion backend when another
+/// feature (`cuda`) turns burn's fusion on.
+#[cfg(feature = "wgpu")]
+pub type WgpuKernels = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
+
 /// A backend the trainer runs on: autodiff with the fused operations, over an inner backend
 /// (evaluation, `valid()` models) that has them too.
 pub trait TrainingBackend: burn::tensor::backend::AutodiffBackend<InnerBackend: FusedOps> + FusedOps {}

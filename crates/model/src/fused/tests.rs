@@ -226,10 +226,10 @@ fn fused_linear_matches_burn_linear() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn cubecl_layer_norm_matches_the_composition_on_wgpu() {
-    type Gpu = burn::backend::Wgpu<f32, i32, u32>;
+    type Gpu = crate::fused::WgpuKernels;
     type GpuTraining = burn::backend::Autodiff<Gpu>;
     let device = burn::backend::wgpu::WgpuDevice::default();
-    for (rows, width) in [(1_031, 256), (7, 64), (130, 48)] {
+    for (rows, width) in [(1_031, 256), (7, 64), (130, 48), (3, 300)] {
         let spec = LayerNormSpec { width, eps: 1e-12 };
         let host = |t: Tensor<CpuBackend, 2>| t.into_data();
         let (x0, r0, w) = (
@@ -279,11 +279,31 @@ fn cubecl_layer_norm_matches_the_composition_on_wgpu() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn cubecl_attention_matches_the_composition_on_wgpu() {
-    type Gpu = burn::backend::Wgpu<f32, i32, u32>;
+    for spec in [
+        spec(3, 37, 2, 8, &[37, 20, 1], 0.0),
+        spec(2, 130, 4, 16, &[130, 77], 0.1),
+        spec(1, 96, 4, 64, &[90], 0.02),
+        spec(2, 45, 1, 128, &[45, 30], 0.05),
+    ] {
+        check_cubecl_attention(spec);
+    }
+}
+
+/// A training batch's shape: 512 positions bucketed from 480. The CubeCL attention is wrong
+/// here on lavapipe (output relative error ~1.2), which is why the trainer runs the composition
+/// unless `CORRFLOW_CUBECL_ATTENTION=1`.
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "known failure of the CubeCL attention at 512 positions on lavapipe (issue 24)"]
+fn cubecl_attention_at_a_training_shape() {
+    check_cubecl_attention(spec(4, 512, 2, 64, &[480, 479, 475, 465], 0.02));
+}
+
+#[cfg(feature = "wgpu")]
+fn check_cubecl_attention(spec: AttentionSpec) {
+    type Gpu = crate::fused::WgpuKernels;
     type GpuTraining = burn::backend::Autodiff<Gpu>;
     let device = burn::backend::wgpu::WgpuDevice::default();
-    for spec in
-        [spec(3, 37, 2, 8, &[37, 20, 1], 0.0), spec(2, 130, 4, 16, &[130, 77], 0.1), spec(1, 96, 4, 64, &[90], 0.02)]
     {
         let s = spec.shape;
         let dims = [s.batch, s.len, s.heads * s.head_dim];

@@ -16,6 +16,7 @@
 //! While running, the latest and the best checkpoints are kept; when finished, only the best.
 
 mod batches;
+mod config;
 mod evaluate;
 mod labels;
 mod outputs;
@@ -44,8 +45,10 @@ use corrflow_model::classifier::cross_entropy;
 use corrflow_model::{learning_rate, load_checkpoint, CellEncoder, InitModel, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
-use crate::run::{mix, progress_bar};
+use crate::metrics::progress_bar;
+use crate::run::mix;
 use batches::{BatchSpec, ClassBatch};
+pub use config::FinetuneConfig;
 pub use evaluate::{ClassMetrics, Scores, SplitMetrics};
 use labels::Supervision;
 pub use labels::{FinetuneTask, PartSizes};
@@ -54,90 +57,6 @@ use run_dir::{clear_or_refuse, init_or_resume, prune, save, Best, Trainee};
 const PROGRESS_FILE: &str = "finetune.json";
 const RESULTS_FILE: &str = "results.json";
 const PREDICTIONS_FILE: &str = "predictions.parquet";
-
-/// Fine-tuning settings (`[finetune]` in a config; flags override).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FinetuneConfig {
-    /// Shares of each class (cells, or genes) held out for validation and test.
-    pub validation_fraction: f64,
-    pub test_fraction: f64,
-    /// Seeds the split, the head's initialisation, the epoch order and dropout.
-    pub seed: u64,
-    /// Weigh the loss by scikit-learn's balanced class weights (from the training part).
-    pub class_weights: bool,
-    /// Freeze the embeddings and the first N encoder layers (0: train everything).
-    pub freeze_layers: usize,
-    pub epochs: usize,
-    /// Stop after this many epochs without a better validation macro-F1.
-    pub patience: usize,
-    pub lr: f64,
-    pub warmup_steps: u64,
-    pub weight_decay: f64,
-    /// Gradient clipping by global norm (0: none).
-    pub grad_clip: f64,
-    pub batch_size: usize,
-    /// Longest sequence (0: the length the model was pre-trained on).
-    pub max_len: usize,
-    /// The cell vector a cell classifier reads.
-    pub pooling: Pooling,
-    /// Gene classification: the cells whose held-out gene occurrences are scored.
-    pub gene_eval_cells: usize,
-    pub shuffle_buffer: usize,
-    pub log_every: u64,
-}
-
-impl Default for FinetuneConfig {
-    fn default() -> Self {
-        Self {
-            validation_fraction: 0.1,
-            test_fraction: 0.1,
-            seed: 0,
-            class_weights: false,
-            freeze_layers: 0,
-            epochs: 10,
-            patience: 3,
-            lr: 2e-4,
-            warmup_steps: 50,
-            weight_decay: 0.01,
-            grad_clip: 1.0,
-            batch_size: 16,
-            max_len: 0,
-            pooling: Pooling::Mean,
-            gene_eval_cells: 1000,
-            shuffle_buffer: 10_000,
-            log_every: 10,
-        }
-    }
-}
-
-impl FinetuneConfig {
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        let f = (self.validation_fraction, self.test_fraction);
-        if !(f.0 > 0.0 && f.0 < 0.5 && (0.0..0.5).contains(&f.1)) {
-            return Err(format!(
-                "finetune.validation_fraction must be in (0, 0.5) (early stopping needs it) and test_fraction in [0, 0.5); got {} and {}",
-                f.0, f.1
-            ));
-        }
-        if self.epochs == 0 || self.patience == 0 || self.batch_size == 0 || self.log_every == 0 {
-            return Err("finetune.epochs, patience, batch_size and log_every must be > 0".into());
-        }
-        if self.batch_size > 1 << 20 || self.shuffle_buffer > 1 << 24 {
-            return Err(format!(
-                "finetune.batch_size ({}) must be at most {} and shuffle_buffer ({}) at most {} cells",
-                self.batch_size,
-                1 << 20,
-                self.shuffle_buffer,
-                1 << 24
-            ));
-        }
-        if !(self.lr > 0.0 && self.lr.is_finite()) || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
-            return Err("finetune.lr must be > 0, weight_decay and grad_clip ≥ 0".into());
-        }
-        Ok(())
-    }
-}
 
 /// Everything `finetune` needs.
 #[derive(Clone, Debug)]
@@ -296,28 +215,7 @@ pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) ->
     let mut trainee = init_or_resume(req, &setup, &device)?;
     setup.base.vocab.publish_dir(&req.out.join("vocab"))?;
     let c = &req.config;
-    let mut summary = FinetuneSummary {
-        command: "finetune".into(),
-        out: req.out.display().to_string(),
-        task: setup.model.classifier.as_ref().map(|c| c.task).unwrap_or_default(),
-        classes: setup.supervision.classes.clone(),
-        split: setup.supervision.sizes,
-        trainable_parameters: trainable(&trainee.model, c.freeze_layers),
-        frozen_parameters: 0,
-        steps: trainee.step,
-        total_steps: setup.total,
-        epochs: 0,
-        resumed_from: trainee.resumed_from,
-        stopped_early: false,
-        finished: false,
-        best_step: None,
-        validation: None,
-        test: None,
-        cells_per_s: 0.0,
-        seconds: 0.0,
-        checkpoint: None,
-    };
-    summary.frozen_parameters = trainee.model.num_params() - summary.trainable_parameters;
+    let mut summary = FinetuneSummary::started(req, &setup, &trainee);
     let weights = c.class_weights.then(|| {
         let w: Vec<f32> = balanced_weights(&setup.supervision.train_counts).iter().map(|&w| w as f32).collect();
         let n = w.len();
@@ -350,18 +248,7 @@ pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) ->
         }
         let epoch_end = step.is_multiple_of(setup.per_epoch);
         if epoch_end {
-            let epoch = step / setup.per_epoch;
-            let scores = validate(&setup, &trainee.model, c, &device)?;
-            let better = trainee.state.best.is_none_or(|b| scores.items.macro_f1 > b.macro_f1);
-            if better {
-                trainee.state.best = Some(Best { step, macro_f1: scores.items.macro_f1 });
-                trainee.state.stale = 0;
-            } else {
-                trainee.state.stale += 1;
-            }
-            let line = serde_json::json!({"step": step, "epoch": epoch, "validation_loss": scores.items.loss,
-                "validation_accuracy": scores.items.accuracy, "validation_macro_f1": scores.items.macro_f1,
-                "best": better});
+            let line = end_of_epoch(&setup, &mut trainee, c, &device)?;
             writeln!(metrics, "{line}").at(&req.out)?;
             summary.stopped_early = trainee.state.stale >= c.patience && step < setup.total;
             ended = summary.stopped_early || step >= setup.total;
@@ -385,6 +272,56 @@ pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) ->
         write_json_atomic(&req.out.join(RESULTS_FILE), &summary)?;
     }
     Ok(summary)
+}
+
+impl FinetuneSummary {
+    /// The summary of a run starting (or resuming) at the trainee's step.
+    fn started<B: TrainingBackend>(req: &FinetuneRequest, setup: &Setup<B>, trainee: &Trainee<B>) -> Self {
+        let trainable_parameters = trainable(&trainee.model, req.config.freeze_layers);
+        FinetuneSummary {
+            command: "finetune".into(),
+            out: req.out.display().to_string(),
+            task: setup.model.classifier.as_ref().map(|c| c.task).unwrap_or_default(),
+            classes: setup.supervision.classes.clone(),
+            split: setup.supervision.sizes,
+            trainable_parameters,
+            frozen_parameters: trainee.model.num_params() - trainable_parameters,
+            steps: trainee.step,
+            total_steps: setup.total,
+            epochs: 0,
+            resumed_from: trainee.resumed_from,
+            stopped_early: false,
+            finished: false,
+            best_step: None,
+            validation: None,
+            test: None,
+            cells_per_s: 0.0,
+            seconds: 0.0,
+            checkpoint: None,
+        }
+    }
+}
+
+/// At the end of an epoch: scores the validation cells, keeps the best step and counts the
+/// epochs without improvement (early stopping's patience); returns the metrics line.
+fn end_of_epoch<B: TrainingBackend>(
+    setup: &Setup<B>,
+    trainee: &mut Trainee<B>,
+    c: &FinetuneConfig,
+    device: &B::Device,
+) -> Result<serde_json::Value> {
+    let step = trainee.step;
+    let scores = validate(setup, &trainee.model, c, device)?;
+    let better = trainee.state.best.is_none_or(|b| scores.items.macro_f1 > b.macro_f1);
+    if better {
+        trainee.state.best = Some(Best { step, macro_f1: scores.items.macro_f1 });
+        trainee.state.stale = 0;
+    } else {
+        trainee.state.stale += 1;
+    }
+    Ok(serde_json::json!({"step": step, "epoch": step / setup.per_epoch, "validation_loss": scores.items.loss,
+        "validation_accuracy": scores.items.accuracy, "validation_macro_f1": scores.items.macro_f1,
+        "best": better}))
 }
 
 /// Runs `f` on the planned batches of the run from batch `first`, until it returns false; the

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::{
     freeze, FinetuneConfig, FinetuneRequest, FinetuneTask, Setup, PREDICTIONS_FILE, PROGRESS_FILE, RESULTS_FILE,
 };
+use crate::metrics::truncate_metrics;
 use crate::optim::FlatAdamW;
-use crate::run::truncate_metrics;
 
 type Rec = BinFileRecorder<FullPrecisionSettings>;
 

@@ -99,7 +99,7 @@ pub(super) fn step<R: CubeRuntime>(
                 let table = ArrayArg::from_raw_parts(table.clone(), constants.len());
                 adamw_kernel::launch_unchecked(
                     &m.client,
-                    cubes(slot.len),
+                    cubes(&m.client, slot.len),
                     CubeDim::new_1d(UNITS),
                     array(&p),
                     array(&g),

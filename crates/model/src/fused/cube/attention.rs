@@ -11,6 +11,20 @@ use cubecl::server::Handle;
 use super::{array, contiguous, cubes, empty_like, UNITS};
 use crate::fused::AttentionSpec;
 
+/// Whether the trainer runs these kernels (`CORRFLOW_CUBECL_ATTENTION=1`) or the composition.
+/// Off by default: on lavapipe they are wrong at a training shape (4 × 512 positions, 2 heads of
+/// 64; the ignored `cubecl_attention_at_a_training_shape`) while right at the smaller shapes of
+/// the test suite. The cause is not found yet; a blocked version of the same kernels failed the
+/// same way, from about 384 positions at head width 64, so it is not the streaming arithmetic.
+pub(super) fn kernels_enabled() -> bool {
+    // This crate's unit tests check the kernels themselves.
+    if cfg!(test) {
+        return true;
+    }
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CORRFLOW_CUBECL_ATTENTION").is_ok_and(|v| v == "1"))
+}
+
 /// lowbias32 of a row seed and a column: `corrflow_algorithms::nn` dropout's element hash, so the
 /// kernels drop exactly what the CPU kernel and the composition drop.
 #[cube]
@@ -287,7 +301,7 @@ pub(super) fn forward<R: CubeRuntime>(
     unsafe {
         attention_forward_kernel::launch_unchecked(
             &q.client,
-            cubes(a.rows),
+            cubes(&q.client, a.rows),
             CubeDim::new_1d(UNITS),
             array(&q),
             array(&k),
@@ -329,7 +343,7 @@ pub(super) fn backward<R: CubeRuntime>(
     unsafe {
         attention_backward_queries_kernel::launch_unchecked(
             &q.client,
-            cubes(a.rows),
+            cubes(&q.client, a.rows),
             CubeDim::new_1d(UNITS),
             array(&q),
             array(&k),
@@ -350,7 +364,7 @@ pub(super) fn backward<R: CubeRuntime>(
         );
         attention_backward_keys_kernel::launch_unchecked(
             &q.client,
-            cubes(a.rows),
+            cubes(&q.client, a.rows),
             CubeDim::new_1d(UNITS),
             array(&q),
             array(&k),

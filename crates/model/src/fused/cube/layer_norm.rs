@@ -1,14 +1,47 @@
-//! The LayerNorm of a residual sum: one unit per row for the statistics and the row gradient,
-//! one per column for the gradients of `γ` and `β`.
+//! The LayerNorm of a residual sum: a cube per row for the statistics and the row gradient
+//! (its units read consecutive columns and add their partial sums by a fixed tree), and for the
+//! gradients of `γ` and `β` one unit per column and chunk of rows, then per column over the
+//! chunks in order. No sum depends on anything but the row width and the constants here.
 
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::{array, contiguous, cubes, empty_like, UNITS};
+use super::{array, contiguous, cubes, empty_like, row_cubes, UNITS};
 use crate::fused::LayerNormSpec;
 
-/// Row statistics and the normalized, scaled output of `x + r`.
+/// Rows of the `γ`/`β` gradient's partial sums: each unit sums one column over this many rows,
+/// then one unit per column adds the chunks in order.
+const CHUNK_ROWS: usize = 128;
+
+/// The sum of the cube's partial values by a fixed tree (the same order on every device), in
+/// every unit. `shared` holds one value per unit; it is free again when this returns.
+#[cube]
+fn cube_sum(partial: f32, shared: &mut SharedMemory<f32>) -> f32 {
+    let u = UNIT_POS as usize;
+    shared[u] = partial;
+    sync_cube();
+    let mut stride = CUBE_DIM as usize / 2;
+    while stride > 0 {
+        if u < stride {
+            shared[u] = shared[u] + shared[u + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+/// This unit's `k`-th column of a row: the cube's units take consecutive columns, so each read
+/// of a row is one coalesced transaction.
+#[cube]
+fn column(k: usize, #[comptime] units: usize) -> usize {
+    UNIT_POS as usize + k * units
+}
+
+/// A cube per row: the row statistics and the normalized, scaled output of `x + r`.
 #[cube(launch_unchecked)]
 fn add_layer_norm_forward_kernel(
     x: &Array<f32>,
@@ -20,31 +53,48 @@ fn add_layer_norm_forward_kernel(
     rstd: &mut Array<f32>,
     eps: f32,
     #[comptime] width: usize,
+    #[comptime] units: usize,
 ) {
-    let row = ABSOLUTE_POS;
+    let row = CUBE_POS;
     if row >= mean.len() {
         terminate!();
     }
     let base = row * width;
-    let mut sum = 0.0f32;
-    for i in 0..width {
-        sum += x[base + i] + r[base + i];
+    let per = comptime!(width.div_ceil(units));
+    let mut z = Array::<f32>::new(per);
+    let mut part = 0.0f32;
+    for k in 0..per {
+        let c = column(k, units);
+        let mut value = 0.0f32;
+        if c < width {
+            value = x[base + c] + r[base + c];
+        }
+        z[k] = value;
+        part += value;
     }
-    let m = sum / (width as f32);
-    let mut var = 0.0f32;
-    for i in 0..width {
-        let c = x[base + i] + r[base + i] - m;
-        var += c * c;
+    let mut shared = SharedMemory::<f32>::new(units);
+    let m = cube_sum(part, &mut shared) / (width as f32);
+    let mut squares = 0.0f32;
+    for k in 0..per {
+        if column(k, units) < width {
+            let d = z[k] - m;
+            squares += d * d;
+        }
     }
-    let s = 1.0f32 / f32::sqrt(var / (width as f32) + eps);
-    for i in 0..width {
-        y[base + i] = (x[base + i] + r[base + i] - m) * s * gamma[i] + beta[i];
+    let s = 1.0f32 / f32::sqrt(cube_sum(squares, &mut shared) / (width as f32) + eps);
+    for k in 0..per {
+        let c = column(k, units);
+        if c < width {
+            y[base + c] = (z[k] - m) * s * gamma[c] + beta[c];
+        }
     }
-    mean[row] = m;
-    rstd[row] = s;
+    if UNIT_POS == 0u32 {
+        mean[row] = m;
+        rstd[row] = s;
+    }
 }
 
-/// The gradient of the sum `x + r`, row by row.
+/// A cube per row: the gradient of the sum `x + r`.
 #[cube(launch_unchecked)]
 fn add_layer_norm_backward_rows_kernel(
     x: &Array<f32>,
@@ -55,29 +105,45 @@ fn add_layer_norm_backward_rows_kernel(
     dy: &Array<f32>,
     dz: &mut Array<f32>,
     #[comptime] width: usize,
+    #[comptime] units: usize,
 ) {
-    let row = ABSOLUTE_POS;
+    let row = CUBE_POS;
     if row >= mean.len() {
         terminate!();
     }
     let base = row * width;
     let (m, s) = (mean[row], rstd[row]);
-    let mut mg = 0.0f32;
-    let mut mgx = 0.0f32;
-    for i in 0..width {
-        let g = dy[base + i] * gamma[i];
-        mg += g;
-        mgx += g * (x[base + i] + r[base + i] - m) * s;
+    let per = comptime!(width.div_ceil(units));
+    let mut g = Array::<f32>::new(per);
+    let mut xhat = Array::<f32>::new(per);
+    let mut g_part = 0.0f32;
+    let mut gx_part = 0.0f32;
+    for k in 0..per {
+        let c = column(k, units);
+        let mut gk = 0.0f32;
+        let mut xk = 0.0f32;
+        if c < width {
+            gk = dy[base + c] * gamma[c];
+            xk = (x[base + c] + r[base + c] - m) * s;
+        }
+        g[k] = gk;
+        xhat[k] = xk;
+        g_part += gk;
+        gx_part += gk * xk;
     }
-    mg /= width as f32;
-    mgx /= width as f32;
-    for i in 0..width {
-        let xhat = (x[base + i] + r[base + i] - m) * s;
-        dz[base + i] = (dy[base + i] * gamma[i] - mg - xhat * mgx) * s;
+    let mut shared = SharedMemory::<f32>::new(units);
+    let mg = cube_sum(g_part, &mut shared) / (width as f32);
+    let mgx = cube_sum(gx_part, &mut shared) / (width as f32);
+    for k in 0..per {
+        let c = column(k, units);
+        if c < width {
+            dz[base + c] = (g[k] - mg - xhat[k] * mgx) * s;
+        }
     }
 }
 
-/// The gradients of `γ` and `β`, column by column.
+/// The `γ` and `β` gradients of one chunk of `CHUNK_ROWS` rows, one unit per column (cube x:
+/// the columns, y: the chunk): partial sums over the chunk's rows in order.
 #[cube(launch_unchecked)]
 fn add_layer_norm_backward_cols_kernel(
     x: &Array<f32>,
@@ -85,6 +151,37 @@ fn add_layer_norm_backward_cols_kernel(
     mean: &Array<f32>,
     rstd: &Array<f32>,
     dy: &Array<f32>,
+    part_gamma: &mut Array<f32>,
+    part_beta: &mut Array<f32>,
+    #[comptime] width: usize,
+    #[comptime] chunk: usize,
+) {
+    let col = CUBE_POS_X as usize * CUBE_DIM as usize + UNIT_POS as usize;
+    if col >= width {
+        terminate!();
+    }
+    let rows = mean.len();
+    let first = CUBE_POS_Y as usize * chunk;
+    let mut g = 0.0f32;
+    let mut b = 0.0f32;
+    for k in 0..chunk {
+        let row = first + k;
+        if row < rows {
+            let at = row * width + col;
+            g += dy[at] * (x[at] + r[at] - mean[row]) * rstd[row];
+            b += dy[at];
+        }
+    }
+    let out = CUBE_POS_Y as usize * width + col;
+    part_gamma[out] = g;
+    part_beta[out] = b;
+}
+
+/// One unit per column: the chunks' partial sums, added in chunk order.
+#[cube(launch_unchecked)]
+fn sum_chunks_kernel(
+    part_gamma: &Array<f32>,
+    part_beta: &Array<f32>,
     dgamma: &mut Array<f32>,
     dbeta: &mut Array<f32>,
     #[comptime] width: usize,
@@ -93,13 +190,12 @@ fn add_layer_norm_backward_cols_kernel(
     if col >= width {
         terminate!();
     }
-    let rows = mean.len();
+    let chunks = part_gamma.len() / width;
     let mut g = 0.0f32;
     let mut b = 0.0f32;
-    for row in 0..rows {
-        let at = row * width + col;
-        g += dy[at] * (x[at] + r[at] - mean[row]) * rstd[row];
-        b += dy[at];
+    for c in 0..chunks {
+        g += part_gamma[c * width + col];
+        b += part_beta[c * width + col];
     }
     dgamma[col] = g;
     dbeta[col] = b;
@@ -122,7 +218,7 @@ pub(super) fn forward<R: CubeRuntime>(
     unsafe {
         add_layer_norm_forward_kernel::launch_unchecked(
             &x.client,
-            cubes(rows),
+            row_cubes(&x.client, rows),
             CubeDim::new_1d(UNITS),
             array(&x),
             array(&r),
@@ -133,6 +229,7 @@ pub(super) fn forward<R: CubeRuntime>(
             array(&rstd),
             spec.eps,
             spec.width,
+            UNITS as usize,
         );
     }
     (y, mean, rstd)
@@ -153,11 +250,16 @@ pub(super) fn backward<R: CubeRuntime>(
     let rows = x.meta.num_elements() / spec.width.max(1);
     let dz = empty_like(&x, vec![rows, spec.width]);
     let (dgamma, dbeta) = (empty_like(&x, vec![spec.width]), empty_like(&x, vec![spec.width]));
-    // SAFETY: as in the forward pass; the column kernel checks its column index.
+    let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
+    let parts = vec![chunks, spec.width];
+    let (part_gamma, part_beta) = (empty_like(&x, parts.clone()), empty_like(&x, parts));
+    let column_blocks = (spec.width as u32).div_ceil(UNITS).max(1);
+    // SAFETY: as in the forward pass; the column kernels check their column index, the chunk
+    // kernel its rows.
     unsafe {
         add_layer_norm_backward_rows_kernel::launch_unchecked(
             &x.client,
-            cubes(rows),
+            row_cubes(&x.client, rows),
             CubeDim::new_1d(UNITS),
             array(&x),
             array(&r),
@@ -167,16 +269,28 @@ pub(super) fn backward<R: CubeRuntime>(
             array(&grad),
             array(&dz),
             spec.width,
+            UNITS as usize,
         );
         add_layer_norm_backward_cols_kernel::launch_unchecked(
             &x.client,
-            cubes(spec.width),
+            CubeCount::Static(column_blocks, chunks as u32, 1),
             CubeDim::new_1d(UNITS),
             array(&x),
             array(&r),
             array(&mean),
             array(&rstd),
             array(&grad),
+            array(&part_gamma),
+            array(&part_beta),
+            spec.width,
+            CHUNK_ROWS,
+        );
+        sum_chunks_kernel::launch_unchecked(
+            &x.client,
+            cubes(&x.client, spec.width),
+            CubeDim::new_1d(UNITS),
+            array(&part_gamma),
+            array(&part_beta),
             array(&dgamma),
             array(&dbeta),
             spec.width,

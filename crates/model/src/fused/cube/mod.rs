@@ -2,14 +2,19 @@
 //! here, also CUDA without fusion):
 //! - attention with the padding mask and dropout, forward and backward, streaming over the keys
 //!   with the row's log-sum-exp, so the `[batch, heads, len, len]` scores are never stored
-//!   (one unit per query row, and one per key row for the key and value gradients);
-//! - the LayerNorm of a residual sum, forward and backward, as three launches instead of the
-//!   dozen element-wise and reduction kernels of its composition;
+//!   (one unit per query row, and one per key row for the key and value gradients). **Off by
+//!   default** (`CORRFLOW_CUBECL_ATTENTION=1` turns it on): on lavapipe it is wrong at a
+//!   training shape (4 × 512 × 2 heads × 64, `cubecl_attention_at_a_training_shape`, ignored),
+//!   though right at the smaller ones, so the composition runs instead;
+//! - the LayerNorm of a residual sum, forward and backward, a cube per row (coalesced reads,
+//!   a fixed reduction tree), as four launches instead of the dozen element-wise and
+//!   reduction kernels of its composition;
 //! - the AdamW update over the optimizer's flat moment buffers, one launch per parameter.
 //!
-//! Every value is summed in a fixed order by one unit, so results do not depend on the launch
-//! geometry. These are plain, unblocked kernels (no shared-memory tiles yet): what they are
-//! checked for here is the numbers, against the compositions, on Mesa's software Vulkan driver.
+//! Every sum has a fixed order that depends only on the shapes and the constants of these
+//! files, never on the device or on the number of cubes it runs at once. What they are checked
+//! for here is the numbers, against the compositions, on Mesa's software Vulkan driver; their
+//! speed needs a GPU.
 //! The decoder loss and the dense layers keep their composed default bodies (burn's matmul).
 
 mod adamw;
@@ -20,7 +25,9 @@ use burn::tensor::Shape;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, IntElement};
+use cubecl::calculate_cube_count_elemwise;
 use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
 
 use super::{AdamWSpec, AttentionSpec, FusedOps, LayerNormSpec};
 
@@ -39,9 +46,16 @@ fn array<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
     t.clone().into_array_arg()
 }
 
-/// Cubes of `UNITS` units covering `n` units.
-fn cubes(n: usize) -> CubeCount {
-    CubeCount::Static((n as u32).div_ceil(UNITS).max(1), 1, 1)
+/// Cubes of `UNITS` units covering `n` units (`ABSOLUTE_POS` below `n`), spread over two or
+/// three dimensions past a dimension's limit (65,535 cubes on Vulkan: the embedding matrix's
+/// AdamW update alone needs about 100,000).
+fn cubes<R: CubeRuntime>(client: &ComputeClient<R>, n: usize) -> CubeCount {
+    calculate_cube_count_elemwise(client, n.max(1), CubeDim::new_1d(UNITS))
+}
+
+/// One cube per row (`CUBE_POS` below `rows`), spread over dimensions as [`cubes`] does.
+fn row_cubes<R: CubeRuntime>(client: &ComputeClient<R>, rows: usize) -> CubeCount {
+    CubeCountSelection::new(client, rows.max(1) as u32).cube_count()
 }
 
 impl<R, I, BT> FusedOps for CubeBackend<R, f32, I, BT>
@@ -56,7 +70,11 @@ where
         v: CubeTensor<R>,
         spec: &AttentionSpec,
     ) -> (CubeTensor<R>, CubeTensor<R>) {
-        attention::forward(q, k, v, spec)
+        if attention::kernels_enabled() {
+            attention::forward(q, k, v, spec)
+        } else {
+            super::reference::attention_forward::<Self>(q, k, v, spec)
+        }
     }
 
     fn attention_backward(
@@ -68,7 +86,11 @@ where
         grad: CubeTensor<R>,
         spec: &AttentionSpec,
     ) -> [CubeTensor<R>; 3] {
-        attention::backward(q, k, v, out, lse, grad, spec)
+        if attention::kernels_enabled() {
+            attention::backward(q, k, v, out, lse, grad, spec)
+        } else {
+            super::reference::attention_backward::<Self>(q, k, v, out, lse, grad, spec)
+        }
     }
 
     fn add_layer_norm_forward(

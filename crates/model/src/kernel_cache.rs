@@ -35,15 +35,16 @@ const KERNEL_SOURCES: &[&str] = &[
     include_str!("fused/cube/attention.rs"),
 ];
 
-/// 64-bit FNV-1a over the sources, as 16 hex digits: the name of the cache's subdirectory.
+/// The first 16 hex digits of the sha256 of the sources (each followed by a 0 byte, so moving
+/// text from one file to the next is a change too): the name of the cache's subdirectory.
 fn fingerprint(sources: &[&str]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
     for s in sources {
-        for b in s.bytes().chain([0]) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
+        h.update(s.as_bytes());
+        h.update([0]);
     }
-    format!("{h:016x}")
+    hex::encode(&h.finalize()[..8])
 }
 
 /// Where this build's caches go inside `dir`: `dir/kernels-<fingerprint of the kernel sources>`.

@@ -300,16 +300,10 @@ impl StepOutcome {
 }
 
 impl TrainSummary {
-    /// The summary of a run starting (or resuming) at the trainee's step.
-    fn started<B: TrainingBackend>(
-        command: &str,
-        out: &Path,
-        device: String,
-        total_steps: u64,
-        trainee: &Trainee<B>,
-    ) -> Self {
+    /// The summary of a `train` run starting (or resuming) at the trainee's step.
+    fn started<B: TrainingBackend>(out: &Path, device: String, total_steps: u64, trainee: &Trainee<B>) -> Self {
         TrainSummary {
-            command: command.into(),
+            command: "train".into(),
             out: out.display().to_string(),
             device,
             steps: trainee.step,
@@ -389,7 +383,7 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     let bar = progress_bar("train", req.progress, setup.total, trainee.step);
     let metrics_path = req.out.join("metrics.jsonl");
     let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
-    let mut summary = TrainSummary::started("train", &req.out, format!("{device:?}"), setup.total, &trainee);
+    let mut summary = TrainSummary::started(&req.out, format!("{device:?}"), setup.total, &trainee);
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
     let mut dump = req.dump_batches.as_deref().map(BatchDump::create).transpose()?;
     for batch in batches {

@@ -224,8 +224,7 @@ pub fn attention_backward(
 struct UnitBackward<'a> {
     shape: &'a AttentionShape,
     u: &'a Unit,
-    /// The forward output and its gradient, packed `[n, head_dim]`.
-    out: &'a [f32],
+    /// The forward output's gradient, packed `[n, head_dim]`.
     dout: &'a [f32],
     /// This head's log-sum-exp by position.
     lse: &'a [f32],
@@ -254,12 +253,11 @@ impl<'a> UnitBackward<'a> {
         let delta = (0..u.n())
             .map(|r| out[r * d..(r + 1) * d].iter().zip(&dout[r * d..(r + 1) * d]).map(|(a, b)| a * b).sum())
             .collect();
-        UnitBackward { shape, u, out, dout, lse, delta, drop }
+        UnitBackward { shape, u, dout, lse, delta, drop }
     }
 
     fn run(self) -> [Vec<f32>; 3] {
         let (n, d) = (self.u.n(), self.shape.head_dim);
-        debug_assert_eq!(self.out.len(), n * d);
         let mut grads = [vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]];
         let tile = TILE.min(n) * n;
         let mut scratch = TileScratch { p: vec![0f32; tile], pd: vec![0f32; tile], dp: vec![0f32; tile] };

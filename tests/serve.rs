@@ -213,11 +213,11 @@ fn a_model_that_cannot_load_stops_the_server_with_the_reason() {
 fn a_full_server_answers_429_before_reading_the_body() {
     use std::io::{Read, Write};
     let f = tiny_model();
-    // Batches take 4 s, so admitted requests stay in flight.
+    // Batches take 8 s, so admitted requests stay in flight.
     let server = Server::start(
         &f.model,
         &["--max-queue", "1", "--batch-wait-ms", "0"],
-        &[("FAILPOINTS", "serve-batch=sleep(4000)")],
+        &[("FAILPOINTS", "serve-batch=sleep(8000)")],
     );
     server.wait_ready();
     let url = format!("{}/v1/embed", server.url);
@@ -225,7 +225,13 @@ fn a_full_server_answers_429_before_reading_the_body() {
     std::thread::scope(|s| {
         // --max-queue 1 admits two requests at once: both wait for the slow batch.
         let waiting: Vec<_> = (0..2).map(|_| s.spawn(|| post(&url, &body, None))).collect();
-        std::thread::sleep(Duration::from_millis(1500));
+        // Wait until both are admitted: a fixed sleep here lost that race on a loaded machine
+        // (the third was admitted and waited for its body).
+        let start = std::time::Instant::now();
+        while !get(&format!("{}/metrics", server.url), None).1.contains("corrflow_requests_in_flight 2\n") {
+            assert!(start.elapsed() < Duration::from_secs(30), "the two requests were never both in flight");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // A third declares a 10 MB body and sends none of it: a server that read bodies before
         // admission would wait for it; this one answers at once.
         let addr = server.url.trim_start_matches("http://").to_string();
@@ -242,7 +248,7 @@ fn a_full_server_answers_429_before_reading_the_body() {
         // refused body is drained and dropped, not cut off with a reset. (The request above
         // holds a share of the drain budget until its connection closes.)
         drop(stream);
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(1000));
         let mut stream = std::net::TcpStream::connect(&addr).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let big = vec![b' '; 8 << 20];

@@ -102,23 +102,8 @@ pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) 
     let seconds_statistics = t_stats.elapsed().as_secs_f64();
 
     let t_local = Instant::now();
-    // Pairs come sorted by their first gene, so each thread's dense array is mostly reused.
-    let edges: Vec<GraphEdge> = pairs
-        .par_iter()
-        .map_init(OverlapScratch::default, |scratch, &(u, v)| {
-            overlaps.with(u, v, |overlap| {
-                let r = spearman_average_ranks(overlap, params.l_max, scratch);
-                (!r.is_nan()).then(|| GraphEdge {
-                    u: gv.token(u),
-                    v: gv.token(v),
-                    rho: r,
-                    rho_global: moments.rho_exact(u, v, dot_y(overlap, &maps, u, v)),
-                    co_count: co[u * g + v] as u64,
-                })
-            })
-        })
-        .flatten()
-        .collect();
+    let edges =
+        local_edges(&pairs, &overlaps, &PairStats { moments: &moments, maps: &maps, gv: &gv, co: &co }, params.l_max);
     let seconds_local = t_local.elapsed().as_secs_f64();
 
     let coverage = Coverage {
@@ -145,6 +130,38 @@ pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) 
         peak_rss_mb: corrflow_io::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
     Ok((graph, summary))
+}
+
+/// What an edge reports besides its local ρ: the exact global moments, the rank maps, the
+/// graph's genes and their co-presence counts.
+struct PairStats<'a> {
+    moments: &'a GeneMoments,
+    maps: &'a RankMaps,
+    gv: &'a GraphVocab,
+    co: &'a [i64],
+}
+
+/// The local Spearman ρ of every candidate pair over its co-present cells, with its exact
+/// global ρ; pairs whose ρ is undefined (a constant side) are no edges.
+fn local_edges(pairs: &[(usize, usize)], overlaps: &Overlaps, stats: &PairStats, l_max: usize) -> Vec<GraphEdge> {
+    let g = stats.gv.len();
+    // Pairs come sorted by their first gene, so each thread's dense array is mostly reused.
+    pairs
+        .par_iter()
+        .map_init(OverlapScratch::default, |scratch, &(u, v)| {
+            overlaps.with(u, v, |overlap| {
+                let r = spearman_average_ranks(overlap, l_max, scratch);
+                (!r.is_nan()).then(|| GraphEdge {
+                    u: stats.gv.token(u),
+                    v: stats.gv.token(v),
+                    rho: r,
+                    rho_global: stats.moments.rho_exact(u, v, dot_y(overlap, stats.maps, u, v)),
+                    co_count: stats.co[u * g + v] as u64,
+                })
+            })
+        })
+        .flatten()
+        .collect()
 }
 
 /// Floating-point operations of the upper-triangle screening products (256-gene blocks).

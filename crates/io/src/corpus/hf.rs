@@ -62,22 +62,11 @@ fn write_dataset(atlas_dirs: &[PathBuf], stage: &Path) -> Result<u64> {
             if writer.is_none() {
                 let name = format!("data-{:05}-of-{n_files:05}.arrow", written.len());
                 let path = stage.join(&name);
-                let schema = rb.schema();
-                let feats: serde_json::Map<String, Value> = schema
-                    .fields()
-                    .iter()
-                    .map(|f| Ok((f.name().clone(), feature_of(f.data_type())?)))
-                    .collect::<Result<_>>()?;
-                let feats = Value::Object(feats);
-                let meta = json!({"info": {"features": feats}}).to_string();
-                let schema = Arc::new(Schema::new_with_metadata(
-                    schema.fields().clone(),
-                    [("huggingface".to_string(), meta)].into_iter().collect::<std::collections::HashMap<_, _>>(),
-                ));
+                let (feats, schema) = hf_schema_of(&rb.schema())?;
                 features.get_or_insert(feats);
                 let file = BufWriter::new(File::create(&path).at(&path)?);
                 let w = StreamWriter::try_new(file, &schema).map_err(|e| Error::parquet(&path, e))?;
-                hf_schema = Some(schema.clone());
+                hf_schema = Some(schema);
                 writer = Some((w, path, 0));
                 written.push(name);
             }
@@ -101,6 +90,27 @@ fn write_dataset(atlas_dirs: &[PathBuf], stage: &Path) -> Result<u64> {
             rows += n;
         }
     }
+    write_dataset_metadata(stage, &written, features, &hex::encode(&fingerprint.finalize()[..8]))?;
+    Ok(rows)
+}
+
+/// The `datasets` features of a corpus schema, and the schema with them in its `huggingface`
+/// metadata (what `datasets` reads back).
+fn hf_schema_of(schema: &Schema) -> Result<(Value, Arc<Schema>)> {
+    let feats: serde_json::Map<String, Value> =
+        schema.fields().iter().map(|f| Ok((f.name().clone(), feature_of(f.data_type())?))).collect::<Result<_>>()?;
+    let feats = Value::Object(feats);
+    let meta = json!({"info": {"features": feats}}).to_string();
+    let schema = Arc::new(Schema::new_with_metadata(
+        schema.fields().clone(),
+        [("huggingface".to_string(), meta)].into_iter().collect::<std::collections::HashMap<_, _>>(),
+    ));
+    Ok((feats, schema))
+}
+
+/// Renames the staged files to their final `-of-` total and writes `dataset_info.json` and
+/// `state.json`.
+fn write_dataset_metadata(stage: &Path, written: &[String], features: Option<Value>, fingerprint: &str) -> Result<()> {
     // Shards with no cells produce no file; renumber the "-of-" total to what exists.
     let total = written.len();
     let mut data_files = Vec::new();
@@ -117,13 +127,12 @@ fn write_dataset(atlas_dirs: &[PathBuf], stage: &Path) -> Result<u64> {
     });
     let state = json!({
         "_data_files": data_files,
-        "_fingerprint": hex::encode(&fingerprint.finalize()[..8]),
+        "_fingerprint": fingerprint,
         "_format_columns": null, "_format_kwargs": {}, "_format_type": null,
         "_output_all_columns": false, "_split": null
     });
     write_json_atomic(&stage.join("dataset_info.json"), &info)?;
-    write_json_atomic(&stage.join("state.json"), &state)?;
-    Ok(rows)
+    write_json_atomic(&stage.join("state.json"), &state)
 }
 
 fn finish(mut w: StreamWriter<BufWriter<File>>, path: &Path) -> Result<()> {

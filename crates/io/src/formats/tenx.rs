@@ -88,70 +88,7 @@ impl TenxSource {
             other => return Err(Error::format(path, format!("{name}/shape must hold 2 integers, found {other:?}"))),
         };
         let matrix = SparseRows::open(path, &name, &g, n_cells, n_features)?;
-        let strings = |p: &str| -> Result<Vec<String>> {
-            let ds = g.dataset(p).map_err(|_| Error::format(path, format!("10x matrix has no {name}/{p}")))?;
-            h5::read_strings(path, &ds, &format!("{name}/{p}"), None)
-        };
-        let v3 = g.link_exists("features");
-        let column = opts.gene_column.as_deref().unwrap_or("id");
-        let ids = match (v3, column) {
-            (true, "id" | "gene_ids") => strings("features/id")?,
-            (true, "name" | "gene_symbols") => strings("features/name")?,
-            (false, "id" | "gene_ids") => strings("genes")?,
-            (false, "name" | "gene_symbols") => strings("gene_names")?,
-            (_, other) => {
-                return Err(Error::format(path, format!("10x files have gene columns 'id' and 'name', not '{other}'")))
-            }
-        };
-        if ids.len() != n_features {
-            return Err(Error::format(
-                path,
-                format!("shape mismatch: {name}/shape says {n_features} features, gene table has {}", ids.len()),
-            ));
-        }
-        // Each per-feature column must cover every feature (a shorter one would leave features
-        // without a decision: found by the fuzzer as an out-of-bounds index).
-        let per_feature = |column: &str, values: Vec<String>| -> Result<Vec<String>> {
-            if values.len() == n_features {
-                return Ok(values);
-            }
-            let msg = format!(
-                "shape mismatch: {name}/shape says {n_features} features, {name}/{column} has {}",
-                values.len()
-            );
-            Err(Error::format(path, msg))
-        };
-        let mut is_gene: Vec<bool> = if v3 && g.link_exists("features/feature_type") {
-            let types = per_feature("features/feature_type", strings("features/feature_type")?)?;
-            types.into_iter().map(|t| t == "Gene Expression").collect()
-        } else {
-            vec![true; n_features]
-        };
-        if let (true, Some(want)) = (v3, opts.genome.as_deref()) {
-            let genomes = if g.link_exists("features/genome") {
-                per_feature("features/genome", strings("features/genome")?)?
-            } else {
-                Vec::new()
-            };
-            if !genomes.iter().any(|x| x == want) {
-                let mut known = genomes.clone();
-                known.sort();
-                known.dedup();
-                return Err(Error::format(path, format!("has no genome '{want}' (genomes: {})", known.join(", "))));
-            }
-            is_gene.iter_mut().zip(&genomes).for_each(|(keep, x)| *keep &= x == want);
-        }
-        let mut genes = Vec::new();
-        let remap = ids
-            .into_iter()
-            .zip(is_gene)
-            .map(|(id, keep)| {
-                keep.then(|| {
-                    genes.push(id);
-                    (genes.len() - 1) as u32
-                })
-            })
-            .collect();
+        let (genes, remap) = gene_table(path, &name, &g, n_features, opts)?;
         let barcodes = g.dataset("barcodes").map_err(|e| Error::hdf5(path, format!("{name}/barcodes"), e))?;
         if barcodes.size() != n_cells {
             return Err(Error::format(
@@ -164,6 +101,80 @@ impl TenxSource {
         }
         Ok(Self { path: path.to_path_buf(), _file: file, matrix, barcodes, n_cells, genes, remap })
     }
+}
+
+/// The kept genes' identifiers (the chosen gene column, Gene Expression features of the chosen
+/// genome) and each feature's index among them.
+fn gene_table(
+    path: &Path,
+    name: &str,
+    g: &hdf5::Group,
+    n_features: usize,
+    opts: &ReadOptions,
+) -> Result<(Vec<String>, Vec<Option<u32>>)> {
+    let strings = |p: &str| -> Result<Vec<String>> {
+        let ds = g.dataset(p).map_err(|_| Error::format(path, format!("10x matrix has no {name}/{p}")))?;
+        h5::read_strings(path, &ds, &format!("{name}/{p}"), None)
+    };
+    let v3 = g.link_exists("features");
+    let column = opts.gene_column.as_deref().unwrap_or("id");
+    let ids = match (v3, column) {
+        (true, "id" | "gene_ids") => strings("features/id")?,
+        (true, "name" | "gene_symbols") => strings("features/name")?,
+        (false, "id" | "gene_ids") => strings("genes")?,
+        (false, "name" | "gene_symbols") => strings("gene_names")?,
+        (_, other) => {
+            return Err(Error::format(path, format!("10x files have gene columns 'id' and 'name', not '{other}'")))
+        }
+    };
+    if ids.len() != n_features {
+        return Err(Error::format(
+            path,
+            format!("shape mismatch: {name}/shape says {n_features} features, gene table has {}", ids.len()),
+        ));
+    }
+    // Each per-feature column must cover every feature (a shorter one would leave features
+    // without a decision: found by the fuzzer as an out-of-bounds index).
+    let per_feature = |column: &str, values: Vec<String>| -> Result<Vec<String>> {
+        if values.len() == n_features {
+            return Ok(values);
+        }
+        let msg =
+            format!("shape mismatch: {name}/shape says {n_features} features, {name}/{column} has {}", values.len());
+        Err(Error::format(path, msg))
+    };
+    let mut is_gene: Vec<bool> = if v3 && g.link_exists("features/feature_type") {
+        let types = per_feature("features/feature_type", strings("features/feature_type")?)?;
+        types.into_iter().map(|t| t == "Gene Expression").collect()
+    } else {
+        vec![true; n_features]
+    };
+    if let (true, Some(want)) = (v3, opts.genome.as_deref()) {
+        let genomes = if g.link_exists("features/genome") {
+            per_feature("features/genome", strings("features/genome")?)?
+        } else {
+            Vec::new()
+        };
+        if !genomes.iter().any(|x| x == want) {
+            let mut known = genomes.clone();
+            known.sort();
+            known.dedup();
+            return Err(Error::format(path, format!("has no genome '{want}' (genomes: {})", known.join(", "))));
+        }
+        is_gene.iter_mut().zip(&genomes).for_each(|(keep, x)| *keep &= x == want);
+    }
+    let mut genes = Vec::new();
+    let remap = ids
+        .into_iter()
+        .zip(is_gene)
+        .map(|(id, keep)| {
+            keep.then(|| {
+                genes.push(id);
+                (genes.len() - 1) as u32
+            })
+        })
+        .collect();
+    Ok((genes, remap))
 }
 
 impl CellSource for TenxSource {

@@ -5,7 +5,9 @@
 use super::request::{IngestRequest, Opened};
 use crate::corpus::{AtlasWriter, DropCounts, TokenBatch};
 use crate::error::{Error, Result};
+use crate::formats::CellSource;
 use crate::tokenize::{tokenize_chunk, GeneMapper};
+use crate::util::Cancel;
 
 struct ReadMsg {
     file: usize,
@@ -38,41 +40,8 @@ pub(super) fn pipeline(
     let (sources, mappers): (Vec<_>, Vec<_>) = opened.iter_mut().map(|o| (&mut o.source, &o.mapper)).unzip();
 
     std::thread::scope(|s| {
-        // Stage 1: read chunks in order.
-        s.spawn(move || {
-            for (fi, source) in sources.into_iter().enumerate().skip(resume_at.0) {
-                let n = source.n_cells();
-                let mut start = if fi == resume_at.0 { resume_at.1 } else { 0 };
-                while start < n {
-                    let end = (start + chunk_cells).min(n);
-                    let msg = req.cancel.check("ingest").and_then(|()| source.read_chunk(start..end)).map(|chunk| {
-                        let next = if end == n { (fi + 1, 0) } else { (fi, end) };
-                        ReadMsg { file: fi, chunk, next }
-                    });
-                    let failed = msg.is_err();
-                    if read_tx.send(msg).is_err() || failed {
-                        return;
-                    }
-                    start = end;
-                }
-            }
-        });
-
-        // Stage 3: write shards, committing one whenever it holds shard_cells input cells.
-        let writer_thread = s.spawn(move || -> Result<()> {
-            let mut last = resume_at;
-            for msg in write_rx {
-                writer.write(msg.batch, msg.cells_read, &msg.dropped)?;
-                last = msg.next;
-                let at_end = msg.next.0 >= n_files;
-                let full = writer.open_cells_read() >= req.shard_cells as u64 || at_end;
-                if full && writer.commit_shard(msg.next)?.is_some() {
-                    crash_point();
-                }
-            }
-            writer.commit_shard(last)?;
-            Ok(())
-        });
+        s.spawn(move || read_stage(sources, resume_at, chunk_cells, &req.cancel, read_tx));
+        let writer_thread = s.spawn(move || write_stage(writer, write_rx, resume_at, n_files, req.shard_cells as u64));
 
         // Stage 2 (this thread): tokenize chunks on the rayon pool, a few in flight at once so
         // that a worker with nothing left of one chunk starts the next instead of idling while
@@ -108,6 +77,56 @@ pub(super) fn pipeline(
             writer_thread.join().unwrap_or_else(|_| Err(Error::internal("ingest", "the shard writer thread panicked")));
         tokenize_result.and(write_result)
     })
+}
+
+/// Stage 1: reads chunks in order from `resume_at` (file, cell) on; stops after an error, which
+/// is sent on.
+fn read_stage(
+    sources: Vec<&mut Box<dyn CellSource>>,
+    resume_at: (usize, usize),
+    chunk_cells: usize,
+    cancel: &Cancel,
+    read_tx: crossbeam_channel::Sender<Result<ReadMsg>>,
+) {
+    for (fi, source) in sources.into_iter().enumerate().skip(resume_at.0) {
+        let n = source.n_cells();
+        let mut start = if fi == resume_at.0 { resume_at.1 } else { 0 };
+        while start < n {
+            let end = (start + chunk_cells).min(n);
+            let msg = cancel.check("ingest").and_then(|()| source.read_chunk(start..end)).map(|chunk| {
+                let next = if end == n { (fi + 1, 0) } else { (fi, end) };
+                ReadMsg { file: fi, chunk, next }
+            });
+            let failed = msg.is_err();
+            if read_tx.send(msg).is_err() || failed {
+                return;
+            }
+            start = end;
+        }
+    }
+}
+
+/// Stage 3: writes shards, committing one whenever it holds `shard_cells` input cells, and the
+/// last one at the end.
+fn write_stage(
+    writer: &mut AtlasWriter,
+    write_rx: crossbeam_channel::Receiver<WriteMsg>,
+    resume_at: (usize, usize),
+    n_files: usize,
+    shard_cells: u64,
+) -> Result<()> {
+    let mut last = resume_at;
+    for msg in write_rx {
+        writer.write(msg.batch, msg.cells_read, &msg.dropped)?;
+        last = msg.next;
+        let at_end = msg.next.0 >= n_files;
+        let full = writer.open_cells_read() >= shard_cells || at_end;
+        if full && writer.commit_shard(msg.next)?.is_some() {
+            crash_point();
+        }
+    }
+    writer.commit_shard(last)?;
+    Ok(())
 }
 
 /// Chunks being tokenized at once (each holds `chunk_cells` cells).

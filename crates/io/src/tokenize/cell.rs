@@ -49,7 +49,8 @@ impl ChunkTokenizer<'_> {
     /// The common case: counts, no duplicate gene columns. `None` when some value is invalid
     /// (the general path then names it), else whether the cell has any vocabulary gene.
     fn tokenize_counts<V: Copy + Into<f64>>(&self, cols: &[u32], values: &[V], buf: &mut CellBuffers) -> Option<bool> {
-        let n_counts = checked_total(values, !self.opts.allow_normalized)?;
+        // Normalized values take the general path, which turns scaled counts back into counts.
+        let n_counts = checked_total(values, true)?;
         // Branch-free: every value is normalised and written, and the slot is kept only for a
         // vocabulary gene with a count > 0 (whether a gene is in the vocabulary is a coin flip
         // the branch predictor cannot learn).

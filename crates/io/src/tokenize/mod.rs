@@ -126,7 +126,11 @@ pub fn tokenize_chunk(
 /// for each count > 0 and returns the cell's total count over all of the file's genes.
 ///
 /// Values must be finite and ≥ 0 and, unless `allow_normalized`, integers; the error names
-/// the file, the cell and the gene.
+/// the file, the cell and the gene. Normalized values that are scaled counts (every one an
+/// integer multiple of the smallest, to within float32 storage's rounding: `normalize_total`,
+/// then perhaps `log1p`, of raw counts) are turned back into those integers, so that rounding
+/// cannot swap two genes whose counts rank them equal or a hair apart: such a cell gets the
+/// tokens of its raw counts exactly when its smallest count is 1.
 pub fn cell_counts(
     path: &Path,
     chunk: &CellChunk,
@@ -136,32 +140,67 @@ pub fn cell_counts(
     mut f: impl FnMut(u32, f64),
 ) -> Result<f64> {
     let (cols, values) = chunk.cell(i);
+    let value = |k: usize| match opts.transform {
+        ValueTransform::None => values.get(k),
+        ValueTransform::Expm1 => values.get(k).exp_m1(),
+    };
+    let mut integers = true;
+    let mut smallest = f64::INFINITY;
+    for (k, &col) in cols.iter().enumerate() {
+        let v = value(k);
+        if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && !is_integer(v)) {
+            return Err(invalid_value(path, chunk, i, gene_ids, col, values.get(k), v));
+        }
+        integers &= is_integer(v);
+        if v > 0.0 {
+            smallest = smallest.min(v);
+        }
+    }
+    let unit = if integers { None } else { count_unit(smallest, (0..cols.len()).map(value)) };
     let mut n_counts = 0.0f64;
     for (k, &col) in cols.iter().enumerate() {
-        let raw = values.get(k);
-        let v = match opts.transform {
-            ValueTransform::None => raw,
-            ValueTransform::Expm1 => raw.exp_m1(),
-        };
-        if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && !is_integer(v)) {
-            let what = if !v.is_finite() {
-                "a non-finite value"
-            } else if v < 0.0 {
-                "a negative count"
-            } else {
-                "a non-integer count (normalized data? pass --allow-normalized, or read raw counts with --counts raw)"
-            };
-            let cell = chunk.first_cell + i;
-            let id = chunk.cell_ids.get(i).map_or("", String::as_str);
-            let gene = gene_ids.get(col as usize).map_or("?", String::as_str);
-            return Err(Error::invalid(path, format!("cell {cell} ('{id}'), gene '{gene}': {what}: {raw}")));
-        }
+        let v = unit.map_or_else(|| value(k), |u| (value(k) / u).round());
         n_counts += v;
         if v > 0.0 {
             f(col, v);
         }
     }
     Ok(n_counts)
+}
+
+/// The error naming the file, the cell and the gene of an invalid value.
+fn invalid_value(path: &Path, chunk: &CellChunk, i: usize, gene_ids: &[String], col: u32, raw: f64, v: f64) -> Error {
+    let what = if !v.is_finite() {
+        "a non-finite value"
+    } else if v < 0.0 {
+        "a negative count"
+    } else {
+        "a non-integer count (normalized data? pass --allow-normalized, or read raw counts with --counts raw)"
+    };
+    let cell = chunk.first_cell + i;
+    let id = chunk.cell_ids.get(i).map_or("", String::as_str);
+    let gene = gene_ids.get(col as usize).map_or("?", String::as_str);
+    Error::invalid(path, format!("cell {cell} ('{id}'), gene '{gene}': {what}: {raw}"))
+}
+
+/// The count one unit of a cell's scaled counts stands for (its smallest value), when every
+/// value is within float32 rounding of an integer multiple of it; `None` otherwise (the values
+/// are then used as they are).
+///
+/// Float32 storage and `log1p`/`expm1` leave a relative error of about 1e-6 on a value, so a
+/// multiple `r` is accepted within `1e-5·r + 1e-4` of an integer. Continuous data that passes
+/// by chance has each value moved by at most about 1e-4 of itself.
+pub fn count_unit(smallest: f64, values: impl Iterator<Item = f64>) -> Option<f64> {
+    if !(smallest > 0.0 && smallest.is_finite()) {
+        return None;
+    }
+    let mut values = values;
+    values
+        .all(|v| {
+            let r = v / smallest;
+            (r - r.round()).abs() <= 1e-5 * r + 1e-4
+        })
+        .then_some(smallest)
 }
 
 /// Sorts `(key, count)` pairs by key and sums the counts of equal keys (duplicate gene ids).
@@ -350,6 +389,42 @@ mod tests {
         let lenient = TokenizeOptions { allow_normalized: true, ..v1() };
         let c = chunk(&[&[(0, 1.5)]]);
         assert!(tokenize_chunk(Path::new("f"), &c, &genes, &mapper, &vocab, &lenient).is_ok());
+    }
+
+    #[test]
+    fn scaled_counts_are_recognised_within_float32_rounding_and_continuous_values_are_not() {
+        let scale = 1e4 / 2_345.0;
+        let counts = [1.0, 2.0, 7.0, 130.0, 4_096.0];
+        let scaled: Vec<f64> = counts.iter().map(|c| f64::from((c * scale) as f32)).collect();
+        let logged: Vec<f64> = scaled.iter().map(|v| f64::from((*v as f32).ln_1p()).exp_m1()).collect();
+        for values in [&scaled, &logged] {
+            let unit = count_unit(values[0], values.iter().copied()).expect("scaled counts");
+            let back: Vec<f64> = values.iter().map(|v| (v / unit).round()).collect();
+            assert_eq!(back, counts);
+        }
+        assert_eq!(count_unit(0.5, [0.5, 1.0, 1.3].into_iter()), None);
+        assert_eq!(count_unit(0.0, [0.0].into_iter()), None);
+    }
+
+    #[test]
+    fn float32_normalized_counts_give_the_tokens_of_the_raw_counts_even_at_near_ties() {
+        // Two genes whose normalized counts tie exactly (2/median 1 and 4/median 2 in effect):
+        // float32 rounding of the scaled values must not break the tie differently.
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let genes: Vec<String> = (2..200).map(|t| vocab.token(t).unwrap().to_string()).collect();
+        let mapper = GeneMapper::new(&vocab, &genes);
+        let counts: Vec<(u32, f64)> = (0..198).map(|g| (g, f64::from((g * 37 + 11) % 23 + 1))).collect();
+        let total: f64 = counts.iter().map(|c| c.1).sum();
+        let a = tokenize_chunk(Path::new("x"), &chunk(&[&counts]), &genes, &mapper, &vocab, &v1()).unwrap();
+        let f32_of = |v: f64| f64::from(v as f32);
+        let norm: Vec<(u32, f64)> = counts.iter().map(|&(g, c)| (g, f32_of(c * 1e4 / total))).collect();
+        let logs: Vec<(u32, f64)> = norm.iter().map(|&(g, v)| (g, f64::from((v as f32).ln_1p()))).collect();
+        let normalized = TokenizeOptions { allow_normalized: true, ..v1() };
+        let b = tokenize_chunk(Path::new("x"), &chunk(&[&norm]), &genes, &mapper, &vocab, &normalized).unwrap();
+        let opts = TokenizeOptions { allow_normalized: true, transform: ValueTransform::Expm1, ..v1() };
+        let c = tokenize_chunk(Path::new("x"), &chunk(&[&logs]), &genes, &mapper, &vocab, &opts).unwrap();
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(a.tokens, c.tokens);
     }
 
     #[test]

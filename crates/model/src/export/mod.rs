@@ -27,9 +27,10 @@ use corrflow_io::model_meta::{
 };
 use corrflow_io::util::atomic::{commit, publish_dir, temp_path};
 use corrflow_io::vocab::Vocabulary;
-use proto::{ModelProto, OperatorSetIdProto, StringStringEntryProto};
+use proto::{GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto};
 
 use crate::burn_encoder::load_checkpoint;
+use crate::checkpoint::CheckpointState;
 
 #[derive(Clone, Debug)]
 pub struct ExportRequest {
@@ -57,18 +58,7 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     let device = Default::default();
     let loaded = load_checkpoint::<crate::CpuBackend>(&req.checkpoint, &device)?;
     let (state, vocab) = (&loaded.state, &loaded.vocab);
-    if req.pooling == Pooling::Cls && vocab.cls.is_none() {
-        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
-    }
-    // A hierarchical cell-type head is exported as a cell classifier over its leaves.
-    let head_task =
-        state.model.classifier.as_ref().map(|c| c.task).or(state.model.hce.as_ref().map(|_| ClassifierTask::Cell));
-    if let Some(p) = state.model.cell_head_pooling().filter(|&p| p != req.pooling) {
-        return Err(Error::Usage(format!(
-            "this model's cell head reads {p:?} pooling: export it with --pooling {}",
-            if p == Pooling::Cls { "cls" } else { "mean" }
-        )));
-    }
+    let head_task = exported_head(state, vocab, req.pooling)?;
     let flags: Vec<f32> = (0..vocab.len() as u32)
         .map(|t| match req.pooling {
             Pooling::Mean => f32::from(u8::from(vocab.is_gene(t))),
@@ -76,19 +66,6 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
         })
         .collect();
     let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags, head_task);
-    let max_len = state.max_len();
-    let meta = ModelMeta {
-        format_version: 1,
-        model: state.model.clone(),
-        layout: state.layout,
-        max_len,
-        pooling: req.pooling,
-        vocab_name: vocab.name().to_string(),
-        vocab_hash: vocab.hash().to_string(),
-        vocab_size: vocab.len(),
-        pad: vocab.pad,
-        step: state.step,
-    };
     let nodes = graph.node.len();
     let parameters = graph
         .initializer
@@ -96,38 +73,9 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
         .filter(|t| t.data_type == proto::dtype::FLOAT && !t.dims.is_empty())
         .map(|t| t.dims.iter().product::<i64>() as usize)
         .sum();
-    let model = ModelProto {
-        ir_version: IR_VERSION,
-        producer_name: "corrflow".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        domain: String::new(),
-        model_version: state.step as i64,
-        doc_string: "corrflow cell encoder (Geneformer-style BERT); see corrflow.meta".into(),
-        graph: Some(graph),
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: OPSET }],
-        metadata_props: vec![
-            StringStringEntryProto { key: META_KEY.into(), value: json(&meta) },
-            StringStringEntryProto { key: CONFIG_KEY.into(), value: json(&state.model) },
-            StringStringEntryProto { key: VOCAB_HASH_KEY.into(), value: vocab.hash().into() },
-        ],
-    };
+    let bytes = model_proto(graph, state, vocab, req.pooling).encode_to_vec();
     let sidecar = vocab_sidecar(&req.out);
-    let bytes = model.encode_to_vec();
-    // The model is written first, under its temporary name, so that a full disk cannot leave a
-    // vocabulary sidecar without its model; it is renamed into place after the sidecar.
-    let tmp = temp_path(&req.out);
-    if let Some(parent) = req.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).at(parent)?;
-    }
-    let written = std::fs::write(&tmp, &bytes)
-        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-        .at(&tmp)
-        .and_then(|()| publish_vocab(vocab, &sidecar))
-        .and_then(|()| commit(&tmp, &req.out));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    write_model(&bytes, vocab, &sidecar, &req.out)?;
     Ok(ExportSummary {
         command: "export onnx".into(),
         out: req.out.display().to_string(),
@@ -141,6 +89,72 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
         vocab_hash: vocab.hash().to_string(),
         step: state.step,
     })
+}
+
+/// The cell head the exported graph carries (a hierarchical cell-type head is exported as a
+/// cell classifier over its leaves), after checking that the pooling suits the model.
+fn exported_head(state: &CheckpointState, vocab: &Vocabulary, pooling: Pooling) -> Result<Option<ClassifierTask>> {
+    if pooling == Pooling::Cls && vocab.cls.is_none() {
+        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
+    }
+    if let Some(p) = state.model.cell_head_pooling().filter(|&p| p != pooling) {
+        return Err(Error::Usage(format!(
+            "this model's cell head reads {p:?} pooling: export it with --pooling {}",
+            if p == Pooling::Cls { "cls" } else { "mean" }
+        )));
+    }
+    Ok(state.model.classifier.as_ref().map(|c| c.task).or(state.model.hce.as_ref().map(|_| ClassifierTask::Cell)))
+}
+
+/// The ONNX model around the encoder graph, with corrflow's metadata (config, layout,
+/// pooling, vocabulary hash) in its properties.
+fn model_proto(graph: GraphProto, state: &CheckpointState, vocab: &Vocabulary, pooling: Pooling) -> ModelProto {
+    let meta = ModelMeta {
+        format_version: 1,
+        model: state.model.clone(),
+        layout: state.layout,
+        max_len: state.max_len(),
+        pooling,
+        vocab_name: vocab.name().to_string(),
+        vocab_hash: vocab.hash().to_string(),
+        vocab_size: vocab.len(),
+        pad: vocab.pad,
+        step: state.step,
+    };
+    ModelProto {
+        ir_version: IR_VERSION,
+        producer_name: "corrflow".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        domain: String::new(),
+        model_version: state.step as i64,
+        doc_string: "corrflow cell encoder (Geneformer-style BERT); see corrflow.meta".into(),
+        graph: Some(graph),
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: OPSET }],
+        metadata_props: vec![
+            StringStringEntryProto { key: META_KEY.into(), value: json(&meta) },
+            StringStringEntryProto { key: CONFIG_KEY.into(), value: json(&state.model) },
+            StringStringEntryProto { key: VOCAB_HASH_KEY.into(), value: vocab.hash().into() },
+        ],
+    }
+}
+
+/// The model and its vocabulary sidecar, atomically. The model is written first, under its
+/// temporary name, so that a full disk cannot leave a vocabulary sidecar without its model; it
+/// is renamed into place after the sidecar.
+fn write_model(bytes: &[u8], vocab: &Vocabulary, sidecar: &Path, out: &Path) -> Result<()> {
+    let tmp = temp_path(out);
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).at(parent)?;
+    }
+    let written = std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .at(&tmp)
+        .and_then(|()| publish_vocab(vocab, sidecar))
+        .and_then(|()| commit(&tmp, out));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Writes the vocabulary directory next to the model: staged, then renamed into place.

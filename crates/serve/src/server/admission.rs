@@ -59,9 +59,14 @@ impl Admission {
         self.attempts.load(Ordering::Relaxed)
     }
 
+    /// Admitted requests not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.max_requests - self.requests.available_permits()
+    }
+
     /// Whether no admitted request is in flight.
     pub fn idle(&self) -> bool {
-        self.requests.available_permits() == self.max_requests
+        self.in_flight() == 0
     }
 
     /// Admits a request declaring `body_bytes` (or, when it declares none, the largest body
@@ -112,6 +117,7 @@ mod tests {
         let small: Vec<Admitted> = (0..4).map(|_| a.try_admit(10).unwrap()).collect();
         assert!(a.try_admit(10).is_none(), "request budget");
         assert!(!a.idle());
+        assert_eq!(a.in_flight(), 4);
         drop(small);
         assert!(a.idle());
         assert_eq!(a.attempts(), 11);

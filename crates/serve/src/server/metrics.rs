@@ -12,6 +12,7 @@ pub struct Metrics {
     pub cells: IntCounter,
     pub unknown_genes: IntCounter,
     pub queue_depth: IntGauge,
+    pub requests_in_flight: IntGauge,
     pub queue_wait_seconds: Histogram,
     pub batch_cells: Histogram,
     pub batch_tokens: Histogram,
@@ -37,6 +38,8 @@ impl Metrics {
         let unknown_genes =
             IntCounter::new("unknown_genes_total", "Genes in requests not in the vocabulary").expect("static metric");
         let queue_depth = IntGauge::new("queue_depth", "Requests waiting for the batcher").expect("static metric");
+        let requests_in_flight =
+            IntGauge::new("requests_in_flight", "Embed requests admitted and not yet answered").expect("static metric");
         let queue_wait_seconds = Histogram::with_opts(
             HistogramOpts::new("queue_wait_seconds", "Time requests wait before their batch runs")
                 .buckets(latency.clone()),
@@ -63,6 +66,7 @@ impl Metrics {
             Box::new(cells.clone()),
             Box::new(unknown_genes.clone()),
             Box::new(queue_depth.clone()),
+            Box::new(requests_in_flight.clone()),
             Box::new(queue_wait_seconds.clone()),
             Box::new(batch_cells.clone()),
             Box::new(batch_tokens.clone()),
@@ -78,6 +82,7 @@ impl Metrics {
             cells,
             unknown_genes,
             queue_depth,
+            requests_in_flight,
             queue_wait_seconds,
             batch_cells,
             batch_tokens,

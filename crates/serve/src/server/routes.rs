@@ -245,10 +245,12 @@ async fn info(State(s): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    // The gauge is read off the queue when scraped, the only time anyone sees it.
+    // The gauges are read off the queue and the admission budget when scraped, the only time
+    // anyone sees them.
     if let Some(r) = s.ready.get() {
         s.metrics.queue_depth.set((r.queue.max_capacity() - r.queue.capacity()) as i64);
     }
+    s.metrics.requests_in_flight.set(s.admission.in_flight() as i64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render()).into_response()
 }
 

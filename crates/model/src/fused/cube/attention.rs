@@ -2,6 +2,15 @@
 //! a running maximum and log-sum-exp, so no `[len, len]` scores are stored) and for the query
 //! gradient, one unit per key row for the key and value gradients; padding and the same
 //! counter-based dropout as the CPU kernel.
+//!
+//! Every loop over a head's values is unrolled (`head_dim` is known when the kernel compiles),
+//! so the accumulators live in registers and a unit's only loop is over the other rows. That
+//! is also what makes the kernels right on Mesa's lavapipe, where llvmpipe stops **every loop
+//! of an invocation after 65,535 iterations in all** (`LP_MAX_TGSI_LOOP_ITERATIONS`, one
+//! counter shared by every loop of a shader): with the per-value loops rolled, a unit ran
+//! about `len × 3 × head_dim` iterations, past the limit from 384 positions at head width 64
+//! in the backward pass and from 512 in the forward pass, and the loops were cut short
+//! silently. Now a unit runs `len` iterations.
 
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
@@ -11,18 +20,15 @@ use cubecl::server::Handle;
 use super::{array, contiguous, cubes, empty_like, UNITS};
 use crate::fused::AttentionSpec;
 
-/// Whether the trainer runs these kernels (`CORRFLOW_CUBECL_ATTENTION=1`) or the composition.
-/// Off by default: on lavapipe they are wrong at a training shape (4 × 512 positions, 2 heads of
-/// 64; the ignored `cubecl_attention_at_a_training_shape`) while right at the smaller shapes of
-/// the test suite. The cause is not found yet; a blocked version of the same kernels failed the
-/// same way, from about 384 positions at head width 64, so it is not the streaming arithmetic.
+/// Whether the trainer runs these kernels (the default) or the composition
+/// (`CORRFLOW_CUBECL_ATTENTION=0`, to compare the two in one binary).
 pub(super) fn kernels_enabled() -> bool {
     // This crate's unit tests check the kernels themselves.
     if cfg!(test) {
         return true;
     }
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("CORRFLOW_CUBECL_ATTENTION").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("CORRFLOW_CUBECL_ATTENTION").map_or(true, |v| v != "0"))
 }
 
 /// lowbias32 of a row seed and a column: `corrflow_algorithms::nn` dropout's element hash, so the
@@ -51,6 +57,7 @@ fn dropout_factor(seeds: &Array<u32>, row: usize, col: usize, threshold: u32, ke
 #[cube]
 fn dot(a: &Array<f32>, ai: usize, b: &Array<f32>, bi: usize, #[comptime] n: usize) -> f32 {
     let mut s = 0.0f32;
+    #[unroll]
     for d in 0..n {
         s += a[ai + d] * b[bi + d];
     }
@@ -85,6 +92,7 @@ fn attention_forward_kernel(
     let width = heads * head_dim;
     let qa = (b * len + i) * width + h * head_dim;
     if valid[b * len + i] == 0u32 {
+        #[unroll]
         for d in 0..head_dim {
             out[qa + d] = 0.0f32;
         }
@@ -92,6 +100,7 @@ fn attention_forward_kernel(
         terminate!();
     }
     let mut acc = Array::<f32>::new(head_dim);
+    #[unroll]
     for d in 0..head_dim {
         acc[d] = 0.0f32;
     }
@@ -106,6 +115,7 @@ fn attention_forward_kernel(
             if s > max {
                 let rescale = f32::exp(max - s);
                 sum *= rescale;
+                #[unroll]
                 for d in 0..head_dim {
                     acc[d] *= rescale;
                 }
@@ -114,11 +124,13 @@ fn attention_forward_kernel(
             let e = f32::exp(s - max);
             sum += e;
             let w = e * dropout_factor(seeds, row, j, threshold, keep);
+            #[unroll]
             for d in 0..head_dim {
                 acc[d] += w * v[ka + d];
             }
         }
     }
+    #[unroll]
     for d in 0..head_dim {
         out[qa + d] = acc[d] / sum;
     }
@@ -155,6 +167,7 @@ fn attention_backward_queries_kernel(
     let width = heads * head_dim;
     let qa = (b * len + i) * width + h * head_dim;
     if valid[b * len + i] == 0u32 {
+        #[unroll]
         for d in 0..head_dim {
             dq[qa + d] = 0.0f32;
         }
@@ -164,6 +177,7 @@ fn attention_backward_queries_kernel(
     let dl = dot(grad, qa, out, qa, head_dim);
     delta[row] = dl;
     let mut acc = Array::<f32>::new(head_dim);
+    #[unroll]
     for d in 0..head_dim {
         acc[d] = 0.0f32;
     }
@@ -173,11 +187,13 @@ fn attention_backward_queries_kernel(
             let p = f32::exp(dot(q, qa, k, ka, head_dim) * scale - lse[row]);
             let dp = dot(grad, qa, v, ka, head_dim);
             let ds = p * (dp * dropout_factor(seeds, row, j, threshold, keep) - dl);
+            #[unroll]
             for d in 0..head_dim {
                 acc[d] += ds * k[ka + d];
             }
         }
     }
+    #[unroll]
     for d in 0..head_dim {
         dq[qa + d] = acc[d] * scale;
     }
@@ -215,6 +231,7 @@ fn attention_backward_keys_kernel(
     let ka = (b * len + j) * width + h * head_dim;
     let mut acc_k = Array::<f32>::new(head_dim);
     let mut acc_v = Array::<f32>::new(head_dim);
+    #[unroll]
     for d in 0..head_dim {
         acc_k[d] = 0.0f32;
         acc_v[d] = 0.0f32;
@@ -228,6 +245,7 @@ fn attention_backward_keys_kernel(
                 let dp = dot(grad, qa, v, ka, head_dim);
                 let f = dropout_factor(seeds, row, j, threshold, keep);
                 let ds = p * (dp * f - delta[row]);
+                #[unroll]
                 for d in 0..head_dim {
                     acc_k[d] += ds * q[qa + d];
                     acc_v[d] += p * f * grad[qa + d];
@@ -235,6 +253,7 @@ fn attention_backward_keys_kernel(
             }
         }
     }
+    #[unroll]
     for d in 0..head_dim {
         dk[ka + d] = acc_k[d] * scale;
         dv[ka + d] = acc_v[d];

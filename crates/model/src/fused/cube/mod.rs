@@ -2,10 +2,9 @@
 //! here, also CUDA without fusion):
 //! - attention with the padding mask and dropout, forward and backward, streaming over the keys
 //!   with the row's log-sum-exp, so the `[batch, heads, len, len]` scores are never stored
-//!   (one unit per query row, and one per key row for the key and value gradients). **Off by
-//!   default** (`CORRFLOW_CUBECL_ATTENTION=1` turns it on): on lavapipe it is wrong at a
-//!   training shape (4 × 512 × 2 heads × 64, `cubecl_attention_at_a_training_shape`, ignored),
-//!   though right at the smaller ones, so the composition runs instead;
+//!   (one unit per query row, and one per key row for the key and value gradients; the loops
+//!   over a head's values unrolled, see `attention.rs` on lavapipe's loop limit).
+//!   `CORRFLOW_CUBECL_ATTENTION=0` runs the composition instead;
 //! - the LayerNorm of a residual sum, forward and backward, a cube per row (coalesced reads,
 //!   a fixed reduction tree), as four launches instead of the dozen element-wise and
 //!   reduction kernels of its composition;

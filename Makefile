@@ -2,6 +2,7 @@
 # The cargo target dir lives outside the clone so fresh clones reuse the build.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/corrflow/target
 CARGO ?= cargo
+TEST_FEATURES ?= corrflow/failpoints corrflow/wgpu corrflow/cuda
 
 .PHONY: demo test deps data pyenv build bench
 
@@ -25,16 +26,17 @@ pyenv:
 test: deps data pyenv
 	# The curated cell-type maps against the ontology release and the datasets' label counts.
 	$${CORRFLOW_FETCH_VENV:-$$HOME/.cache/corrflow/fetch-venv}/bin/python datasets/check_cell_type_maps.py
-	CORRFLOW_PYTHON=$$(scripts/python-env.sh) $(CARGO) test --release --workspace --features corrflow/failpoints --lib --bins --tests
+	# One build with every feature, so that the dependency tree compiles once (each other feature
+	# set recompiles burn and everything above it: ~25 min on a cold 2-core machine). It includes
+	# - the fail points of the crash-resume tests;
+	# - the CubeCL kernels of the fused operations, gradient-checked (model's `cubecl_*` tests)
+	#   and trained on (`tests/wgpu_train.rs`) on burn's wgpu backend over Mesa's software
+	#   Vulkan driver (lavapipe; scripts/bootstrap.sh installs it);
+	# - the CUDA backend, which must keep building (CI has no GPU: libcuda loads at run time).
+	CORRFLOW_PYTHON=$$(scripts/python-env.sh) XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} \
+		$(CARGO) test --release --workspace --features "$(TEST_FEATURES)" --lib --bins --tests
 	# The Python package (python/): built into the test venv, tested against the CLI just built.
 	$$(scripts/python-package.sh) -m pytest -q python/tests
-	# The CubeCL kernels of the fused operations, gradient-checked on burn's wgpu backend over
-	# Mesa's software Vulkan driver (lavapipe; scripts/bootstrap.sh installs it).
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(CARGO) test --release -p corrflow-model --features wgpu --lib cubecl
-	# ... and the whole trainer on them (`train --device wgpu`) against the CPU trainer's losses.
-	XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} $(CARGO) test --release --features wgpu --test wgpu_train
-	# The CUDA backend must keep building (CI has no GPU: build only; libcuda loads at run time).
-	$(CARGO) build --release --features cuda --bins
 
 bench: build data
 	benches/ingest.sh

@@ -12,8 +12,8 @@ mod common;
 use std::path::Path;
 
 use common::{corrflow, stderr};
-use corrflow::encode::PaddedBatch;
-use corrflow::model::{load_checkpoint, CpuBackend, Pooling};
+use corrflow::encode::{Encoder, PaddedBatch};
+use corrflow::model::{BurnEncoder, Pooling};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
@@ -147,11 +147,10 @@ fn check(p: &Preset) {
         .iter()
         .map(|c| c.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect())
         .collect();
-    let loaded = load_checkpoint::<CpuBackend>(&out, &Default::default()).unwrap();
-    let batch = PaddedBatch::new(cells.iter().map(Vec::as_slice), loaded.vocab.pad);
-    let (states, pooled) = loaded.forward(&batch, p.layers, Pooling::Mean);
-    let states: Vec<f32> = states.into_data().to_vec().unwrap();
-    let pooled: Vec<f32> = pooled.into_data().to_vec().unwrap();
+    let mut loaded = BurnEncoder::open(&out, Some(Pooling::Mean), p.layers as i64).unwrap();
+    let batch = PaddedBatch::new(cells.iter().map(Vec::as_slice), loaded.vocab().pad);
+    let states = loaded.token_states(&batch).unwrap();
+    let pooled = loaded.encode(&batch).unwrap();
     // Hidden states of the first positions of each cell, and the cell embeddings.
     let first = expected["first_positions"].as_u64().unwrap() as usize;
     let want_states = floats(&expected["hidden_first"]);

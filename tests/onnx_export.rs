@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use corrflow::train::CpuBackend;
+use corrflow::encode::Encoder;
 use tract_onnx::prelude::*;
 
 const TOL: f32 = 1e-4;
@@ -98,11 +98,11 @@ fn python_onnxruntime_agrees_with_burn_and_reads_the_metadata() {
 fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly() {
     let f = tiny_model();
     let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
-    let ckpt = corrflow::embed::load_checkpoint::<CpuBackend>(&f.run, &Default::default()).unwrap();
-    assert_eq!(exported.meta.vocab_hash, ckpt.vocab.hash());
-    assert_eq!(exported.meta.model, ckpt.state.model);
+    let ckpt = corrflow::model::BurnEncoder::open(&f.run, None, -1).unwrap();
+    assert_eq!(exported.meta.vocab_hash, ckpt.vocab().hash());
+    assert_eq!(exported.meta.model, ckpt.checkpoint().model);
     assert_eq!(exported.meta.max_len, 256);
-    assert_eq!(exported.vocab.len(), ckpt.vocab.len());
+    assert_eq!(exported.vocab.len(), ckpt.vocab().len());
 
     let tmp = tempfile::tempdir().unwrap();
     let copy = |name: &str| {

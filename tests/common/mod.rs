@@ -184,30 +184,22 @@ fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 /// burn's cell embeddings (mean over gene tokens of the last layer) of a checkpoint for padded
-/// inputs `[batch, seq]`: (last_hidden_state, cell_embedding), flattened.
+/// inputs `[batch, seq]`: (last_hidden_state, cell_embedding), flattened. Through the non-generic
+/// `BurnEncoder`, so that this test crate does not compile burn's model code again.
 pub fn burn_outputs(run: &Path, ids: &[i64], mask: &[i64], batch: usize, seq: usize) -> (Vec<f32>, Vec<f32>) {
-    use corrflow::embed::Pooling;
+    use corrflow::encode::Encoder;
     use corrflow::runtime::PaddedBatch;
-    use corrflow::train::CpuBackend;
-    let m = corrflow::embed::load_checkpoint::<CpuBackend>(run, &Default::default()).unwrap();
+    let mut m = corrflow::model::BurnEncoder::open(run, Some(corrflow::embed::Pooling::Mean), -1).unwrap();
     let padded = PaddedBatch { rows: batch, len: seq, input_ids: ids.to_vec(), attention_mask: mask.to_vec() };
-    let (states, pooled) = m.forward(&padded, m.state.model.layers, Pooling::Mean);
-    (states.into_data().to_vec().unwrap(), pooled.into_data().to_vec().unwrap())
+    (m.token_states(&padded).unwrap(), m.encode(&padded).unwrap())
+}
+
+/// Every weight of a checkpoint (or a run's latest) by its module path, in module order.
+pub fn named_weights(run: &Path) -> Vec<(String, Vec<f32>)> {
+    corrflow::model::BurnEncoder::open(run, None, -1).unwrap().parameters()
 }
 
 /// Every weight of a checkpoint (or a run's latest), in module order.
-#[allow(dead_code)]
 pub fn weights(run: &Path) -> Vec<f32> {
-    use burn::module::{Module, ModuleVisitor, Param};
-    use burn::tensor::{backend::Backend, Tensor};
-    struct Weights(Vec<f32>);
-    impl<B: Backend> ModuleVisitor<B> for Weights {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0.extend(param.val().into_data().to_vec::<f32>().unwrap());
-        }
-    }
-    let m = corrflow::embed::load_checkpoint::<corrflow::train::CpuBackend>(run, &Default::default()).unwrap();
-    let mut w = Weights(Vec::new());
-    m.model.visit(&mut w);
-    w.0
+    named_weights(run).into_iter().flat_map(|(_, w)| w).collect()
 }

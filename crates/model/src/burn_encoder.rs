@@ -90,10 +90,37 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
     }
 }
 
+/// A checkpoint's model on the CPU backend behind non-generic functions: the burn [`Encoder`]
+/// backend of `embed`. Callers in other crates (the tests among them) link to this one compiled
+/// copy of the model's code; calling the generic [`load_checkpoint`] and
+/// [`LoadedModel::forward`] with a concrete backend instead compiles the model again in the
+/// calling crate (~100 s each on 2 cores).
 pub struct BurnEncoder {
     loaded: LoadedModel<CpuBackend>,
     pooling: Pooling,
     layer: usize,
+}
+
+/// Every float parameter of a module with its path (`encoder.layers.0.mha.query.weight`).
+struct NamedParameters {
+    path: Vec<String>,
+    found: Vec<(String, Vec<f32>)>,
+}
+
+impl<B: Backend> burn::module::ModuleVisitor<B> for NamedParameters {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<B, D>>) {
+        // `convert` makes the data f32, so `to_vec::<f32>` cannot fail.
+        let values = param.val().into_data().convert::<f32>().to_vec::<f32>().expect("f32 data");
+        self.found.push((self.path.join("."), values));
+    }
 }
 
 impl BurnEncoder {
@@ -112,6 +139,18 @@ impl BurnEncoder {
             return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
         }
         Ok(Self { loaded, pooling, layer: resolved as usize })
+    }
+
+    /// The checkpoint's state: configuration, layout, step.
+    pub fn checkpoint(&self) -> &CheckpointState {
+        &self.loaded.state
+    }
+
+    /// Every float parameter of the model, named by its module path, in module order.
+    pub fn parameters(&self) -> Vec<(String, Vec<f32>)> {
+        let mut visitor = NamedParameters { path: Vec::new(), found: Vec::new() };
+        self.loaded.model.visit(&mut visitor);
+        visitor.found
     }
 }
 

@@ -50,7 +50,7 @@ impl ChunkTokenizer<'_> {
     /// (the general path then names it), else whether the cell has any vocabulary gene.
     fn tokenize_counts<V: Copy + Into<f64>>(&self, cols: &[u32], values: &[V], buf: &mut CellBuffers) -> Option<bool> {
         // Normalized values take the general path, which turns scaled counts back into counts.
-        let n_counts = checked_total(values, true)?;
+        let n_counts = checked_total(values)?;
         // Branch-free: every value is normalised and written, and the slot is kept only for a
         // vocabulary gene with a count > 0 (whether a gene is in the vocabulary is a coin flip
         // the branch predictor cannot learn).
@@ -89,23 +89,13 @@ impl ChunkTokenizer<'_> {
     }
 }
 
-/// The sum of a cell's stored values when every one is a valid count (finite, ≥ 0 and, if
-/// `integers`, an integer), else `None`. Equal to [`cell_counts`]'s sequential sum: integer
+/// The sum of a cell's stored values when every one is a valid count (finite, ≥ 0 and an
+/// integer), else `None`. Equal to [`cell_counts`]'s sequential sum: integer
 /// sums below 2^53 are exact in any order, so those are summed in four independent lanes.
 #[allow(clippy::manual_range_contains)] // `&` of two comparisons, see below
-fn checked_total<V: Copy + Into<f64>>(values: &[V], integers: bool) -> Option<f64> {
+fn checked_total<V: Copy + Into<f64>>(values: &[V]) -> Option<f64> {
     // Non-short-circuit `&` so the loops have no branch and vectorize.
     let valid = |v: f64| (v >= 0.0) & (v < f64::INFINITY);
-    if !integers {
-        let mut ok = true;
-        let mut sum = 0.0;
-        for &v in values {
-            let v: f64 = v.into();
-            ok &= valid(v);
-            sum += v;
-        }
-        return ok.then_some(sum);
-    }
     let mut ok = true;
     let mut lanes = [0.0f64; 4];
     let quads = values.chunks_exact(4);
@@ -186,12 +176,11 @@ mod tests {
                 assert_eq!((b32, &general.tokens), (a, &fast.tokens), "cell {i} stored as f32, general path");
             }
         }
-        assert_eq!(checked_total(&[1.0, 2.0, 3.0, 4.0, 5.0], true), Some(15.0));
-        assert_eq!(checked_total(&[1.0, 2.5], true), None);
-        assert_eq!(checked_total(&[1.0, 2.5], false), Some(3.5));
-        assert_eq!(checked_total(&[1.0, -0.5, 2.0, 3.0, 4.0], true), None);
-        assert_eq!(checked_total(&[f64::NAN], false), None);
-        assert_eq!(checked_total(&[f64::INFINITY], false), None);
-        assert_eq!(checked_total(&[9.1e15, 9.1e15], true), None, "beyond 2^53 the sequential sum decides");
+        assert_eq!(checked_total(&[1.0, 2.0, 3.0, 4.0, 5.0]), Some(15.0));
+        assert_eq!(checked_total(&[1.0, 2.5]), None);
+        assert_eq!(checked_total(&[1.0, -0.5, 2.0, 3.0, 4.0]), None);
+        assert_eq!(checked_total(&[1.0, 2.0, 3.0, 4.0, f64::NAN]), None);
+        assert_eq!(checked_total(&[f64::INFINITY]), None);
+        assert_eq!(checked_total(&[9.1e15, 9.1e15]), None, "beyond 2^53 the sequential sum decides");
     }
 }

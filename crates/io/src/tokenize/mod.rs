@@ -140,14 +140,16 @@ pub fn cell_counts(
     mut f: impl FnMut(u32, f64),
 ) -> Result<f64> {
     let (cols, values) = chunk.cell(i);
-    let value = |k: usize| match opts.transform {
-        ValueTransform::None => values.get(k),
-        ValueTransform::Expm1 => values.get(k).exp_m1(),
-    };
+    // Transformed once (`expm1` is the costly part of this path), then validated.
+    let counts: Vec<f64> = (0..cols.len())
+        .map(|k| match opts.transform {
+            ValueTransform::None => values.get(k),
+            ValueTransform::Expm1 => values.get(k).exp_m1(),
+        })
+        .collect();
     let mut integers = true;
     let mut smallest = f64::INFINITY;
-    for (k, &col) in cols.iter().enumerate() {
-        let v = value(k);
+    for (k, (&col, &v)) in cols.iter().zip(&counts).enumerate() {
         if !(v >= 0.0 && v.is_finite()) || (!opts.allow_normalized && !is_integer(v)) {
             return Err(invalid_value(path, chunk, i, gene_ids, col, values.get(k), v));
         }
@@ -156,10 +158,10 @@ pub fn cell_counts(
             smallest = smallest.min(v);
         }
     }
-    let unit = if integers { None } else { count_unit(smallest, (0..cols.len()).map(value)) };
+    let unit = if integers { None } else { count_unit(smallest, &counts) };
     let mut n_counts = 0.0f64;
-    for (k, &col) in cols.iter().enumerate() {
-        let v = unit.map_or_else(|| value(k), |u| (value(k) / u).round());
+    for (&col, &v) in cols.iter().zip(&counts) {
+        let v = unit.map_or(v, |u| (v / u).round());
         n_counts += v;
         if v > 0.0 {
             f(col, v);
@@ -190,12 +192,12 @@ fn invalid_value(path: &Path, chunk: &CellChunk, i: usize, gene_ids: &[String], 
 /// Float32 storage and `log1p`/`expm1` leave a relative error of about 1e-6 on a value, so a
 /// multiple `r` is accepted within `1e-5·r + 1e-4` of an integer. Continuous data that passes
 /// by chance has each value moved by at most about 1e-4 of itself.
-pub fn count_unit(smallest: f64, values: impl Iterator<Item = f64>) -> Option<f64> {
+fn count_unit(smallest: f64, values: &[f64]) -> Option<f64> {
     if !(smallest > 0.0 && smallest.is_finite()) {
         return None;
     }
-    let mut values = values;
     values
+        .iter()
         .all(|v| {
             let r = v / smallest;
             (r - r.round()).abs() <= 1e-5 * r + 1e-4
@@ -398,12 +400,12 @@ mod tests {
         let scaled: Vec<f64> = counts.iter().map(|c| f64::from((c * scale) as f32)).collect();
         let logged: Vec<f64> = scaled.iter().map(|v| f64::from((*v as f32).ln_1p()).exp_m1()).collect();
         for values in [&scaled, &logged] {
-            let unit = count_unit(values[0], values.iter().copied()).expect("scaled counts");
+            let unit = count_unit(values[0], values).expect("scaled counts");
             let back: Vec<f64> = values.iter().map(|v| (v / unit).round()).collect();
             assert_eq!(back, counts);
         }
-        assert_eq!(count_unit(0.5, [0.5, 1.0, 1.3].into_iter()), None);
-        assert_eq!(count_unit(0.0, [0.0].into_iter()), None);
+        assert_eq!(count_unit(0.5, &[0.5, 1.0, 1.3]), None);
+        assert_eq!(count_unit(0.0, &[0.0]), None);
     }
 
     #[test]

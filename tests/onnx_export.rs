@@ -100,7 +100,7 @@ fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly
     let exported = corrflow::model_meta::open_exported(&f.model).unwrap();
     let ckpt = corrflow::model::BurnEncoder::open(&f.run, None, -1).unwrap();
     assert_eq!(exported.meta.vocab_hash, ckpt.vocab().hash());
-    assert_eq!(exported.meta.model, ckpt.checkpoint().model);
+    assert_eq!(Some(&exported.meta.model), ckpt.config());
     assert_eq!(exported.meta.max_len, 256);
     assert_eq!(exported.vocab.len(), ckpt.vocab().len());
 

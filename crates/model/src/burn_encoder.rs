@@ -141,11 +141,6 @@ impl BurnEncoder {
         Ok(Self { loaded, pooling, layer: resolved as usize })
     }
 
-    /// The checkpoint's state: configuration, layout, step.
-    pub fn checkpoint(&self) -> &CheckpointState {
-        &self.loaded.state
-    }
-
     /// Every float parameter of the model, named by its module path, in module order.
     pub fn parameters(&self) -> Vec<(String, Vec<f32>)> {
         let mut visitor = NamedParameters { path: Vec::new(), found: Vec::new() };

@@ -1,7 +1,7 @@
 //! `train --device wgpu`: the trainer on burn's wgpu backend with the CubeCL kernels (attention,
-//! LayerNorm; padding to length buckets of 64), here on Mesa's software Vulkan driver. Started
-//! from the same weights without dropout, its losses follow the CPU trainer's step by step.
-//! Built only with `--features wgpu` (`make test` runs it).
+//! LayerNorm, decoder loss, clipping and AdamW; padding to length buckets of 64), here on Mesa's
+//! software Vulkan driver. Started from the same weights without dropout, its losses follow the
+//! CPU trainer's step by step. Built only with `--features wgpu` (`make test` runs it).
 #![cfg(feature = "wgpu")]
 
 mod common;

@@ -1,14 +1,15 @@
 //! AdamW over the optimizer's flat moment buffers: one launch per parameter, one unit per
 //! element, moments updated in place; every parameter's scalars go to the device once per step,
 //! as one array. (burn's composition launches about a dozen element-wise kernels per parameter,
-//! and the clipping two more.)
+//! and the clipping two more.) The clipping's squared norm is one launch per gradient into one
+//! buffer of partial sums, read back once.
 
 use burn::tensor::TensorMetadata;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::{array, contiguous, cubes, empty_like, UNITS};
+use super::{array, contiguous, cube_sum, cubes, empty_like, row_cubes, UNITS};
 use crate::fused::AdamWSpec;
 
 /// Scalars per parameter in the constants array.
@@ -115,4 +116,70 @@ pub(super) fn step<R: CubeRuntime>(
         })
         .collect();
     (updated, m, v)
+}
+
+/// Elements per cube of the sum of squares: each of its units sums `SQUARES_PER_UNIT` of them.
+const SQUARES_PER_UNIT: usize = 64;
+
+/// A cube per block of `SQUARES_PER_UNIT · UNITS` elements: the block's `Σ x²`, written at
+/// `first + block` of the partial sums (units read consecutive elements; a fixed tree adds them).
+#[cube(launch_unchecked)]
+fn sum_of_squares_kernel(
+    x: &Array<f32>,
+    partials: &mut Array<f32>,
+    first: u32,
+    #[comptime] per_unit: usize,
+    #[comptime] units: usize,
+) {
+    let block = CUBE_POS;
+    let base = block * per_unit * units;
+    if base >= x.len() {
+        terminate!();
+    }
+    let mut s = 0.0f32;
+    for k in 0..per_unit {
+        let i = base + UNIT_POS as usize + k * units;
+        if i < x.len() {
+            let v = x[i];
+            s += v * v;
+        }
+    }
+    let mut shared = SharedMemory::<f32>::new(units);
+    let total = cube_sum(s, &mut shared);
+    if UNIT_POS == 0u32 {
+        partials[first as usize + block] = total;
+    }
+}
+
+/// `Σ x²` over every element of `tensors`: a launch per tensor writing its blocks' partial sums
+/// into one buffer, one read-back, and the partials added in order in `f64`.
+pub(super) fn sum_of_squares<R: CubeRuntime>(tensors: &[CubeTensor<R>]) -> f64 {
+    let Some(like) = tensors.first() else {
+        return 0.0;
+    };
+    let block = SQUARES_PER_UNIT * UNITS as usize;
+    let blocks: Vec<usize> = tensors.iter().map(|t| t.meta.num_elements().div_ceil(block)).collect();
+    let total: usize = blocks.iter().sum();
+    let partials = empty_like(like, vec![total.max(1)]);
+    let mut first = 0usize;
+    for (t, &n) in tensors.iter().zip(&blocks) {
+        let t = contiguous(t.clone());
+        // SAFETY: t is contiguous; its `n` blocks write partials[first .. first + n], inside
+        // the buffer; the kernel checks each element index against t's length.
+        unsafe {
+            sum_of_squares_kernel::launch_unchecked(
+                &like.client,
+                row_cubes(&like.client, n),
+                CubeDim::new_1d(UNITS),
+                array(&t),
+                array(&partials),
+                u32::try_from(first).expect("fewer than 2³² partial sums"),
+                SQUARES_PER_UNIT,
+                UNITS as usize,
+            );
+        }
+        first += n;
+    }
+    let bytes = like.client.read_one(partials.handle).expect("reading the gradients' norm back from the device");
+    f32::from_bytes(&bytes)[..total].iter().map(|&p| f64::from(p)).sum()
 }

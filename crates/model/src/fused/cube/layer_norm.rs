@@ -7,39 +7,12 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::CubeRuntime;
 use cubecl::prelude::*;
 
-use super::{array, contiguous, cubes, empty_like, row_cubes, UNITS};
+use super::{array, column, contiguous, cube_sum, cubes, empty_like, row_cubes, UNITS};
 use crate::fused::LayerNormSpec;
 
 /// Rows of the `γ`/`β` gradient's partial sums: each unit sums one column over this many rows,
 /// then one unit per column adds the chunks in order.
 const CHUNK_ROWS: usize = 128;
-
-/// The sum of the cube's partial values by a fixed tree (the same order on every device), in
-/// every unit. `shared` holds one value per unit; it is free again when this returns.
-#[cube]
-fn cube_sum(partial: f32, shared: &mut SharedMemory<f32>) -> f32 {
-    let u = UNIT_POS as usize;
-    shared[u] = partial;
-    sync_cube();
-    let mut stride = CUBE_DIM as usize / 2;
-    while stride > 0 {
-        if u < stride {
-            shared[u] = shared[u] + shared[u + stride];
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let total = shared[0];
-    sync_cube();
-    total
-}
-
-/// This unit's `k`-th column of a row: the cube's units take consecutive columns, so each read
-/// of a row is one coalesced transaction.
-#[cube]
-fn column(k: usize, #[comptime] units: usize) -> usize {
-    UNIT_POS as usize + k * units
-}
 
 /// A cube per row: the row statistics and the normalized, scaled output of `x + r`.
 #[cube(launch_unchecked)]

@@ -8,16 +8,21 @@
 //! - the LayerNorm of a residual sum, forward and backward, a cube per row (coalesced reads,
 //!   a fixed reduction tree), as four launches instead of the dozen element-wise and
 //!   reduction kernels of its composition;
-//! - the AdamW update over the optimizer's flat moment buffers, one launch per parameter.
+//! - the tied decoder's loss between its GEMMs (burn's matmul): a cube per masked row for the
+//!   NLL, log-sum-exp and arg-max, and the logit gradient in place, instead of the dozen
+//!   `[rows, vocab]` kernels of its composition;
+//! - the AdamW update over the optimizer's flat moment buffers, one launch per parameter, and
+//!   the squared gradient norm it is clipped by, one launch per gradient and one read-back.
 //!
 //! Every sum has a fixed order that depends only on the shapes and the constants of these
 //! files, never on the device or on the number of cubes it runs at once. What they are checked
 //! for here is the numbers, against the compositions, on Mesa's software Vulkan driver; their
 //! speed needs a GPU.
-//! The decoder loss and the dense layers keep their composed default bodies (burn's matmul).
+//! The dense layers keep their composed default body: burn's matmul, itself CubeCL's GEMM.
 
 mod adamw;
 mod attention;
+mod decoder;
 mod layer_norm;
 
 use burn::tensor::Shape;
@@ -28,7 +33,7 @@ use cubecl::calculate_cube_count_elemwise;
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::{AdamWSpec, AttentionSpec, FusedOps, LayerNormSpec};
+use super::{AdamWSpec, AttentionSpec, DecoderSpec, FusedOps, LayerNormSpec};
 
 /// Units per cube of the row and column launches.
 const UNITS: u32 = 64;
@@ -55,6 +60,33 @@ fn cubes<R: CubeRuntime>(client: &ComputeClient<R>, n: usize) -> CubeCount {
 /// One cube per row (`CUBE_POS` below `rows`), spread over dimensions as [`cubes`] does.
 fn row_cubes<R: CubeRuntime>(client: &ComputeClient<R>, rows: usize) -> CubeCount {
     CubeCountSelection::new(client, rows.max(1) as u32).cube_count()
+}
+
+/// The sum of the cube's partial values by a fixed tree (the same order on every device), in
+/// every unit. `shared` holds one value per unit; it is free again when this returns.
+#[cube]
+fn cube_sum(partial: f32, shared: &mut SharedMemory<f32>) -> f32 {
+    let u = UNIT_POS as usize;
+    shared[u] = partial;
+    sync_cube();
+    let mut stride = CUBE_DIM as usize / 2;
+    while stride > 0 {
+        if u < stride {
+            shared[u] = shared[u] + shared[u + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = shared[0];
+    sync_cube();
+    total
+}
+
+/// This unit's `k`-th column of a row: the cube's units take consecutive columns, so each read
+/// of a row is one coalesced transaction.
+#[cube]
+fn column(k: usize, #[comptime] units: usize) -> usize {
+    UNIT_POS as usize + k * units
 }
 
 impl<R, I, BT> FusedOps for CubeBackend<R, f32, I, BT>
@@ -112,6 +144,30 @@ where
         spec: &LayerNormSpec,
     ) -> [CubeTensor<R>; 3] {
         layer_norm::backward(x, r, gamma, mean, rstd, grad, spec)
+    }
+
+    fn decoder_nll_forward(
+        y: CubeTensor<R>,
+        emb: CubeTensor<R>,
+        bias: CubeTensor<R>,
+        spec: &DecoderSpec,
+    ) -> (CubeTensor<R>, CubeTensor<R>, Vec<u32>) {
+        decoder::forward::<R, I, BT>(y, emb, bias, spec)
+    }
+
+    fn decoder_nll_backward(
+        y: CubeTensor<R>,
+        emb: CubeTensor<R>,
+        bias: CubeTensor<R>,
+        lse: CubeTensor<R>,
+        grad: CubeTensor<R>,
+        spec: &DecoderSpec,
+    ) -> [CubeTensor<R>; 3] {
+        decoder::backward::<R, I, BT>(y, emb, bias, lse, grad, spec)
+    }
+
+    fn sum_of_squares(tensors: &[CubeTensor<R>]) -> f64 {
+        adamw::sum_of_squares(tensors)
     }
 
     fn adamw_step(

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, over what benches/gpu/pack.sh packed
+# (PACK, default .gpu/), writing logs and results to OUT:
+#
+#   benches/gpu/on_device.sh checks OUT
+#       the CUDA gradient checks: every fused operation against its composition on burn-cuda
+#       without fusion (the CubeCL kernels) and with fusion (the default bodies), the attention
+#       at the paper length included (`corrflow-model`'s ignored `cuda_` tests);
+#   benches/gpu/on_device.sh bench OUT [STEPS WARMUP]
+#       benches/gpu/run.sh: PyTorch BertForMaskedLM against `--device cuda` (fusion) and
+#       `--device cuda-kernels` (the CubeCL kernels), cold and warm kernel caches, STEPS steps
+#       (default 300), the first WARMUP (default 50) untimed. TORCH=0, PROFILE=1 pass through.
+#
+# Each is one device call; carry only its files (pack.sh says which).
+set -u
+MODE=$1 OUT=$2
+PACK=${PACK:-.gpu}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=/tmp/corrflow-gpu
+mkdir -p "$BIN" "$OUT"
+
+unxz_to() { # unxz_to FILE.xz DEST: xz where installed, else Python's lzma
+    if command -v xz > /dev/null; then
+        xz -dc "$1" > "$2"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
+    fi
+}
+
+unxz_to "$PACK/lib.tar.xz" "$BIN/lib.tar" && tar -C "$BIN" -xf "$BIN/lib.tar"
+export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+case $MODE in
+    checks)
+        unxz_to "$PACK/model-tests.xz" "$BIN/model-tests" && chmod +x "$BIN/model-tests"
+        # One test at a time: each takes the whole GPU, and a failure names its backend.
+        "$BIN/model-tests" --ignored --test-threads 1 cuda_ 2>&1 | tee "$OUT/checks.log"
+        exit "${PIPESTATUS[0]}"
+        ;;
+    bench)
+        unxz_to "$PACK/corrflow.xz" "$BIN/corrflow" && chmod +x "$BIN/corrflow"
+        "$HERE/run.sh" "$PACK/corpus" "$PACK/graph" "$OUT" "${3:-300}" "${4:-50}" \
+            fusion="$BIN/corrflow" kernels="$BIN/corrflow@cuda-kernels"
+        ;;
+    *)
+        echo "usage: $0 checks|bench OUT [STEPS WARMUP]" >&2
+        exit 2
+        ;;
+esac

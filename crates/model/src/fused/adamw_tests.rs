@@ -1,5 +1,5 @@
 //! The fused AdamW step and squared norm against their compositions (`reference.rs`, burn's
-//! `AdamW` arithmetic) on the CPU, bit for bit (`gpu_tests.rs` runs the same steps on the GPU
+//! `AdamW` arithmetic) on the CPU, bit for bit (`tests/gpu.rs` runs the same steps on the GPU
 //! backends, to rounding).
 
 use burn::tensor::backend::Backend;

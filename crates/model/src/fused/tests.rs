@@ -30,43 +30,18 @@ pub(super) fn normal<const D: usize>(dims: [usize; D], sd: f32, seed: u64) -> Te
     Tensor::from_data(TensorData::new(v, dims), &Default::default())
 }
 
-fn rel_err(a: Tensor<CpuBackend, 3>, b: Tensor<CpuBackend, 3>) -> f32 {
-    let norm = b.clone().powf_scalar(2.0).sum().sqrt().into_scalar().max(1e-12);
-    (a - b).powf_scalar(2.0).sum().sqrt().into_scalar() / norm
+fn rel_err<const D: usize>(a: Tensor<CpuBackend, D>, b: Tensor<CpuBackend, D>) -> f32 {
+    relative(&values(a.into_data()), &values(b.into_data()))
 }
 
-pub(super) fn spec(batch: usize, len: usize, heads: usize, head_dim: usize, lens: &[usize], p: f32) -> AttentionSpec {
+fn spec(batch: usize, len: usize, heads: usize, head_dim: usize, lens: &[usize], p: f32) -> AttentionSpec {
     let valid = (0..batch).flat_map(|b| (0..len).map(move |i| i < lens[b])).collect();
     let dropout = (p > 0.0).then_some(DropoutKey { p, key: 12_345 });
     AttentionSpec { shape: AttentionShape { batch, len, heads, head_dim }, valid: Arc::new(valid), dropout }
 }
 
-/// Output and input gradients of `Σ out ∘ w`, fused or composed.
-pub(super) fn run(spec: &AttentionSpec, fused: bool) -> [Tensor<CpuBackend, 3>; 4] {
-    let s = spec.shape;
-    let dims = [s.batch, s.len, s.heads * s.head_dim];
-    let (q0, k0, v0, w) = (normal(dims, 1.0, 1), normal(dims, 1.0, 2), normal(dims, 1.0, 3), normal(dims, 1.0, 4));
-    let q = Tensor::<CpuTraining, 3>::from_inner(q0).require_grad();
-    let k = Tensor::<CpuTraining, 3>::from_inner(k0).require_grad();
-    let v = Tensor::<CpuTraining, 3>::from_inner(v0).require_grad();
-    let out = if fused {
-        let p = |t: &Tensor<CpuTraining, 3>| t.clone().into_primitive().tensor();
-        Tensor::from_primitive(TensorPrimitive::Float(CpuTraining::fused_attention(p(&q), p(&k), p(&v), spec)))
-    } else {
-        reference::attention(q.clone(), k.clone(), v.clone(), spec)
-    };
-    let grads = (out.clone() * Tensor::from_inner(w)).sum().backward();
-    let g = |t: &Tensor<CpuTraining, 3>| t.grad(&grads).expect("gradient");
-    [out.inner(), g(&q), g(&k), g(&v)]
-}
-
 fn check(spec: AttentionSpec) {
-    let fused = run(&spec, true);
-    let composed = run(&spec, false);
-    for (name, (a, b)) in ["output", "dq", "dk", "dv"].iter().zip(fused.into_iter().zip(composed)) {
-        let e = rel_err(a, b);
-        assert!(e < 1e-4, "{name}: relative error {e} ({:?})", spec.shape);
-    }
+    check_attention::<CpuBackend>(&Default::default(), &spec);
 }
 
 #[test]
@@ -176,6 +151,30 @@ fn assert_close(names: &[&str], got: &[Vec<f32>], want: &[Vec<f32>], bound: f32,
         let err = relative(a, b);
         assert!(err < bound, "{what} {name}: relative error {err}");
     }
+}
+
+/// Output, dq, dk and dv of `Σ out ∘ w` on `G` (the fused operation, or the composition
+/// differentiated by burn's autodiff).
+fn attention<G: FusedOps>(device: &G::Device, spec: &AttentionSpec, fused: bool) -> Vec<Vec<f32>> {
+    let s = spec.shape;
+    let dims = [s.batch, s.len, s.heads * s.head_dim];
+    let input = |seed| Tensor::<Autodiff<G>, 3>::from_data(normal(dims, 1.0, seed).into_data(), device);
+    let (q, k, v) = (input(1).require_grad(), input(2).require_grad(), input(3).require_grad());
+    let out = if fused {
+        let p = |t: &Tensor<Autodiff<G>, 3>| t.clone().into_primitive().tensor();
+        Tensor::from_primitive(TensorPrimitive::Float(Autodiff::<G>::fused_attention(p(&q), p(&k), p(&v), spec)))
+    } else {
+        reference::attention(q.clone(), k.clone(), v.clone(), spec)
+    };
+    let grads = (out.clone() * input(4)).sum().backward();
+    let h = |t: Tensor<G, 3>| values(t.into_data());
+    vec![h(out.inner()), h(q.grad(&grads).unwrap()), h(k.grad(&grads).unwrap()), h(v.grad(&grads).unwrap())]
+}
+
+fn check_attention<G: FusedOps>(device: &G::Device, spec: &AttentionSpec) {
+    let what = format!("{:?}", spec.shape);
+    let names = ["output", "dq", "dk", "dv"];
+    assert_close(&names, &attention::<G>(device, spec, true), &attention::<G>(device, spec, false), 1e-4, &what);
 }
 
 /// `LN(x + r) · γ + β` and its gradients on `G`, fused or composed.

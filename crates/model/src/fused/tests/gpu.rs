@@ -8,12 +8,13 @@
 //!   ignored without an NVIDIA GPU; on one, `cargo test --release -p corrflow-model --features
 //!   cuda --lib -- --ignored cuda_` (or the test binary with `--ignored cuda_`).
 
-use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn::tensor::TensorData;
 
-use super::{assert_close, check_decoder, check_layer_norm, normal, relative, spec, values};
+use super::{
+    assert_close, attention, check_attention, check_decoder, check_layer_norm, normal, relative, spec, values,
+};
 use crate::fused::adamw_tests::{three_steps, upload};
 use crate::fused::{reference, AttentionSpec, FusedOps};
 use crate::CpuBackend;
@@ -28,34 +29,10 @@ fn attention_specs() -> Vec<AttentionSpec> {
     ]
 }
 
-/// Output, dq, dk and dv of `Σ out ∘ w` on `G` (the fused operation, or the composition
-/// differentiated by burn's autodiff), from the same inputs as the CPU checks.
-fn attention<G: FusedOps>(device: &G::Device, spec: &AttentionSpec, fused: bool) -> Vec<Vec<f32>> {
-    let s = spec.shape;
-    let dims = [s.batch, s.len, s.heads * s.head_dim];
-    let input = |seed| Tensor::<Autodiff<G>, 3>::from_data(normal(dims, 1.0, seed).into_data(), device);
-    let (q, k, v) = (input(1).require_grad(), input(2).require_grad(), input(3).require_grad());
-    let out = if fused {
-        let p = |t: &Tensor<Autodiff<G>, 3>| t.clone().into_primitive().tensor();
-        Tensor::from_primitive(TensorPrimitive::Float(Autodiff::<G>::fused_attention(p(&q), p(&k), p(&v), spec)))
-    } else {
-        reference::attention(q.clone(), k.clone(), v.clone(), spec)
-    };
-    let grads = (out.clone() * input(4)).sum().backward();
-    let h = |t: Tensor<G, 3>| values(t.into_data());
-    vec![h(out.inner()), h(q.grad(&grads).unwrap()), h(k.grad(&grads).unwrap()), h(v.grad(&grads).unwrap())]
-}
-
-fn check_attention<G: FusedOps>(device: &G::Device, spec: &AttentionSpec) {
-    let what = format!("{:?}", spec.shape);
-    let names = ["output", "dq", "dk", "dv"];
-    assert_close(&names, &attention::<G>(device, spec, true), &attention::<G>(device, spec, false), 1e-4, &what);
-}
-
 /// The attention against the CPU kernel (the same arithmetic and dropout mask, itself checked
 /// against the composition): for lengths where the composition is slow on the device.
 fn check_attention_against_the_cpu<G: FusedOps>(device: &G::Device, spec: &AttentionSpec) {
-    let cpu: Vec<Vec<f32>> = super::run(spec, true).into_iter().map(|t| values(t.into_data())).collect();
+    let cpu = attention::<CpuBackend>(&Default::default(), spec, true);
     let what = format!("{:?} against the CPU", spec.shape);
     assert_close(&["output", "dq", "dk", "dv"], &attention::<G>(device, spec, true), &cpu, 1e-4, &what);
 }

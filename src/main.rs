@@ -8,6 +8,14 @@ mod commands;
 use cli::Cli;
 
 fn main() {
+    // burn-ndarray turns on matrixmultiply's own thread pool. The trainer's kernels already
+    // spread their products over rayon's threads, and a second pool on the same cores left them
+    // waiting on each other (a paper-config step was no faster with matrixmultiply's 1.5×
+    // faster products, 13% of the time in sched_yield). One thread per call unless the user
+    // says otherwise; set here, before any thread exists.
+    if std::env::var_os("MATMUL_NUM_THREADS").is_none() {
+        std::env::set_var("MATMUL_NUM_THREADS", "1");
+    }
     let cli = Cli::parse();
     // ONNX Runtime logs every arena reservation at info: keep it at warn unless -vv.
     let default_level = match cli.verbose {

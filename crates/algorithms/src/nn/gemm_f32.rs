@@ -1,5 +1,8 @@
-//! One safe entry to the `gemm` crate's single-threaded f32 product over strided views
-//! (the kernels are parallel over independent units, so each product runs on one thread).
+//! One safe entry to an f32 product over strided views, run by the `gemm` or the
+//! `matrixmultiply` crate, whichever is faster on this CPU (the kernels are parallel over
+//! independent units, so most products run on one thread).
+
+use rayon::prelude::*;
 
 /// A strided view of a matrix inside a slice: element `(i, j)` is at `offset + i * rs + j * cs`.
 #[derive(Clone, Copy)]
@@ -25,6 +28,45 @@ impl View {
     }
 }
 
+/// The f32 GEMM implementation behind [`matmul`]. Chosen once per process at run time (see
+/// [`GemmKernels::current`]), so it never changes between the steps of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmKernels {
+    /// The `gemm` crate: its AVX-512 kernels run near the machine's peak (368–384 GFLOP/s on a
+    /// 2-core Xeon against torch.mm's 394–406).
+    Gemm,
+    /// The `matrixmultiply` crate: on an AVX2-only AMD EPYC (Zen 1) its FMA kernel runs the
+    /// trainer's shapes at 30–34 GFLOP/s per core against the `gemm` crate's 22–23
+    /// (MKL: 37–39), so machines without AVX-512 use it.
+    MatrixMultiply,
+}
+
+impl GemmKernels {
+    /// `CORRFLOW_GEMM=gemm` or `=matrixmultiply` when set (to compare the two on one machine);
+    /// otherwise `gemm` where the CPU has AVX-512 or is not x86, `matrixmultiply` elsewhere.
+    pub fn current() -> Self {
+        static CHOSEN: std::sync::OnceLock<GemmKernels> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| match std::env::var("CORRFLOW_GEMM").as_deref() {
+            Ok("gemm") => GemmKernels::Gemm,
+            Ok("matrixmultiply") => GemmKernels::MatrixMultiply,
+            _ => Self::for_this_cpu(),
+        })
+    }
+
+    fn for_this_cpu() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return GemmKernels::MatrixMultiply;
+        }
+        GemmKernels::Gemm
+    }
+}
+
+/// Rows of one thread's share in a split product: a multiple of every `matrixmultiply` kernel's
+/// row tile, so a row sits in the same tile, and is computed the same way, however the rows are
+/// split (a partial tile goes through a separately rounded path).
+const ROW_BLOCK: usize = 64;
+
 /// `dst[m × n] = (accumulate ? dst : 0) + scale · a[m × k] · b[k × n]`, on this thread.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul(
@@ -38,11 +80,11 @@ pub(crate) fn matmul(
     bv: View,
     scale: f32,
 ) {
-    matmul_on(shape, dst, d, accumulate, a, av, b, bv, scale, gemm::Parallelism::None);
+    product(GemmKernels::current(), 1, shape, dst, d, accumulate, (a, av), (b, bv), scale);
 }
 
-/// [`matmul`] spread over rayon's threads. The gemm crate splits the output, not the inner
-/// dimension, so each element's sum runs in the same order whatever the thread count.
+/// [`matmul`] spread over rayon's threads. Both implementations split the output, never the
+/// inner dimension, so each element's sum runs in the same order whatever the thread count.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_parallel(
     shape: (usize, usize, usize),
@@ -55,22 +97,20 @@ pub(crate) fn matmul_parallel(
     bv: View,
 ) {
     let threads = rayon::current_num_threads();
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    matmul_on(shape, dst, d, accumulate, a, av, b, bv, 1.0, par);
+    product(GemmKernels::current(), threads, shape, dst, d, accumulate, (a, av), (b, bv), 1.0);
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matmul_on(
+fn product(
+    kernels: GemmKernels,
+    threads: usize,
     (m, n, k): (usize, usize, usize),
     dst: &mut [f32],
     d: View,
     accumulate: bool,
-    a: &[f32],
-    av: View,
-    b: &[f32],
-    bv: View,
+    (a, av): (&[f32], View),
+    (b, bv): (&[f32], View),
     scale: f32,
-    par: gemm::Parallelism,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -88,30 +128,69 @@ fn matmul_on(
     assert!(d.last(m, n) < dst.len(), "gemm destination out of bounds");
     assert!(av.last(m, k) < a.len(), "gemm lhs out of bounds");
     assert!(bv.last(k, n) < b.len(), "gemm rhs out of bounds");
-    // SAFETY: the asserts keep every element gemm reads or writes inside the slices, and `dst`
-    // does not alias `a` or `b` (distinct borrows).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr().add(d.offset),
-            d.cs as isize,
-            d.rs as isize,
-            accumulate,
-            a.as_ptr().add(av.offset),
-            av.cs as isize,
-            av.rs as isize,
-            b.as_ptr().add(bv.offset),
-            bv.cs as isize,
-            bv.rs as isize,
-            1.0,
-            scale,
-            false,
-            false,
-            false,
-            par,
-        );
+    match kernels {
+        GemmKernels::Gemm => {
+            let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+            // SAFETY: the asserts keep every element gemm reads or writes inside the slices, and
+            // `dst` does not alias `a` or `b` (distinct borrows).
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    dst.as_mut_ptr().add(d.offset),
+                    d.cs as isize,
+                    d.rs as isize,
+                    accumulate,
+                    a.as_ptr().add(av.offset),
+                    av.cs as isize,
+                    av.rs as isize,
+                    b.as_ptr().add(bv.offset),
+                    bv.cs as isize,
+                    bv.rs as isize,
+                    1.0,
+                    scale,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+        }
+        GemmKernels::MatrixMultiply if threads > 1 && d.cs == 1 && d.rs >= n && m >= 2 * ROW_BLOCK => {
+            // Row-major output: each thread takes whole rows, in blocks of ROW_BLOCK.
+            let rows = m.div_ceil(threads).next_multiple_of(ROW_BLOCK);
+            let (dst, a) = (&mut dst[d.offset..], &a[av.offset..]);
+            dst.par_chunks_mut(rows * d.rs).enumerate().for_each(|(c, part)| {
+                let i0 = c * rows;
+                if i0 < m {
+                    let av = View { offset: i0 * av.rs, ..av };
+                    let shape = (rows.min(m - i0), n, k);
+                    product(kernels, 1, shape, part, View { offset: 0, ..d }, accumulate, (a, av), (b, bv), scale);
+                }
+            });
+        }
+        GemmKernels::MatrixMultiply => {
+            // SAFETY: as above.
+            unsafe {
+                matrixmultiply::sgemm(
+                    m,
+                    k,
+                    n,
+                    scale,
+                    a.as_ptr().add(av.offset),
+                    av.rs as isize,
+                    av.cs as isize,
+                    b.as_ptr().add(bv.offset),
+                    bv.rs as isize,
+                    bv.cs as isize,
+                    if accumulate { 1.0 } else { 0.0 },
+                    dst.as_mut_ptr().add(d.offset),
+                    d.rs as isize,
+                    d.cs as isize,
+                );
+            }
+        }
     }
 }
 
@@ -119,17 +198,65 @@ fn matmul_on(
 mod tests {
     use super::*;
 
+    const BOTH: [GemmKernels; 2] = [GemmKernels::Gemm, GemmKernels::MatrixMultiply];
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len as u32).map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 250.0 - 2.0).collect()
+    }
+
     #[test]
-    fn strided_product_equals_naive_loops() {
+    fn strided_product_equals_naive_loops_with_either_implementation() {
         let (m, n, k) = (5, 7, 3);
         let a: Vec<f32> = (0..m * k).map(|i| i as f32 * 0.5 - 2.0).collect();
         let b: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 - 1.0).collect(); // stored as n × k
-        let mut dst = vec![1.0f32; m * n];
-        matmul((m, n, k), &mut dst, View::rows(0, n), true, &a, View::rows(0, k), &b, View::transposed(0, k), 2.0);
-        for i in 0..m {
-            for j in 0..n {
-                let want: f32 = 1.0 + 2.0 * (0..k).map(|t| a[i * k + t] * b[j * k + t]).sum::<f32>();
-                assert!((dst[i * n + j] - want).abs() < 1e-5);
+        for kernels in BOTH {
+            for accumulate in [false, true] {
+                let mut dst = vec![1.0f32; m * n];
+                let (av, bv) = (View::rows(0, k), View::transposed(0, k));
+                product(kernels, 1, (m, n, k), &mut dst, View::rows(0, n), accumulate, (&a, av), (&b, bv), 2.0);
+                for i in 0..m {
+                    for j in 0..n {
+                        let sum: f32 = (0..k).map(|t| a[i * k + t] * b[j * k + t]).sum();
+                        let want = if accumulate { 1.0 } else { 0.0 } + 2.0 * sum;
+                        assert!((dst[i * n + j] - want).abs() < 1e-5, "{kernels:?} {accumulate}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn implementations_agree_on_a_transposed_lhs() {
+        // dW = xᵀ · dy, the dense layer's weight gradient, with rows past one tile.
+        let (m, n, k) = (70, 33, 129);
+        let (x, dy) = (values(k * m, 1), values(k * n, 2));
+        let run = |kernels| {
+            let mut dst = vec![0f32; m * n];
+            let (av, bv) = (View::transposed(0, m), View::rows(0, n));
+            product(kernels, 2, (m, n, k), &mut dst, View::rows(0, n), false, (&x, av), (&dy, bv), 1.0);
+            dst
+        };
+        for (g, mm) in run(GemmKernels::Gemm).iter().zip(run(GemmKernels::MatrixMultiply)) {
+            assert!((g - mm).abs() <= 1e-4 * (1.0 + g.abs()), "{g} vs {mm}");
+        }
+    }
+
+    #[test]
+    fn a_split_product_has_the_same_bits_for_any_thread_count() {
+        // 301 rows: several blocks of ROW_BLOCK and a partial row tile at the end.
+        let (m, n, k) = (301, 37, 300);
+        let (a, b) = (values(m * k, 3), values(k * n, 4));
+        let start = values(m * n, 5);
+        for kernels in BOTH {
+            let run = |threads| {
+                let mut dst = start.clone();
+                let (av, bv) = (View::rows(0, k), View::rows(0, n));
+                product(kernels, threads, (m, n, k), &mut dst, View::rows(0, n), true, (&a, av), (&b, bv), 1.0);
+                dst
+            };
+            let one = run(1);
+            for threads in [2, 3, 8] {
+                assert_eq!(one, run(threads), "{kernels:?} with {threads} threads");
             }
         }
     }

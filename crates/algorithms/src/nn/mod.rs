@@ -21,6 +21,7 @@ pub use adamw::{
 pub use attention::{attention_backward, attention_forward, AttentionGrads, AttentionShape, AttentionStats};
 pub use decoder::{decoder_nll_backward, decoder_nll_forward, DecoderForward, DecoderGrads, DecoderShape};
 pub use dropout::DropoutKey;
+pub use gemm_f32::GemmKernels;
 pub use layer_norm::{add_layer_norm_backward, add_layer_norm_forward, LayerNormGrads, LayerNormStats};
 pub use linear::{linear_backward, linear_forward, LinearGrads, LinearShape};
 

@@ -9,7 +9,9 @@
 #   benches/gpu/on_device.sh bench OUT [STEPS WARMUP]
 #       benches/gpu/run.sh: PyTorch BertForMaskedLM against `--device cuda` (fusion) and
 #       `--device cuda-kernels` (the CubeCL kernels), cold and warm kernel caches, STEPS steps
-#       (default 300), the first WARMUP (default 50) untimed. TORCH=0, PROFILE=1 pass through.
+#       (default 300), the first WARMUP (default 50) untimed. TORCH=0, PROFILE=1 pass through;
+#       DEADLINE_S (default 510) ends the corrflow runs in time for a 600-s device call to come
+#       back with every result written so far (runs past it are cut or skipped, and say so).
 #
 # Each is one device call; carry only its files (pack.sh says which).
 set -u
@@ -43,7 +45,7 @@ case $MODE in
         ;;
     bench)
         unxz_to "$PACK/corrflow.xz" "$BIN/corrflow" && chmod +x "$BIN/corrflow"
-        "$HERE/run.sh" "$PACK/corpus" "$PACK/graph" "$OUT" "${3:-300}" "${4:-50}" \
+        DEADLINE_S=${DEADLINE_S:-510} "$HERE/run.sh" "$PACK/corpus" "$PACK/graph" "$OUT" "${3:-300}" "${4:-50}" \
             fusion="$BIN/corrflow" kernels="$BIN/corrflow@cuda-kernels"
         ;;
     *)

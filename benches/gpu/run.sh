@@ -13,9 +13,21 @@
 # Each CORRFLOW_BIN must be built with `cargo build --release --features cuda`; libcuda and NVRTC
 # are loaded at run time (CUDA's lib folders are added to LD_LIBRARY_PATH for NVRTC).
 # TORCH=0 skips the PyTorch runs; BURN_TIMEOUT (seconds, default 300) bounds each corrflow run;
+# DEADLINE_S (seconds from the start, unset: none) bounds the whole script: each corrflow run gets
+# at most what is left of it and a run with under 30 s left is skipped (a device call killed at
+# its limit would leave the run in progress without its summary line);
 # PROFILE=1 runs corrflow with --profile-steps (per-phase milliseconds in metrics.jsonl).
 set -u
 CORPUS=$1 GRAPH=$2 OUT=$3 STEPS=$4 WARMUP=$5
+START=$(date +%s)
+run_budget() { # seconds the next corrflow run may take
+    local t=${BURN_TIMEOUT:-300} left
+    if [ -n "${DEADLINE_S:-}" ]; then
+        left=$(( DEADLINE_S - ($(date +%s) - START) ))
+        [ "$left" -lt "$t" ] && t=$left
+    fi
+    echo "$t"
+}
 shift 5
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
@@ -43,8 +55,13 @@ for spec in $(for s in "$@"; do echo "$s ${s%%=*}-warm=${s#*=}"; done); do
     export CORRFLOW_KERNEL_CACHE="$OUT/kernel-cache-${label%-warm}"
     case "$label" in *-warm) ;; *) rm -rf "$CORRFLOW_KERNEL_CACHE" ;; esac
     rm -rf "$OUT/run-$label"
+    budget=$(run_budget)
+    if [ "$budget" -lt 30 ]; then
+        echo "$label skipped: ${budget} s left of DEADLINE_S=$DEADLINE_S" | tee -a "$OUT/skipped.txt"
+        continue
+    fi
     start=$(date +%s)
-    CUBECL_DEBUG_LOG="$OUT/cubecl-$label.log" timeout "${BURN_TIMEOUT:-300}" "$bin" train ${PROFILE:+--profile-steps} \
+    CUBECL_DEBUG_LOG="$OUT/cubecl-$label.log" timeout "$budget" "$bin" train ${PROFILE:+--profile-steps} \
         --config "$OUT/paper-cuda.toml" --corpus "$CORPUS" --graph "$GRAPH" --device "$device" \
         --out "$OUT/run-$label" --max-steps "$STEPS" > "$OUT/burn-$label.log" 2>&1
     echo "$label exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/burn-$label.log"

@@ -95,6 +95,25 @@ fn profiled_steps_log_each_phase_and_train_the_same_weights() {
 }
 
 #[test]
+fn the_summary_names_the_cpu_products_and_either_trains_the_same_losses() {
+    // CORRFLOW_GEMM forces the product a machine would not choose itself, so both paths train
+    // end to end on any CI machine. They round differently: losses agree closely, not in bits.
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
+    let mut losses = Vec::new();
+    for products in ["gemm", "matrixmultiply"] {
+        let out = tmp.path().join(products);
+        let summary = ok_json(&train(&corpus, &graph, &out, &["--max-steps", "4"], &[("CORRFLOW_GEMM", products)]));
+        assert_eq!(summary["cpu_products"], products, "{summary}");
+        losses.push(metrics(&out).iter().filter_map(|l| l["loss"].as_f64()).collect::<Vec<_>>());
+    }
+    assert_eq!(losses[0].len(), 4);
+    for (g, m) in losses[0].iter().zip(&losses[1]) {
+        assert!((g - m).abs() <= 1e-4 * g.abs(), "losses differ between the products: {g} vs {m}");
+    }
+}
+
+#[test]
 fn embeddings_reach_parquet_and_an_h5ad_that_anndata_reads_and_the_probe_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let (corpus, graph) = bundled_corpus_and_graph(tmp.path());

@@ -31,7 +31,11 @@ pub fn train_on_device(req: &TrainRequest) -> corrflow_io::Result<TrainSummary> 
         corrflow_model::kernel_cache::enable_from_env();
     }
     match req.train.device {
-        Device::Cpu => train::<CpuTraining>(req, Default::default()),
+        Device::Cpu => {
+            let products = corrflow_algorithms::nn::GemmKernels::current().name();
+            train::<CpuTraining>(req, Default::default())
+                .map(|s| TrainSummary { cpu_products: Some(products.into()), ..s })
+        }
         #[cfg(feature = "cuda")]
         Device::Cuda => train::<burn::backend::Autodiff<burn::backend::Cuda<f32>>>(req, Default::default()),
         #[cfg(feature = "cuda")]

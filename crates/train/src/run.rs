@@ -68,6 +68,10 @@ pub struct TrainSummary {
     pub command: String,
     pub out: String,
     pub device: String,
+    /// The CPU trainer's f32 products (`gemm` or `matrixmultiply`, chosen by the CPU): a run
+    /// repeats its bits where the same one runs. `None` on the GPU backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_products: Option<String>,
     pub steps: u64,
     pub total_steps: u64,
     pub resumed_from: Option<u64>,
@@ -306,6 +310,7 @@ impl TrainSummary {
             command: "train".into(),
             out: out.display().to_string(),
             device,
+            cpu_products: None,
             steps: trainee.step,
             total_steps,
             resumed_from: trainee.resumed_from,

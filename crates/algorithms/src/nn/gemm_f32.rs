@@ -53,6 +53,14 @@ impl GemmKernels {
         })
     }
 
+    /// The name `CORRFLOW_GEMM` takes, and the training summary records.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKernels::Gemm => "gemm",
+            GemmKernels::MatrixMultiply => "matrixmultiply",
+        }
+    }
+
     fn for_this_cpu() -> Self {
         #[cfg(target_arch = "x86_64")]
         if !std::arch::is_x86_feature_detected!("avx512f") {

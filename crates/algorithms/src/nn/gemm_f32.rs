@@ -136,70 +136,96 @@ fn product(
     assert!(d.last(m, n) < dst.len(), "gemm destination out of bounds");
     assert!(av.last(m, k) < a.len(), "gemm lhs out of bounds");
     assert!(bv.last(k, n) < b.len(), "gemm rhs out of bounds");
+    let (a, b) = ((a, av), (b, bv));
     match kernels {
-        GemmKernels::Gemm => {
-            let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-            // SAFETY: the asserts keep every element gemm reads or writes inside the slices, and
-            // `dst` does not alias `a` or `b` (distinct borrows).
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    dst.as_mut_ptr().add(d.offset),
-                    d.cs as isize,
-                    d.rs as isize,
-                    accumulate,
-                    a.as_ptr().add(av.offset),
-                    av.cs as isize,
-                    av.rs as isize,
-                    b.as_ptr().add(bv.offset),
-                    bv.cs as isize,
-                    bv.rs as isize,
-                    1.0,
-                    scale,
-                    false,
-                    false,
-                    false,
-                    par,
-                );
-            }
-        }
+        // SAFETY (both calls): the asserts keep every element read or written inside the slices,
+        // and `dst` does not alias `a` or `b` (distinct borrows).
+        GemmKernels::Gemm => unsafe { gemm_crate(threads, (m, n, k), dst, d, accumulate, a, b, scale) },
         GemmKernels::MatrixMultiply if threads > 1 && d.cs == 1 && d.rs >= n && m >= 2 * ROW_BLOCK => {
             // Row-major output: each thread takes whole rows, in blocks of ROW_BLOCK.
             let rows = m.div_ceil(threads).next_multiple_of(ROW_BLOCK);
-            let (dst, a) = (&mut dst[d.offset..], &a[av.offset..]);
+            let (dst, a) = (&mut dst[d.offset..], &a.0[av.offset..]);
             dst.par_chunks_mut(rows * d.rs).enumerate().for_each(|(c, part)| {
                 let i0 = c * rows;
                 if i0 < m {
                     let av = View { offset: i0 * av.rs, ..av };
                     let shape = (rows.min(m - i0), n, k);
-                    product(kernels, 1, shape, part, View { offset: 0, ..d }, accumulate, (a, av), (b, bv), scale);
+                    product(kernels, 1, shape, part, View { offset: 0, ..d }, accumulate, (a, av), b, scale);
                 }
             });
         }
-        GemmKernels::MatrixMultiply => {
-            // SAFETY: as above.
-            unsafe {
-                matrixmultiply::sgemm(
-                    m,
-                    k,
-                    n,
-                    scale,
-                    a.as_ptr().add(av.offset),
-                    av.rs as isize,
-                    av.cs as isize,
-                    b.as_ptr().add(bv.offset),
-                    bv.rs as isize,
-                    bv.cs as isize,
-                    if accumulate { 1.0 } else { 0.0 },
-                    dst.as_mut_ptr().add(d.offset),
-                    d.rs as isize,
-                    d.cs as isize,
-                );
-            }
-        }
+        GemmKernels::MatrixMultiply => unsafe { matrixmultiply_sgemm((m, n, k), dst, d, accumulate, a, b, scale) },
     }
+}
+
+/// The `gemm` crate's product, on `threads` of rayon's threads.
+///
+/// # Safety
+/// Every element the views address lies inside its slice (checked by [`product`]).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_crate(
+    threads: usize,
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    d: View,
+    accumulate: bool,
+    (a, av): (&[f32], View),
+    (b, bv): (&[f32], View),
+    scale: f32,
+) {
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst.as_mut_ptr().add(d.offset),
+        d.cs as isize,
+        d.rs as isize,
+        accumulate,
+        a.as_ptr().add(av.offset),
+        av.cs as isize,
+        av.rs as isize,
+        b.as_ptr().add(bv.offset),
+        bv.cs as isize,
+        bv.rs as isize,
+        1.0,
+        scale,
+        false,
+        false,
+        false,
+        par,
+    );
+}
+
+/// `matrixmultiply`'s product, on this thread.
+///
+/// # Safety
+/// As for [`gemm_crate`].
+unsafe fn matrixmultiply_sgemm(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    d: View,
+    accumulate: bool,
+    (a, av): (&[f32], View),
+    (b, bv): (&[f32], View),
+    scale: f32,
+) {
+    matrixmultiply::sgemm(
+        m,
+        k,
+        n,
+        scale,
+        a.as_ptr().add(av.offset),
+        av.rs as isize,
+        av.cs as isize,
+        b.as_ptr().add(bv.offset),
+        bv.rs as isize,
+        bv.cs as isize,
+        if accumulate { 1.0 } else { 0.0 },
+        dst.as_mut_ptr().add(d.offset),
+        d.rs as isize,
+        d.cs as isize,
+    );
 }
 
 #[cfg(test)]

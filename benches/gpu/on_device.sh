@@ -12,6 +12,12 @@
 #       (default 300), the first WARMUP (default 50) untimed. TORCH=0, PROFILE=1 pass through;
 #       DEADLINE_S (default 510) ends the corrflow runs in time for a 600-s device call to come
 #       back with every result written so far (runs past it are cut or skipped, and say so).
+#   benches/gpu/on_device.sh all OUT [STEPS WARMUP]
+#       both in one call, for a session whose device time allows one machine start only (15
+#       minutes, starts included): the benchmark first (PyTorch fp32 only, DEADLINE_S default
+#       400), then the checks in what is left of ALL_S (default 570) seconds. It carries every
+#       packed file: pack with `KANG=ctrl benches/gpu/pack.sh` (~53 MiB with the repository;
+#       with both Kang halves it would be ~63 MiB, too close to the device tool's 64 MiB).
 #
 # Each is one device call; carry only its files (pack.sh says which).
 set -u
@@ -36,20 +42,30 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/loc
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
+START=$(date +%s)
+checks() { # [TIMEOUT]
+    unxz_to "$PACK/model-tests.xz" "$BIN/model-tests" && chmod +x "$BIN/model-tests"
+    # One test at a time: each takes the whole GPU, and a failure names its backend.
+    timeout "${1:-570}" "$BIN/model-tests" --ignored --test-threads 1 cuda_ 2>&1 | tee "$OUT/checks.log"
+    return "${PIPESTATUS[0]}"
+}
+bench() { # DEADLINE STEPS WARMUP
+    unxz_to "$PACK/corrflow.xz" "$BIN/corrflow" && chmod +x "$BIN/corrflow"
+    DEADLINE_S=$1 "$HERE/run.sh" "$PACK/corpus" "$PACK/graph" "$OUT" "$2" "$3" \
+        fusion="$BIN/corrflow" kernels="$BIN/corrflow@cuda-kernels"
+}
+
 case $MODE in
-    checks)
-        unxz_to "$PACK/model-tests.xz" "$BIN/model-tests" && chmod +x "$BIN/model-tests"
-        # One test at a time: each takes the whole GPU, and a failure names its backend.
-        "$BIN/model-tests" --ignored --test-threads 1 cuda_ 2>&1 | tee "$OUT/checks.log"
-        exit "${PIPESTATUS[0]}"
-        ;;
-    bench)
-        unxz_to "$PACK/corrflow.xz" "$BIN/corrflow" && chmod +x "$BIN/corrflow"
-        DEADLINE_S=${DEADLINE_S:-510} "$HERE/run.sh" "$PACK/corpus" "$PACK/graph" "$OUT" "${3:-300}" "${4:-50}" \
-            fusion="$BIN/corrflow" kernels="$BIN/corrflow@cuda-kernels"
+    checks) checks ;;
+    bench) bench "${DEADLINE_S:-510}" "${3:-300}" "${4:-50}" ;;
+    all)
+        TORCH_PRECISIONS=${TORCH_PRECISIONS:-fp32} bench "${DEADLINE_S:-400}" "${3:-300}" "${4:-50}"
+        left=$(( ${ALL_S:-570} - ($(date +%s) - START) ))
+        echo "checks: $left s left" | tee "$OUT/checks-budget.txt"
+        [ "$left" -ge 30 ] && checks "$left"
         ;;
     *)
-        echo "usage: $0 checks|bench OUT [STEPS WARMUP]" >&2
+        echo "usage: $0 checks|bench|all OUT [STEPS WARMUP]" >&2
         exit 2
         ;;
 esac

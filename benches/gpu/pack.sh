@@ -10,6 +10,7 @@
 # Then, on the GPU machine, from the repository root (`benches/gpu/on_device.sh`):
 #   checks: DEST/model-tests.xz, DEST/lib.tar.xz   (the CUDA gradient checks; ~30 MB with the repo)
 #   bench:  DEST/corrflow.xz, DEST/lib.tar.xz, DEST/corpus, DEST/graph   (~60 MB with the repo)
+#   all:    all of DEST, packed with KANG=ctrl   (~53 MiB with the repo)
 # Each call carries only what it needs: the device tool carries 64 MiB at most.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -48,8 +49,15 @@ for lib in $(ldd "$bin" "$tests" | awk '/=> \// {print $3}' | sort -u); do
 done
 tar -C "$DEST" -cJf "$DEST/lib.tar.xz" lib && rm -rf "$DEST/lib"
 
+# KANG=ctrl packs half the cells (~10 MB less), enough for 300 steps of 12 cells, so that
+# `on_device.sh all` carries everything in one call under 64 MiB.
+KANG=${KANG:-ctrl stim}
+if [ -d "$DEST/corpus" ] && [ "$(cat "$DEST/corpus.kang" 2>/dev/null)" != "$KANG" ]; then
+    rm -rf "$DEST/corpus" "$DEST/graph"
+fi
 if [ ! -d "$DEST/corpus" ]; then
-    "$bin" ingest --atlas kang --out "$DEST/corpus" datasets/data/kang_ctrl.h5ad datasets/data/kang_stim.h5ad
+    "$bin" ingest --atlas kang --out "$DEST/corpus" $(for k in $KANG; do echo "datasets/data/kang_$k.h5ad"; done)
+    echo "$KANG" > "$DEST/corpus.kang"
 fi
 if [ ! -d "$DEST/graph" ]; then
     "$bin" graph build --corpus "$DEST/corpus" --out "$DEST/graph"

@@ -12,7 +12,7 @@
 #
 # Each CORRFLOW_BIN must be built with `cargo build --release --features cuda`; libcuda and NVRTC
 # are loaded at run time (CUDA's lib folders are added to LD_LIBRARY_PATH for NVRTC).
-# TORCH=0 skips the PyTorch runs; BURN_TIMEOUT (seconds, default 300) bounds each corrflow run;
+# TORCH=0 skips the PyTorch runs, TORCH_PRECISIONS (default "fp32 tf32 bf16") chooses them; BURN_TIMEOUT (seconds, default 300) bounds each corrflow run;
 # DEADLINE_S (seconds from the start, unset: none) bounds the whole script: each corrflow run gets
 # at most what is left of it and a run with under 30 s left is skipped (a device call killed at
 # its limit would leave the run in progress without its summary line);
@@ -20,13 +20,8 @@
 set -u
 CORPUS=$1 GRAPH=$2 OUT=$3 STEPS=$4 WARMUP=$5
 START=$(date +%s)
-run_budget() { # seconds the next corrflow run may take
-    local t=${BURN_TIMEOUT:-300} left
-    if [ -n "${DEADLINE_S:-}" ]; then
-        left=$(( DEADLINE_S - ($(date +%s) - START) ))
-        [ "$left" -lt "$t" ] && t=$left
-    fi
-    echo "$t"
+left_s() { # seconds left before DEADLINE_S (a day where it is unset)
+    if [ -n "${DEADLINE_S:-}" ]; then echo $(( DEADLINE_S - ($(date +%s) - START) )); else echo 86400; fi
 }
 shift 5
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -37,7 +32,7 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
 if [ "${TORCH:-1}" != 0 ]; then
-    for prec in fp32 tf32 bf16; do
+    for prec in ${TORCH_PRECISIONS:-fp32 tf32 bf16}; do
         python3 "$HERE/bert_torch.py" --corpus "$CORPUS" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" \
             --precision "$prec" --json "$OUT/results.jsonl" > "$OUT/torch-$prec.log" 2>&1 || tail -20 "$OUT/torch-$prec.log"
         tail -1 "$OUT/torch-$prec.log"
@@ -55,11 +50,12 @@ for spec in $(for s in "$@"; do echo "$s ${s%%=*}-warm=${s#*=}"; done); do
     export CORRFLOW_KERNEL_CACHE="$OUT/kernel-cache-${label%-warm}"
     case "$label" in *-warm) ;; *) rm -rf "$CORRFLOW_KERNEL_CACHE" ;; esac
     rm -rf "$OUT/run-$label"
-    budget=$(run_budget)
-    if [ "$budget" -lt 30 ]; then
-        echo "$label skipped: ${budget} s left of DEADLINE_S=$DEADLINE_S" | tee -a "$OUT/skipped.txt"
+    left=$(left_s) budget=${BURN_TIMEOUT:-300}
+    if [ "$left" -lt 30 ]; then
+        echo "$label skipped: ${left} s left of DEADLINE_S=$DEADLINE_S" | tee -a "$OUT/skipped.txt"
         continue
     fi
+    [ "$left" -lt "$budget" ] && budget=$left
     start=$(date +%s)
     CUBECL_DEBUG_LOG="$OUT/cubecl-$label.log" timeout "$budget" "$bin" train ${PROFILE:+--profile-steps} \
         --config "$OUT/paper-cuda.toml" --corpus "$CORPUS" --graph "$GRAPH" --device "$device" \

@@ -12,7 +12,8 @@
 #
 # Each CORRFLOW_BIN must be built with `cargo build --release --features cuda`; libcuda and NVRTC
 # are loaded at run time (CUDA's lib folders are added to LD_LIBRARY_PATH for NVRTC).
-# TORCH=0 skips the PyTorch runs, TORCH_PRECISIONS (default "fp32 tf32 bf16") chooses them; BURN_TIMEOUT (seconds, default 300) bounds each corrflow run;
+# TORCH=0 skips the PyTorch runs, TORCH_PRECISIONS (default "fp32 tf32 bf16") chooses them;
+# BURN_TIMEOUT (seconds, default 300) bounds each corrflow run;
 # DEADLINE_S (seconds from the start, unset: none) bounds the whole script: each corrflow run gets
 # at most what is left of it and a run with under 30 s left is skipped (a device call killed at
 # its limit would leave the run in progress without its summary line);

@@ -63,7 +63,8 @@
 #                         everything else stay as written.
 #   run-*/checkpoints/step-*/state.json
 #                         its model_sha256 / optim_sha256 lines (sha256 of the raw records, so of
-#                         the random ids) are deleted; the records are hashed, normalized, above.
+#                         the random ids) and its state_sha256 line (sha256 of the file before it,
+#                         so of those lines) are deleted; the records are hashed, normalized, above.
 #                         The rest (step, configs, vocabulary hash, layout) stays.
 # Excluded: no output file; every other file is hashed exactly as written (none holds a time,
 # host name or absolute path: checked with two runs in different temp directories). The
@@ -179,9 +180,9 @@ hash_file() {
     run-*/checkpoints/*/optim.bin)
       h=$(burn_canon optim "$(dirname "$f")/model.bin" "$f" | sha256sum) ;;
     run-*/checkpoints/*/state.json)
-      [ "$(grep -cE '^  "(model|optim)_sha256": "[0-9a-f]{64}",?$' "$f")" = 2 ] \
-        || { echo "fingerprint: $label lacks model_sha256/optim_sha256 (format changed?)" >&2; exit 1; }
-      h=$(sed -E '/^  "(model|optim)_sha256": "[0-9a-f]{64}",?$/d' "$f" | sha256sum) ;;
+      [ "$(grep -cE '^  "(model|optim|state)_sha256": "[0-9a-f]{64}",?$' "$f")" = 3 ] \
+        || { echo "fingerprint: $label lacks model_sha256/optim_sha256/state_sha256 (format changed?)" >&2; exit 1; }
+      h=$(sed -E '/^  "(model|optim|state)_sha256": "[0-9a-f]{64}",?$/d' "$f" | sha256sum) ;;
     *)
       h=$(sha256sum < "$f") ;;
   esac

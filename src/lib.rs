@@ -15,6 +15,7 @@ pub mod embed;
 pub mod perturb;
 
 pub use corrflow_algorithms as algorithms;
+pub use corrflow_eval as eval;
 pub use corrflow_graph as graph;
 pub use corrflow_io::{
     corpus, encode, error, formats, graph_files, ingest, model_meta, ontology, tokenize, util, vocab,
@@ -26,4 +27,3 @@ pub use corrflow_model::export;
 pub use corrflow_serve::{runtime, server};
 pub use corrflow_synth as synth;
 pub use corrflow_train as train;
-pub use corrflow_train::eval;

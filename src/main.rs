@@ -1,7 +1,5 @@
 //! The `corrflow` command line: arguments in `cli`, what each command does in `commands`.
 
-use clap::Parser;
-
 mod cli;
 mod commands;
 
@@ -16,7 +14,7 @@ fn main() {
     if std::env::var_os("MATMUL_NUM_THREADS").is_none() {
         std::env::set_var("MATMUL_NUM_THREADS", "1");
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     // ONNX Runtime logs every arena reservation at info: keep it at warn unless -vv.
     let default_level = match cli.verbose {
         0 => "warn",

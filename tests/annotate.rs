@@ -214,6 +214,12 @@ fn the_server_annotates_as_the_offline_command_does() {
         post(&format!("{url}?threshold=2"), &serde_json::json!({"input_ids": &ids[..1]}).to_string(), None).0,
         422
     );
+    // Issue 43: a threshold that is not a number gets the JSON error body of the other refusals.
+    let (status, body) =
+        post(&format!("{url}?threshold=abc"), &serde_json::json!({"input_ids": &ids[..1]}).to_string(), None);
+    assert_eq!(status, 422, "{body}");
+    let e: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    assert!(e["error"]["message"].as_str().unwrap().contains("threshold must be a number"), "{body}");
     assert_eq!(post(&url, "{\"cells\": [", None).0, 422);
     let (status, body) = post(&url, r#"{"cells": [{"genes": ["NOT_A_GENE", "CD3E"], "counts": [5, 3]}]}"#, None);
     assert_eq!(status, 200, "{body}");
@@ -230,6 +236,32 @@ fn the_server_annotates_as_the_offline_command_does() {
     let (status, body) = post(&format!("{}/v1/annotate", plain.url), r#"{"input_ids": [[5, 6, 7]]}"#, None);
     assert_eq!(status, 404, "{body}");
     plain.terminate();
+}
+
+/// Issue 43: labels that cannot be scored are refused, naming the right thing: free-text
+/// labels without a map, and a `--truth` column the input does not have (not the map).
+#[test]
+fn truth_labels_that_cannot_be_scored_are_clear_errors() {
+    let Some(b) = base() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let spectra = p(&data("spectra_sample.h5ad").unwrap());
+    let out = tmp.path().join("calls.parquet");
+    let (model, o) = (p(&b.model), p(&out));
+    let run = |extra: &[&str]| {
+        let args = ["annotate", "--model", &model, "--input", &spectra, "--log1p", "--out", &o];
+        corrflow(&[&args[..], extra].concat())
+    };
+    let r = run(&["--truth", "cell_type_annotations"]);
+    let err = stderr(&r);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(err.contains("--truth 'cell_type_annotations' holds labels, not ontology term ids"), "{err}");
+    assert!(err.contains("--truth-map"), "{err}");
+    let map = p(&maps("spectra_sample.tsv"));
+    let r = run(&["--truth", "nope", "--truth-map", &map]);
+    let err = stderr(&r);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(err.contains("nope") && !err.contains("has no rows"), "the map is blamed: {err}");
+    assert!(!out.exists());
 }
 
 #[test]

@@ -338,6 +338,10 @@ fn bad_requests_are_refused_before_anything_is_written() {
         (vec!["--validation-fraction", "0"], "validation_fraction"),
         (vec!["--pooling", "cls"], "V2"),
         (vec!["--exclude", "Platelet"], "not a value of 'bulk_labels'"),
+        // Issue 43: beyond the model's positions, and negative or infinite rates, name the flag.
+        (vec!["--max-len", "100000"], "--max-len (finetune.max_len) must be at most the model's"),
+        (vec!["--lr", "-1"], "--lr (finetune.lr) must be > 0 (got -1)"),
+        (vec!["--lr", "inf"], "--lr (finetune.lr) must be a finite number (got inf)"),
     ] {
         let mut args = vec!["finetune", "--checkpoint"];
         let (r, c, o) = (p(&b.run), p(&b.corpus), p(&out));

@@ -111,20 +111,29 @@ fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly
         std::fs::copy(&f.model, &p).unwrap();
         p
     };
-    // Truncated model file.
+    let sidecar = |model: &Path| corrflow::model_meta::vocab_sidecar(model);
+    // Truncated model file (the sidecar copied whole): its checksum no longer matches.
     let truncated = copy("truncated");
+    std::fs::create_dir_all(sidecar(&truncated)).unwrap();
+    for entry in std::fs::read_dir(sidecar(&f.model)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), sidecar(&truncated).join(entry.file_name())).unwrap();
+    }
+    corrflow::model_meta::open_exported(&truncated).unwrap();
     let bytes = std::fs::read(&truncated).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     let e = corrflow::model_meta::open_exported(&truncated).err().unwrap().to_string();
-    assert!(e.contains("model.onnx") && e.contains("not an ONNX model"), "{e}");
+    assert!(e.contains("model.onnx") && e.contains("does not match the checksum"), "{e}");
     // No sidecar.
     let lonely = copy("lonely");
     let e = corrflow::model_meta::open_exported(&lonely).err().unwrap().to_string();
     assert!(e.contains("model.vocab") && e.contains("missing"), "{e}");
-    // A sidecar whose medians were edited.
+    // A sidecar whose medians were edited (its record of the model's checksum intact).
     let other = copy("other");
-    exported.vocab.write_dir(&corrflow::model_meta::vocab_sidecar(&other)).unwrap();
-    let medians = corrflow::model_meta::vocab_sidecar(&other).join(corrflow::vocab::MEDIAN_FILE);
+    exported.vocab.write_dir(&sidecar(&other)).unwrap();
+    let record = corrflow::model_meta::integrity::MODEL_SHA256_FILE;
+    std::fs::copy(sidecar(&f.model).join(record), sidecar(&other).join(record)).unwrap();
+    let medians = sidecar(&other).join(corrflow::vocab::MEDIAN_FILE);
     let text = std::fs::read_to_string(&medians).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
     lines.remove(1);

@@ -202,6 +202,11 @@ fn bad_requests_are_refused_clearly_and_write_nothing() {
     assert!(!o.status.success() && stderr(&o).contains("COL=VALUE"), "{}", stderr(&o));
     let o = perturb(&["--model", model, "--delete", "B2M", "--overexpress", "FTL", "--out", out.to_str().unwrap()]);
     assert!(!o.status.success());
+    // Issue 43: deleting a gene no cell expresses is an error, not "shift NaN, p = 0.250".
+    let o = perturb(&["--model", model, "--delete", "ENSG00000000005", "--out", out.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--delete ENSG00000000005: none of the") && err.contains("expresses this gene"), "{err}");
     assert!(!out.exists(), "nothing written");
     assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none(), "no temporary file left");
 }

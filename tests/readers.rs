@@ -197,3 +197,69 @@ print("ok")
     assert!(!o.status.success() && stderr(&o).contains("has no cells (0 rows)"), "{}", stderr(&o));
     assert!(!c.join("atlases/z").exists(), "no atlas is published");
 }
+
+/// Embeddings of 40 cells in two well-separated classes, as Parquet compressed with `codec`.
+fn write_embeddings(path: &std::path::Path, codec: parquet::basic::Compression) {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field};
+
+    let dim: usize = 4;
+    let labels: Vec<&str> = (0..40).map(|i| if i % 2 == 0 { "T" } else { "B" }).collect();
+    let values: Vec<f32> =
+        (0..40 * dim).map(|k| if (k / dim) % 2 == (k % dim) % 2 { 1.0 } else { 0.0 } + (k % 7) as f32 * 0.01).collect();
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    let emb = FixedSizeListArray::new(item, dim as i32, Arc::new(Float32Array::from(values)), None);
+    let ids = StringArray::from_iter_values((0..40).map(|i| format!("c{i}")));
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("cell_id", Arc::new(ids)),
+        ("embedding", Arc::new(emb)),
+        ("cell_type", Arc::new(StringArray::from(labels))),
+    ];
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder().set_compression(codec).build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), Some(props))
+        .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Issue 43: a Parquet file compressed with any codec pyarrow or polars writes by default
+/// (snappy, zstd, lz4, gzip) is read, not refused as "damaged or not Parquet".
+#[test]
+fn parquet_inputs_with_the_usual_codecs_are_read() {
+    use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let codecs = [
+        ("snappy", Compression::SNAPPY),
+        ("zstd", Compression::ZSTD(ZstdLevel::default())),
+        ("lz4", Compression::LZ4),
+        ("lz4_raw", Compression::LZ4_RAW),
+        ("gzip", Compression::GZIP(GzipLevel::default())),
+        ("none", Compression::UNCOMPRESSED),
+    ];
+    let mut files = Vec::new();
+    for (name, codec) in codecs {
+        let path = tmp.path().join(format!("{name}.parquet"));
+        write_embeddings(&path, codec);
+        files.push(path);
+    }
+    // pyarrow's own default (snappy) as well, when the test venv is there.
+    if let Some(py) = python() {
+        let path = tmp.path().join("pyarrow.parquet");
+        let script =
+            "import sys, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); pq.write_table(t, sys.argv[2]); \
+                      assert pq.ParquetFile(sys.argv[2]).metadata.row_group(0).column(0).compression == 'SNAPPY'";
+        let o = std::process::Command::new(py).args(["-c", script]).arg(&files[5]).arg(&path).output().unwrap();
+        assert!(o.status.success(), "pyarrow: {}", stderr(&o));
+        files.push(path);
+    }
+    for f in &files {
+        let args = ["eval", "probe", "--json", "--label", "cell_type", "--folds", "2", "--neighbours", "3"];
+        let o = corrflow(&[&args[..], &["--embeddings", f.to_str().unwrap()]].concat());
+        let s = ok_json(&o);
+        assert_eq!(s["cells"], 40, "{}: {s}", f.display());
+    }
+}

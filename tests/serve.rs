@@ -152,6 +152,14 @@ fn every_error_status_has_a_json_message() {
         assert!(msg.contains(needle), "{body:.60}: {msg}");
     }
     assert_eq!(post(&url, r#"{"input_ids":[[5,6]]}"#, auth).0, 200);
+    // Issue 43: a malformed chunked body is a 400 saying so, not a 413 "over the length limit".
+    let head = raw_request(
+        &server.url,
+        "POST /v1/embed HTTP/1.1\r\nAuthorization: Bearer s3cret\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\nzz\r\n{\"input_ids\":[[5]]}\r\n0\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert!(head.contains("could not be read") && !head.contains("length limit"), "{head}");
     assert_eq!(get(&format!("{}/nope", server.url), auth).0, 404);
     // A wrong method gets a JSON message too.
     let (status, text) = get(&url, auth);
@@ -205,7 +213,30 @@ fn a_model_that_cannot_load_stops_the_server_with_the_reason() {
     std::fs::write(&bogus, b"not a model").unwrap();
     let out = corrflow(&["serve", "--model", bogus.to_str().unwrap(), "--addr", "127.0.0.1:0"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("not an ONNX model"), "{}", stderr(&out));
+    // Nothing beside it records what it should be: the missing sidecar is the reason given.
+    assert!(stderr(&out).contains("model.vocab is missing"), "{}", stderr(&out));
+}
+
+/// Sends `request` (its Host header added) on a fresh connection and returns what comes back.
+fn raw_request(url: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (line, rest) = request.split_once("\r\n").unwrap();
+    write!(stream, "{line}\r\nHost: {addr}\r\n{rest}").unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&answer).contains("\"error\"") && answer.ends_with(b"}") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 #[test]

@@ -69,15 +69,17 @@ fn weights_of_another_shape_under_a_valid_checksum_are_refused_not_a_panic() {
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     train(&repo().join("configs/tiny.toml"), &a);
     train(&narrow, &b);
-    // b's weights in a's checkpoint, with the checksum updated so that only the shapes differ.
+    // b's weights in a's checkpoint, with the checksums updated (state.json's own too) so that
+    // only the shapes differ.
     let (ca, cb) = (a.join("checkpoints/step-00000002"), b.join("checkpoints/step-00000002"));
     std::fs::copy(cb.join("model.bin"), ca.join("model.bin")).unwrap();
-    let state = std::fs::read_to_string(ca.join("state.json")).unwrap();
-    let old: serde_json::Value = serde_json::from_str(&state).unwrap();
-    let new: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(cb.join("state.json")).unwrap()).unwrap();
-    let state = state.replace(old["model_sha256"].as_str().unwrap(), new["model_sha256"].as_str().unwrap());
-    std::fs::write(ca.join("state.json"), state).unwrap();
+    use corrflow::model::checkpoint::{write_state, CheckpointState};
+    let read = |dir: &Path| -> CheckpointState {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).unwrap()).unwrap()
+    };
+    let mut state = read(&ca);
+    state.model_sha256 = read(&cb).model_sha256;
+    write_state(&ca.join("state.json"), &state).unwrap();
     let out = tmp.path().join("emb.parquet");
     let o = corrflow(&[
         "embed",

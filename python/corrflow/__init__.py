@@ -28,6 +28,7 @@ __all__ = [
     "MaskedBatches",
     "annotate",
     "embed",
+    "eval_cells",
     "ingest",
     "tokenize",
     "__version__",
@@ -528,3 +529,84 @@ def annotate(
         adata.uns[f"{key}_ontology"] = {"version": out["ontology_version"], "leaves": list(out["leaves"])}
     return frame
 
+
+
+# --- Judging embeddings against baselines ---------------------------------------------------------
+
+_EVAL_COLUMNS = (
+    "kind", "dim", "ari", "nmi", "leiden_resolution", "ari_best", "ari_mean", "nmi_mean",
+    "silhouette_label", "accuracy", "accuracy_sd", "macro_f1", "macro_f1_sd", "rare_macro_f1",
+    "knn_accuracy", "knn_macro_f1", "silhouette_batch", "graph_connectivity", "ilisi", "clisi",
+)
+
+
+def _obs_strings(adata: Any, column: str, what: str) -> List[Optional[str]]:
+    import pandas as pd
+
+    if column not in adata.obs.columns:
+        raise ValueError(f"{what}={column!r} is not an obs column (columns: {list(adata.obs.columns)})")
+    values = adata.obs[column]
+    return [None if pd.isna(v) else str(v) for v in values]
+
+
+def eval_cells(
+    adata: Any,
+    obsm_key: Union[str, Sequence[str], None],
+    label: str,
+    batch: Optional[str] = None,
+    *,
+    counts: str = "X",
+    log1p: bool = False,
+    allow_normalized: bool = False,
+    baselines: bool = True,
+    seed: int = 0,
+    neighbours: int = 15,
+    lisi_neighbours: int = 90,
+    resolutions: Optional[Sequence[float]] = None,
+    n_top_genes: int = 2000,
+    n_comps: int = 50,
+    folds: int = 5,
+) -> Any:
+    """Judges cell embeddings (``adata.obsm[obsm_key]``; a list of keys compares several) beside
+    baselines computed from the same cells in the same call — PCA of the log-normalised 2,000
+    highly variable genes, the HVG matrix, a Gaussian random projection — on the tasks of
+    scib-metrics and cz-benchmarks: Leiden clustering (ARI, NMI; the resolution of the best NMI
+    among ``resolutions``), label silhouette, 5-fold logistic and k-NN probes, and with ``batch``
+    the batch silhouette, graph connectivity, iLISI and cLISI. The same code as ``corrflow eval
+    cells``. The baselines read the counts named by ``counts`` (``X``, ``raw``, ``layer:NAME``;
+    ``log1p=True`` for log-normalised values); a baseline that cannot be computed is reported in
+    ``.attrs["corrflow"]["skipped"]``.
+
+    Returns a pandas DataFrame, one row per method (index: the obsm keys, ``pca``, ``random``,
+    ``hvg``), one column per metric; the whole report (per-class F1, every Leiden resolution,
+    which method is best per metric) is in ``.attrs["corrflow"]``."""
+    import pandas as pd
+
+    keys = [] if obsm_key is None else [obsm_key] if isinstance(obsm_key, str) else list(obsm_key)
+    embeddings = []
+    for key in keys:
+        if key not in adata.obsm:
+            raise ValueError(f"obsm_key={key!r} is not in adata.obsm (keys: {list(adata.obsm.keys())})")
+        matrix = np.asarray(adata.obsm[key], dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != adata.n_obs:
+            raise ValueError(f"adata.obsm[{key!r}] must be 2-d with one row per cell, got shape {matrix.shape}")
+        embeddings.append((key, np.ascontiguousarray(matrix)))
+    labels = _obs_strings(adata, label, "label")
+    batches = None if batch is None else _obs_strings(adata, batch, "batch")
+    arrays: Dict[str, Any] = {}
+    if baselines:
+        matrix, genes = _counts_and_genes(adata, counts, None)
+        indptr, indices, data, shape = _csr_arrays(matrix)
+        arrays = dict(indptr=indptr, indices=indices, data=data, n_genes=int(shape[1]))
+    report = json.loads(_native.eval_cells(
+        embeddings, labels, batches, counts_name=counts, log1p=log1p,
+        allow_normalized=allow_normalized, baselines=baselines, seed=seed, neighbours=neighbours,
+        lisi_neighbours=lisi_neighbours, resolutions=None if resolutions is None else [float(r) for r in resolutions],
+        n_top_genes=n_top_genes, n_comps=n_comps, folds=folds, label_column=label,
+        batch_column=batch or "batch", **arrays,
+    ))
+    rows = {name: {c: report["methods"][name].get(c) for c in _EVAL_COLUMNS} for name in report["order"]}
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index.name = "method"
+    frame.attrs["corrflow"] = report
+    return frame

@@ -12,6 +12,7 @@ mod annotate;
 mod batches;
 mod corpus;
 mod embed;
+mod eval;
 mod graph;
 mod interrupt;
 mod matrix;
@@ -41,6 +42,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::graph_update, m)?)?;
     m.add_function(wrap_pyfunction!(embed::embed_csr, m)?)?;
     m.add_function(wrap_pyfunction!(annotate::annotate_csr, m)?)?;
+    m.add_function(wrap_pyfunction!(eval::eval_cells, m)?)?;
     m.add_class::<batches::MaskedBatches>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,4 +1,5 @@
-"""corrflow.embed equals `corrflow embed --model` and does not depend on batching."""
+"""corrflow.embed equals `corrflow embed --model`, does not depend on batching, and refuses a
+damaged model."""
 
 import anndata
 import numpy as np
@@ -40,3 +41,25 @@ def test_a_pooling_other_than_the_exported_one_is_refused(onnx_model):
     adata = anndata.read_h5ad(BUNDLED)[:5].copy()
     with pytest.raises(ValueError, match="re-export it"):
         corrflow.embed(adata, onnx_model, pooling="cls", gene_column="gene_ids")
+
+
+def test_a_model_with_any_flipped_byte_is_refused_by_embed_and_annotate(tmp_path, onnx_model):
+    """The package's readers check the model file against the sha256 its sidecar records."""
+    import re
+    import shutil
+
+    model = tmp_path / "model.onnx"
+    shutil.copy(onnx_model, model)
+    shutil.copytree(onnx_model.with_suffix(".vocab"), model.with_suffix(".vocab"))
+    adata = anndata.read_h5ad(BUNDLED)[:5].copy()
+    size = model.stat().st_size
+    for at in [k * (size - 1) // 11 for k in range(12)]:
+        data = bytearray(model.read_bytes())
+        data[at] ^= 0x01
+        model.write_bytes(bytes(data))
+        for read in (corrflow.embed, corrflow.annotate):
+            with pytest.raises(corrflow.CorrflowError, match=re.escape(f"{model}: does not match the checksum")):
+                read(adata, model, key=None, gene_column="gene_ids")
+        data[at] ^= 0x01
+        model.write_bytes(bytes(data))
+    assert corrflow.embed(adata, model, key=None, gene_column="gene_ids").shape[0] == 5

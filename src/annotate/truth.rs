@@ -50,18 +50,19 @@ pub struct TruthReport {
 }
 
 impl Truth {
+    /// Reads the map (its rows for `--truth`'s column are checked by [`Scorer::prepare`], once
+    /// the input is known to have that column, so a wrong column is not blamed on the map).
     pub(crate) fn open(&self, _annotator: &Annotator) -> Result<Scorer> {
-        let map = match &self.map {
-            None => None,
+        let (map, map_columns) = match &self.map {
+            None => (None, Vec::new()),
             Some(p) => {
-                let m = CellTypeMap::read(p)?.for_column(&self.column);
-                if m.is_empty() {
-                    return Err(Error::format(p, format!("has no rows for column '{}'", self.column)));
-                }
-                Some(m)
+                let all = CellTypeMap::read(p)?;
+                let mut columns: Vec<String> = all.rows.iter().map(|r| r.column.clone()).collect();
+                columns.dedup();
+                (Some(all.for_column(&self.column)), columns)
             }
         };
-        Ok(Scorer { column: self.column.clone(), map, map_path: self.map.clone(), ..Default::default() })
+        Ok(Scorer { column: self.column.clone(), map, map_path: self.map.clone(), map_columns, ..Default::default() })
     }
 }
 
@@ -76,6 +77,8 @@ pub(crate) struct Scorer {
     column: String,
     map: Option<BTreeMap<String, Option<String>>>,
     map_path: Option<PathBuf>,
+    /// The columns the map has rows for.
+    map_columns: Vec<String>,
     /// The label terms of the input split the head's leaves (macro-F1 at their level).
     level: Option<LabelLevel>,
     /// (label id, leaf id, call id, label-level class id) of each scored cell.
@@ -94,6 +97,7 @@ impl Scorer {
     /// any cell is scored.
     pub(crate) fn prepare(&mut self, index: &CorpusIndex, annotator: &Annotator) -> Result<()> {
         let labels = CellLabels::read(index, &self.column)?;
+        self.check_labels(&labels.names)?;
         let o = annotator.head.ontology();
         let mut terms: Vec<u32> = labels
             .names
@@ -108,6 +112,30 @@ impl Scorer {
         terms.dedup();
         self.level = Some(LabelLevel::new(&annotator.head, &terms));
         Ok(())
+    }
+
+    /// Refuses labels that cannot be scored at all: a map without rows for the column, or
+    /// free-text labels (no term id among them) without a map.
+    fn check_labels(&self, names: &[String]) -> Result<()> {
+        match (&self.map, &self.map_path) {
+            (Some(map), Some(path)) if map.is_empty() => Err(Error::format(
+                path,
+                format!(
+                    "--truth-map has no rows for --truth's column '{}' (it maps: {}); its first field names the obs column",
+                    self.column,
+                    self.map_columns.join(", ")
+                ),
+            )),
+            (None, _) if !names.is_empty() && !names.iter().any(|l| looks_like_term_id(l)) => {
+                let examples: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+                Err(Error::Usage(format!(
+                    "--truth '{}' holds labels, not ontology term ids (e.g. '{}'): give --truth-map MAP.tsv (from `corrflow ontology map`) to map them to ids",
+                    self.column,
+                    examples.join("', '")
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Records a batch's cells (their calls, and leaf probabilities `k` per cell); their labels
@@ -201,6 +229,32 @@ impl Scorer {
                     f1: l.f1,
                 })
                 .collect(),
+        }
+    }
+}
+
+/// Whether `label` has the shape of an ontology term id (`PREFIX:DIGITS`, as `CL:0000236`).
+fn looks_like_term_id(label: &str) -> bool {
+    match label.split_once(':') {
+        Some((prefix, number)) => {
+            !prefix.is_empty()
+                && prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !number.is_empty()
+                && number.chars().all(|c| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn term_ids_are_told_from_free_text_labels() {
+        for id in ["CL:0000236", "UBERON:0002107", "my_onto:1"] {
+            assert!(super::looks_like_term_id(id), "{id}");
+        }
+        for label in ["B cell", "CD4+ T", "CL:", ":12", "CL:12a", "T:cell"] {
+            assert!(!super::looks_like_term_id(label), "{label}");
         }
     }
 }

@@ -87,19 +87,20 @@ pub(crate) enum GraphCommand {
 /// How cells are grouped into model batches (`embed` and `serve`).
 #[derive(Args, Clone, Copy)]
 pub(crate) struct BatchArgs {
-    /// Most cells per model batch.
-    #[arg(long, default_value_t = 64, visible_alias = "batch-size")]
+    /// Most cells per model batch (1 to 1,048,576).
+    #[arg(long, default_value_t = 64, visible_alias = "batch-size", value_parser = super::bounded::<1, 1_048_576>)]
     pub(crate) max_batch_cells: usize,
-    /// Most padded tokens per model batch (cells × longest cell in it).
-    #[arg(long, default_value_t = 16384)]
+    /// Most padded tokens per model batch (cells × longest cell in it; at least 1, and a batch
+    /// the model can run in the memory available).
+    #[arg(long, default_value_t = 16384, value_parser = super::bounded::<1, { usize::MAX }>)]
     pub(crate) token_budget: usize,
 }
 
 /// Where a graph dataflow runs (timely's own options).
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Worker threads per process.
-    #[arg(short = 'w', long, default_value_t = 1)]
+    /// Worker threads per process (1 to 16 per core).
+    #[arg(short = 'w', long, default_value_t = 1, value_parser = super::parse_threads)]
     pub(crate) workers: usize,
     /// Processes in the cluster (run the same command on each; process 0 writes the graph).
     #[arg(short = 'n', long, default_value_t = 1)]

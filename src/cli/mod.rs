@@ -1,13 +1,17 @@
 //! The command-line interface: subcommands and their arguments (clap derive).
 
+mod eval;
 pub(crate) mod finetune;
 mod graph;
 mod ingest;
 pub(crate) mod ontology;
 pub(crate) mod synth;
+mod values;
 
+pub(crate) use eval::EvalCellsArgs;
 pub(crate) use graph::{BatchArgs, GraphCommand};
 pub(crate) use ingest::{IngestArgs, ReadArgs, VocabCommand};
+pub(crate) use values::{bounded, parse_threads};
 
 use std::path::PathBuf;
 
@@ -30,6 +34,17 @@ pub(crate) struct Cli {
     pub(crate) verbose: u8,
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+impl Cli {
+    /// Parses the command line, exiting with clap's message on an error. Every option that takes
+    /// a value accepts a negative number as that value (`--lr -1`), so the value's own check
+    /// names the flag and its bound instead of clap reading `-1` as an unknown flag.
+    pub(crate) fn parse_args() -> Self {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = values::negative_values(Self::command()).get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
 }
 
 #[derive(Subcommand)]
@@ -134,8 +149,9 @@ pub(crate) struct PerturbArgs {
     /// Only cells whose obs column has this value (COL=VALUE).
     #[arg(long, value_name = "COL=VALUE")]
     pub(crate) cells_where: Option<String>,
-    /// Random gene sets of matched expression for the permutation test.
-    #[arg(long, default_value_t = 20)]
+    /// Random gene sets of matched expression for the permutation test (0 to 10,000; each set
+    /// encodes every cell again).
+    #[arg(long, default_value_t = 20, value_parser = bounded::<0, 10_000>)]
     pub(crate) random_sets: usize,
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -213,21 +229,21 @@ pub(crate) struct ServeArgs {
     pub(crate) runtime: RuntimeArgs,
     #[command(flatten)]
     pub(crate) batching: BatchArgs,
-    /// How long a partly filled batch waits for more requests (ms).
-    #[arg(long, default_value_t = 2)]
+    /// How long a partly filled batch waits for more requests (ms, at most 60,000).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub(crate) batch_wait_ms: u64,
-    /// Requests waiting for the batcher before new ones get 429.
-    #[arg(long, default_value_t = 256)]
+    /// Requests waiting for the batcher before new ones get 429 (1 to 1,048,576).
+    #[arg(long, default_value_t = 256, value_parser = bounded::<1, 1_048_576>)]
     pub(crate) max_queue: usize,
-    /// Larger bodies get 413.
-    #[arg(long, default_value_t = 16 << 20)]
+    /// Larger bodies get 413 (1 byte to 4 GiB).
+    #[arg(long, default_value_t = 16 << 20, value_parser = bounded::<1, 4_294_967_296>)]
     pub(crate) max_body_bytes: usize,
     /// Request bodies held at once (MiB, declared lengths; at least one largest body): a request
-    /// that would pass it gets 429 before its body is read.
-    #[arg(long, default_value_t = 256)]
+    /// that would pass it gets 429 before its body is read. 1 to 1,048,576.
+    #[arg(long, default_value_t = 256, value_parser = bounded::<1, 1_048_576>)]
     pub(crate) max_inflight_mb: usize,
-    /// Most cells in one request (more: 413).
-    #[arg(long, default_value_t = 1024)]
+    /// Most cells in one request (more: 413; 1 to 1,048,576).
+    #[arg(long, default_value_t = 1024, value_parser = bounded::<1, 1_048_576>)]
     pub(crate) max_cells: usize,
     /// Require `Authorization: Bearer TOKEN` (all routes but /health).
     #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
@@ -288,8 +304,8 @@ pub(crate) struct TrainArgs {
 /// ONNX Runtime settings (`--model`, `serve`).
 #[derive(Args, Clone)]
 pub(crate) struct RuntimeArgs {
-    /// ONNX Runtime intra-op threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    /// ONNX Runtime intra-op threads (0 = one per core; at most 16 per core).
+    #[arg(long, default_value_t = 0, value_parser = parse_threads)]
     pub(crate) threads: usize,
     /// cpu, or cuda (CUDA execution provider; needs the onnxruntime-gpu library).
     #[arg(long = "ort-device", value_parser = serde_enum::<RuntimeDevice>, value_name = "cpu|cuda", default_value = "cpu")]
@@ -342,6 +358,10 @@ pub(crate) enum MaskCommand {
 
 #[derive(Subcommand)]
 pub(crate) enum EvalCommand {
+    /// Cell embeddings judged beside PCA / HVG / random-projection baselines computed from the
+    /// same cells in the same run: Leiden clustering (ARI, NMI), label silhouette, logistic and
+    /// k-NN probes, and with --batch the batch-mixing metrics (scib-metrics' definitions).
+    Cells(Box<EvalCellsArgs>),
     /// Probes of frozen cell embeddings under seeded stratified k-fold cross-validation: a
     /// logistic regression and a cosine k-NN vote; accuracy, macro-F1, per-class F1 and AUROC,
     /// mean ± sd over the folds.

@@ -51,7 +51,8 @@ pub struct ModularityArgs {
     /// First seed; trial t uses seed + t (overrides synth.modularity.seed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Runs trained at once (overrides synth.modularity.threads; 0 = all cores).
-    #[arg(long)]
+    /// Runs trained at once (overrides synth.modularity.threads; 0 = all cores; at most 16 per
+    /// core).
+    #[arg(long, value_parser = super::parse_threads)]
     pub threads: Option<usize>,
 }

@@ -3,11 +3,18 @@
 use anyhow::Result;
 use corrflow::config::Config;
 use corrflow::train::finetune::{FinetuneRequest, FinetuneTask, SplitMetrics};
+use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::finetune::FinetuneArgs;
 
 pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> {
+    Overlap::new()
+        .input("--checkpoint", &a.checkpoint)
+        .input("--corpus", &a.corpus)
+        .input_opt("--gene-labels", a.gene_labels.as_deref())
+        .output_dir("--out", &a.out)
+        .check()?;
     let mut c = cfg.finetune.clone();
     c.epochs = a.epochs.unwrap_or(c.epochs);
     c.patience = a.patience.unwrap_or(c.patience);
@@ -23,9 +30,7 @@ pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> 
     let task = match (a.label, a.gene_labels) {
         (Some(column), _) => FinetuneTask::Cell { column, exclude: a.exclude },
         (None, Some(labels)) => {
-            if a.classes.len() < 2 {
-                anyhow::bail!("--gene-labels needs --classes C1,C2,... (its class columns)");
-            }
+            check_classes(&a.classes)?;
             FinetuneTask::Gene { labels, id_column: a.id_column, class_columns: a.classes }
         }
         (None, None) => unreachable!("clap requires --label or --gene-labels"),
@@ -66,4 +71,24 @@ pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> 
         s.checkpoint.as_deref().unwrap_or("-")
     );
     print_summary(json, &human, &s)
+}
+
+/// `--classes`: at least two class columns of `--gene-labels`, each named once.
+fn check_classes(classes: &[String]) -> Result<()> {
+    match classes {
+        [] => anyhow::bail!("--gene-labels needs --classes C1,C2,... (at least two of its class columns)"),
+        [one] => anyhow::bail!(
+            "--classes needs at least two class columns of --gene-labels (got one: '{one}'), e.g. --classes {one},OTHER"
+        ),
+        _ => {}
+    }
+    if let Some(c) = classes.iter().find(|c| c.trim().is_empty()) {
+        anyhow::bail!("--classes: an empty class column name ('{c}')");
+    }
+    for (i, c) in classes.iter().enumerate() {
+        if classes[..i].contains(c) {
+            anyhow::bail!("--classes names '{c}' twice; each class column once");
+        }
+    }
+    Ok(())
 }

@@ -7,6 +7,7 @@ use corrflow::config::{Config, ModelVersion};
 use corrflow::ingest::{build_vocabulary, VocabBuildOptions};
 use corrflow::ingest::{run_ingest, IngestRequest};
 use corrflow::tokenize::{versioned_layout, TokenizeOptions};
+use corrflow::util::paths::Overlap;
 use corrflow::vocab::Vocabulary;
 use corrflow_algorithms::SequenceLayout;
 
@@ -16,6 +17,15 @@ use crate::cli::{IngestArgs, VocabCommand};
 pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
     let progress = !json;
     let version = a.version.unwrap_or(cfg.ingest.version);
+    let overlap = Overlap::new()
+        .inputs("FILE", &a.inputs)
+        .input_opt("--cell-type-map", a.cell_type_map.as_deref())
+        .output_dir("--out", &a.out);
+    let overlap = match &a.hf {
+        Some(hf) => overlap.replaced_dir("--hf", hf),
+        None => overlap,
+    };
+    vocab_input(overlap, &a.vocab).check()?;
     let (vocab, layout) =
         versioned_layout(Vocabulary::resolve(&a.vocab)?, version == ModelVersion::V2, cfg.ingest.max_genes)?;
     let req = IngestRequest {
@@ -68,6 +78,7 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
 
 pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
     let VocabCommand::Build { out, name, alpha, min_cells, read, inputs } = cmd;
+    Overlap::new().inputs("FILE", &inputs).replaced_dir("--out", &out).check()?;
     let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
     let opts = VocabBuildOptions {
         name,
@@ -92,10 +103,21 @@ pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
 }
 
 pub(crate) fn export_hf(corpus: PathBuf, atlas: Vec<String>, out: PathBuf, json: bool) -> Result<()> {
+    Overlap::new().input("--corpus", &corpus).replaced_dir("--out", &out).check()?;
     let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };
     anyhow::ensure!(!names.is_empty(), "{}: no finished atlas in this corpus", corpus.display());
     let dirs: Vec<_> = names.iter().map(|n| corrflow::corpus::atlas_dir(&corpus, n)).collect();
     let rows = corrflow::corpus::export_hf(&dirs, &out)?;
     let summary = serde_json::json!({"command": "export hf", "out": out, "atlases": names, "cells": rows});
     print_summary(json, &format!("exported {rows} cells from {} atlases to {}", names.len(), out.display()), &summary)
+}
+
+/// `overlap` with `--vocab` as an input when it names a directory (not a built-in vocabulary).
+pub(crate) fn vocab_input(overlap: Overlap, vocab: &str) -> Overlap {
+    let dir = std::path::Path::new(vocab);
+    if dir.exists() {
+        overlap.input("--vocab", dir)
+    } else {
+        overlap
+    }
 }

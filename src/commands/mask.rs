@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use corrflow::config::Config;
+use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::MaskCommand;
@@ -9,6 +10,17 @@ use crate::cli::MaskCommand;
 pub(crate) fn mask(cfg: &Config, cmd: MaskCommand, json: bool) -> Result<()> {
     let progress = !json;
     let MaskCommand::Audit { corpus, graph, strategy, lambda, p, seed, epoch, atlas, dump, sweep, plot } = cmd;
+    Overlap::new()
+        .input("--corpus", &corpus)
+        .input("--graph", &graph)
+        .output_opt("--dump", dump.as_deref())
+        .output_opt("--plot", plot.as_deref())
+        .check()?;
+    check_fraction("--lambda", lambda, true)?;
+    check_fraction("--p", p, false)?;
+    for &l in &sweep {
+        check_fraction("--sweep", Some(l), true)?;
+    }
     let mut params = cfg.mask.clone();
     params.lambda = lambda.unwrap_or(params.lambda);
     params.p = p.unwrap_or(params.p);
@@ -44,4 +56,15 @@ pub(crate) fn mask(cfg: &Config, cmd: MaskCommand, json: bool) -> Result<()> {
         }
     }
     print_summary(json, &human, &report)
+}
+
+/// A share flag: `--lambda` and `--sweep` in [0, 1] (`closed`), `--p` in (0, 1).
+pub(crate) fn check_fraction(flag: &str, value: Option<f64>, closed: bool) -> Result<()> {
+    let Some(v) = value else { return Ok(()) };
+    if closed {
+        anyhow::ensure!((0.0..=1.0).contains(&v), "{flag} must be in [0, 1] (got {v})");
+    } else {
+        anyhow::ensure!(v > 0.0 && v < 1.0, "{flag} must be in (0, 1) (got {v})");
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 
 mod annotate;
 mod demo;
+mod eval_cells;
 mod finetune;
 mod graph;
 mod ingest;
@@ -43,7 +44,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Graph(c) => graph::graph(&cfg, c, json),
         Command::Mask(c) => mask::mask(&cfg, c, json),
         Command::Train(a) => train::train(&cfg, a, json),
-        Command::Eval(c) => train::eval(c, json),
+        Command::Eval(c) => train::eval(&cfg, c, json),
         Command::Finetune(a) => finetune::finetune(&cfg, a, json),
         Command::Embed(a) => serve::embed(&cfg, a, json),
         Command::Serve(a) => serve::serve(a, json),

@@ -4,14 +4,31 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use corrflow::config::Config;
+use corrflow::embed::ModelSource;
+use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::{EmbedArgs, PerturbArgs, ServeArgs};
+
+/// `overlap` with the files of the model a command reads: a checkpoint (or run) directory, or an
+/// exported model and its vocabulary directory beside it.
+pub(crate) fn model_inputs(model: &ModelSource, overlap: Overlap) -> Overlap {
+    match model {
+        ModelSource::Checkpoint(dir) => overlap.input("--checkpoint", dir),
+        ModelSource::Onnx(file) => {
+            overlap.input("--model", file).input("--model's vocabulary", corrflow::model_meta::vocab_sidecar(file))
+        }
+    }
+}
 
 pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     let progress = !json;
     let EmbedArgs { source, input, out, h5ad_out, read, obs_columns, pooling, layer, genes, batching, runtime } = args;
     let model = source.source();
+    model_inputs(&model, Overlap::new().input("--input", &input))
+        .output("--out", &out)
+        .output_opt("--h5ad-out", h5ad_out.as_deref())
+        .check()?;
     let req = corrflow::embed::EmbedRequest {
         model,
         input,
@@ -44,6 +61,7 @@ pub(crate) fn import_hf(
     out: &std::path::Path,
     json: bool,
 ) -> Result<()> {
+    super::ingest::vocab_input(Overlap::new().input("--model", model), vocab).output_dir("--out", out).check()?;
     let vocab = corrflow::vocab::Vocabulary::resolve(vocab)?;
     let vocab = if version == corrflow::config::ModelVersion::V2 { vocab.with_v2_specials() } else { vocab };
     let s = corrflow::model::import::import_hf(model, &vocab, out)?;
@@ -67,6 +85,11 @@ pub(crate) fn export_onnx(
     pooling: corrflow::embed::Pooling,
     json: bool,
 ) -> Result<()> {
+    Overlap::new()
+        .input("--checkpoint", &checkpoint)
+        .output("--out", &out)
+        .replaced_dir("--out's vocabulary", corrflow::model_meta::vocab_sidecar(&out))
+        .check()?;
     let s = corrflow::export::export_onnx(&corrflow::export::ExportRequest { checkpoint, out, pooling })?;
     let human = format!(
         "exported step {} ({} layers, hidden {}, {} parameters, {} nodes) -> {} ({:.1} MB) + {}",
@@ -123,11 +146,17 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
 
 pub(crate) fn perturb(cfg: &Config, a: PerturbArgs, json: bool) -> Result<()> {
     let model = a.source.source();
-    let (how, genes) = if a.delete.is_empty() {
-        (corrflow::algorithms::perturb::Perturbation::Overexpress, a.overexpress)
+    model_inputs(&model, Overlap::new().input("--input", &a.input))
+        .input_opt("--module", a.module.as_deref())
+        .output("--out", &a.out)
+        .output_opt("--genes-out", a.genes_out.as_deref())
+        .check()?;
+    let (how, flag, genes) = if a.delete.is_empty() && !a.overexpress.is_empty() {
+        (corrflow::algorithms::perturb::Perturbation::Overexpress, "--overexpress", a.overexpress)
     } else {
-        (corrflow::algorithms::perturb::Perturbation::Delete, a.delete)
+        (corrflow::algorithms::perturb::Perturbation::Delete, "--delete", a.delete)
     };
+    anyhow::ensure!(!genes.is_empty(), "{flag}: the value is empty (Ensembl ids or symbols, comma-separated)");
     let cells_where = a
         .cells_where
         .map(|s| match s.split_once('=') {

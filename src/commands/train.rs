@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use corrflow::config::Config;
+use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::{EvalCommand, TrainArgs};
@@ -24,10 +25,21 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         hce,
         init_from,
     } = args;
+    super::mask::check_fraction("--lambda", lambda, true)?;
+    let w = hce.hce_weight;
+    anyhow::ensure!(w >= 0.0 && w.is_finite(), "--hce-weight must be a finite number ≥ 0 (got {w})");
     let mut train = cfg.train.clone();
     let mut mask = cfg.mask.clone();
     train.corpus = corpus.or(train.corpus);
     train.graph = graph.or(train.graph);
+    Overlap::new()
+        .input_opt("--corpus", train.corpus.as_deref())
+        .input_opt("--graph", train.graph.as_deref())
+        .input_opt("--init-from", init_from.as_deref())
+        .input_opt("--hce-ontology", hce.hce_ontology.as_deref())
+        .output_dir("--out", &out)
+        .output_opt("--dump-batches", dump_batches.as_deref())
+        .check()?;
     train.max_steps = max_steps.unwrap_or(train.max_steps);
     train.device = device.unwrap_or(train.device);
     mask.strategy = strategy.unwrap_or(mask.strategy);
@@ -68,8 +80,9 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
     print_summary(json, &human, &s)
 }
 
-pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
+pub(crate) fn eval(cfg: &Config, cmd: EvalCommand, json: bool) -> Result<()> {
     match cmd {
+        EvalCommand::Cells(a) => super::eval_cells::eval_cells(cfg, *a, json),
         EvalCommand::Probe {
             embeddings,
             label,
@@ -97,6 +110,11 @@ pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
             json,
         ),
         EvalCommand::Genes { embeddings, labels, id_column, positive, negative, folds, seed, alpha, neighbours } => {
+            check_alpha(alpha)?;
+            anyhow::ensure!(neighbours >= 1, "--neighbours must be at least 1 (got 0)");
+            // The labels as a spreadsheet writes them, each gene with one label (a gene listed
+            // with both is refused, naming its lines).
+            corrflow::util::csv::read_gene_classes(&labels, &id_column, &[positive.clone(), negative.clone()])?;
             let req = corrflow::eval::GeneEvalRequest {
                 embeddings,
                 labels,
@@ -118,13 +136,19 @@ pub(crate) fn eval(cmd: EvalCommand, json: bool) -> Result<()> {
     }
 }
 
+/// `--alpha`: the L2 penalty, a finite number > 0.
+fn check_alpha(alpha: f64) -> Result<()> {
+    anyhow::ensure!(alpha > 0.0 && alpha.is_finite(), "--alpha must be a finite number > 0 (got {alpha})");
+    Ok(())
+}
+
 fn probe(req: corrflow::eval::ProbeRequest, json: bool) -> Result<()> {
-    anyhow::ensure!(
-        (0.0..1.0).contains(&req.test_fraction) && req.test_fraction > 0.0,
-        "--test-fraction must be in (0, 1)"
-    );
-    anyhow::ensure!(req.rare_fraction > 0.0 && req.rare_fraction <= 1.0, "--rare-fraction must be in (0, 1]");
-    anyhow::ensure!(req.folds >= 1 && req.neighbours >= 1, "--folds and --neighbours must be at least 1");
+    let (t, r) = (req.test_fraction, req.rare_fraction);
+    anyhow::ensure!(t > 0.0 && t < 1.0, "--test-fraction must be in (0, 1) (got {t})");
+    anyhow::ensure!(r > 0.0 && r <= 1.0, "--rare-fraction must be in (0, 1] (got {r})");
+    anyhow::ensure!(req.folds >= 1, "--folds must be at least 1 (got 0)");
+    anyhow::ensure!(req.neighbours >= 1, "--neighbours must be at least 1 (got 0)");
+    check_alpha(req.alpha)?;
     let r = corrflow::eval::probe(&req)?;
     let mut human = format!(
         "probe '{}': {} cells, {} classes, {} fold(s): logistic accuracy {:.4} ± {:.4}, macro-F1 {:.4} ± {:.4}, macro-AUROC {:.4} ± {:.4}; {}-NN accuracy {:.4} ± {:.4}, macro-F1 {:.4} ± {:.4}; rare-class macro-F1 {:.4} ({})",

@@ -88,17 +88,32 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
     if let Some(g) = &req.genes_out {
         corrflow_io::util::atomic::check_writable(g)?;
     }
+    if req.random_sets > MAX_RANDOM_SETS {
+        return Err(Error::Usage(format!(
+            "--random-sets must be at most {MAX_RANDOM_SETS} (got {}): each set encodes every cell again",
+            req.random_sets
+        )));
+    }
+    let flag = flag_of(req.how);
+    if let Some(i) = req.genes.iter().position(|g| g.trim().is_empty()) {
+        return Err(Error::Usage(format!(
+            "{flag}: gene {} of {} is empty (Ensembl ids or symbols, comma-separated)",
+            i + 1,
+            req.genes.len()
+        )));
+    }
     let start = Instant::now();
     let mut encoder = open_encoder(&req.model, None, -1, &req.runtime)?;
     corrflow_io::encode::check_batch_memory(encoder.as_ref(), req.token_budget)?;
     let vocab = encoder.vocab().clone();
+    let (tokens, partners) = resolve_genes(&vocab, &req.genes, req.module.as_deref())?;
+    check_random_set_memory(req.random_sets, tokens.len())?;
     let mut read = req.read.clone();
     if let Some((col, _)) = &req.cells_where {
         read.obs_columns = vec![col.clone()];
     }
     let (_scratch, index, _) =
         tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
-    let (tokens, partners) = resolve_genes(&vocab, &req.genes, req.module.as_deref())?;
     let layout = encoder.layout();
     // Expression counts only serve the matched random sets: without them, no pass over the cells.
     let sets = if req.random_sets > 0 {
@@ -134,6 +149,15 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
             None => format!("{}: no cell could be tokenized with the model's vocabulary", req.input.display()),
         }));
     }
+    if tally.sums[0].1 == 0 {
+        writer.abandon();
+        return Err(Error::Usage(format!(
+            "{flag} {}: none of the {} cells expresses {} (among its model input genes), so there is nothing to delete and no shift to measure",
+            req.genes.join(","),
+            tally.cells,
+            if req.genes.len() == 1 { "this gene" } else { "any of these genes" }
+        )));
+    }
     writer.finish(&req.out)?;
     let (cells, sums, gene_shifts) = (tally.cells, tally.sums, tally.genes);
     let genes_shifted = match (&gene_shifts, &req.genes_out) {
@@ -161,6 +185,31 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         genes_shifted,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The most random gene sets `perturb` draws: each set encodes every selected cell once more.
+pub const MAX_RANDOM_SETS: usize = 10_000;
+
+/// The flag that names the genes of a perturbation.
+fn flag_of(how: Perturbation) -> &'static str {
+    match how {
+        Perturbation::Delete => "--delete",
+        Perturbation::Overexpress => "--overexpress",
+    }
+}
+
+/// Refuses random sets whose bookkeeping (each set's genes, its slot in the pass and its sums,
+/// about 64 + 4 bytes per gene) would not fit in half the memory available now.
+fn check_random_set_memory(sets: usize, genes: usize) -> Result<()> {
+    let need = (sets as u128) * (64 + 4 * genes as u128);
+    match corrflow_io::util::available_memory() {
+        Some(free) if need > free as u128 / 2 => Err(Error::Usage(format!(
+            "--random-sets {sets} of {genes} genes each needs about {:.1} GB, more than half the {:.1} GB available; use fewer sets",
+            need as f64 / 1e9,
+            free as f64 / 1e9
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The fixed parts of the perturbation pass: the gene sets (the perturbed genes first, then the

@@ -39,13 +39,10 @@ impl MaskContext {
         let table = match graph {
             Some(g) => {
                 if g.info.vocab_hash != info.vocab_hash {
+                    let (built, uses) = corrflow_io::util::distinct_hashes(&g.info.vocab_hash, &info.vocab_hash);
                     return Err(Error::conflict(
                         graph_dir,
-                        format!(
-                            "graph was built with vocabulary {} but the corpus uses {}",
-                            short(&g.info.vocab_hash),
-                            short(&info.vocab_hash)
-                        ),
+                        format!("graph was built with vocabulary {built} but the corpus uses {uses}"),
                     ));
                 }
                 if g.genes.len() > corrflow_algorithms::mask::MAX_GRAPH_GENES {
@@ -122,10 +119,6 @@ impl MaskContext {
             pad: self.pad,
         }
     }
-}
-
-fn short(hash: &str) -> &str {
-    &hash[..hash.len().min(12)]
 }
 
 /// Unigram and adjacent-pair counts of the gene tokens of every cell in `index`.

@@ -4,7 +4,9 @@
 //! OUT/checkpoints/step-00000100/model.bin   burn record (full precision)
 //!                               optim.bin   AdamW moments (per parameter)
 //!                               state.json  step, next batch, epoch, config, vocabulary hash,
-//!                                           sha256 of the two records (written last)
+//!                                           sha256 of the two records (written last), and as
+//!                                           its last field state_sha256: the sha256 of its own
+//!                                           bytes before it (`corrflow_io::util::sealed`)
 //! OUT/checkpoints/.step-00000100.partial/   a checkpoint being written
 //! ```
 //! The learning-rate schedule and every random stream are functions of the step and the seed,
@@ -17,11 +19,14 @@ use serde::{Deserialize, Serialize};
 use crate::train_config::TrainConfig;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::model_meta::ModelConfig;
-use corrflow_io::util::atomic::{publish_dir, write_json_atomic};
+use corrflow_io::util::atomic::{publish_dir, write_atomic};
+use corrflow_io::util::sealed;
 
 pub const MODEL_FILE: &str = "model.bin";
 pub const OPTIM_FILE: &str = "optim.bin";
 pub const STATE_FILE: &str = "state.json";
+/// The last field of `state.json`: the sha256 of the file's bytes before it.
+pub const STATE_CHECKSUM_KEY: &str = "state_sha256";
 
 /// `state.json` of a checkpoint.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,24 +76,38 @@ pub enum Purpose {
     Resume,
 }
 
-/// A finished checkpoint directory: its state, verified against the checksums of the records
-/// `purpose` needs.
+/// A finished checkpoint directory: its state, checked against its own checksum, and the
+/// records `purpose` needs, checked against the checksums the state records. The one check of a
+/// checkpoint before it is used.
 pub fn load_state(dir: &Path, purpose: Purpose) -> Result<CheckpointState> {
     let p = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&p).at(&p)?;
+    let bytes = std::fs::read(&p).at(&p)?;
+    sealed::verify(&p, &bytes, STATE_CHECKSUM_KEY)?;
     let state: CheckpointState =
-        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid checkpoint state: {e}")))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::format(&p, format!("invalid checkpoint state: {e}")))?;
     let mut files = vec![(MODEL_FILE, &state.model_sha256)];
     if purpose == Purpose::Resume {
         files.push((OPTIM_FILE, &state.optim_sha256));
     }
     for (file, sum) in files {
         let f = dir.join(file);
-        if &corrflow_io::util::sha256_file(&f)? != sum {
-            return Err(Error::format(&f, "checkpoint file does not match its checksum (truncated or modified)"));
+        let actual = corrflow_io::util::sha256_file(&f)?;
+        if &actual != sum {
+            return Err(Error::format(
+                &f,
+                format!(
+                    "checkpoint file does not match its checksum (truncated or modified): sha256 {actual}, \
+                     {STATE_FILE} records {sum}"
+                ),
+            ));
         }
     }
     Ok(state)
+}
+
+/// Writes a checkpoint's `state.json` (atomically), sealed with the checksum of its bytes.
+pub fn write_state(path: &Path, state: &CheckpointState) -> Result<()> {
+    write_atomic(path, &sealed::to_sealed_json(path, state, STATE_CHECKSUM_KEY)?)
 }
 
 /// The latest finished checkpoint of a run directory.
@@ -139,7 +158,7 @@ pub fn save(
         write_records(stage)?;
         state.model_sha256 = corrflow_io::util::sha256_file(&stage.join(MODEL_FILE))?;
         state.optim_sha256 = corrflow_io::util::sha256_file(&stage.join(OPTIM_FILE))?;
-        write_json_atomic(&stage.join(STATE_FILE), &state)
+        write_state(&stage.join(STATE_FILE), &state)
     })?;
     let mut all: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))
         .at(checkpoints_dir(out))?

@@ -1,10 +1,14 @@
 //! SVG line and heat-map panels (plotters' SVG backend: no system fonts needed), written atomically.
 
+mod scatter;
+
 use std::path::Path;
 
 use plotters::prelude::*;
 
 use corrflow_io::error::{Error, Result};
+
+pub use scatter::scatter_and_bars;
 
 /// One named line of a chart.
 #[derive(Clone, Debug)]

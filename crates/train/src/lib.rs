@@ -4,7 +4,6 @@
 
 /// The training data plan, which lives with the masking stage (the Python loader uses it too).
 pub use corrflow_mask::plan as data;
-pub mod eval;
 pub mod finetune;
 pub mod hce;
 mod held_out;

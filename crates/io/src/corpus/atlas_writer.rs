@@ -58,16 +58,12 @@ pub fn prepare_atlas(corpus: &Path, atlas: &str, info: &CorpusInfo) -> Result<Pa
     }
     if let Some(existing) = super::read_info(corpus)? {
         if &existing != info {
+            let (theirs, ours) = crate::util::distinct_hashes(&existing.vocab_hash, &info.vocab_hash);
             return Err(Error::conflict(
                 corpus.join(CORPUS_INFO),
                 format!(
-                    "corpus uses vocabulary '{}' ({}…) with layout {:?}; this ingest uses '{}' ({}…) with {:?}",
-                    existing.vocab_name,
-                    &existing.vocab_hash[..12],
-                    existing.layout,
-                    info.vocab_name,
-                    &info.vocab_hash[..12],
-                    info.layout
+                    "corpus uses vocabulary '{}' ({theirs}) with layout {:?}; this ingest uses '{}' ({ours}) with {:?}",
+                    existing.vocab_name, existing.layout, info.vocab_name, info.layout
                 ),
             ));
         }

@@ -1,8 +1,10 @@
 //! What describes a model apart from its weights: the architecture ([`ModelConfig`]), how cells
 //! are pooled ([`Pooling`]), and the metadata an exported ONNX model carries ([`ModelMeta`],
-//! read by [`open_exported`] without running the model). Plain data, so the server and the
-//! ONNX Runtime backend read it without depending on burn.
+//! read by [`open_exported`] without running the model, after checking the file against the
+//! checksum its sidecar records: [`integrity`]). Plain data, so the server and the ONNX Runtime
+//! backend read it without depending on burn.
 
+pub mod integrity;
 pub mod memory;
 pub mod proto;
 
@@ -301,9 +303,24 @@ pub struct ExportedModel {
     pub vocab: Vocabulary,
 }
 
-/// Reads `model.onnx`'s metadata (without running it) and its vocabulary sidecar.
+/// Reads `model.onnx`'s metadata (without running it) and its vocabulary sidecar, after checking
+/// the file against the checksum the sidecar records.
 pub fn open_exported(path: &Path) -> Result<ExportedModel> {
+    read_exported(path).map(|(model, _)| model)
+}
+
+/// [`open_exported`], and the model file's bytes that were checked, so that a runtime builds its
+/// session from exactly those.
+pub fn read_exported(path: &Path) -> Result<(ExportedModel, Vec<u8>)> {
     let bytes = std::fs::read(path).at(path)?;
+    let sidecar = vocab_sidecar(path);
+    if !sidecar.is_dir() {
+        return Err(Error::format(
+            path,
+            format!("its vocabulary directory {} is missing (export writes it next to the model)", sidecar.display()),
+        ));
+    }
+    integrity::verify_model(path, &bytes)?;
     let model = ModelMetadataProto::decode(bytes.as_slice())
         .map_err(|e| Error::format(path, format!("not an ONNX model (protobuf decoding failed: {e})")))?;
     let meta = model
@@ -313,13 +330,6 @@ pub fn open_exported(path: &Path) -> Result<ExportedModel> {
         .ok_or_else(|| Error::format(path, format!("no {META_KEY} metadata: not a model exported by corrflow")))?;
     let meta: ModelMeta = serde_json::from_str(&meta.value)
         .map_err(|e| Error::format(path, format!("invalid {META_KEY} metadata: {e}")))?;
-    let sidecar = vocab_sidecar(path);
-    if !sidecar.is_dir() {
-        return Err(Error::format(
-            path,
-            format!("its vocabulary directory {} is missing (export writes it next to the model)", sidecar.display()),
-        ));
-    }
     let vocab = Vocabulary::load_dir(&sidecar)?;
     let vocab = if meta.layout.cls.is_some() { vocab.with_v2_specials() } else { vocab };
     if vocab.hash() != meta.vocab_hash || vocab.len() != meta.vocab_size {
@@ -328,5 +338,5 @@ pub fn open_exported(path: &Path) -> Result<ExportedModel> {
             format!("vocabulary hash {} does not match the model's {}", vocab.hash(), meta.vocab_hash),
         ));
     }
-    Ok(ExportedModel { path: path.to_path_buf(), meta, vocab })
+    Ok((ExportedModel { path: path.to_path_buf(), meta, vocab }, bytes))
 }

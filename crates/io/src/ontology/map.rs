@@ -34,6 +34,45 @@ pub struct MapRow {
     pub cells: u64,
 }
 
+/// A text field of a map: a backslash, TAB, newline or carriage return in a label is written as
+/// `\\`, `\t`, `\n` or `\r`, so every label survives the round trip through the TSV.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The text of an [`escape`]d field (a backslash before any other character stays as it is).
+pub fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let decoded = match (c, chars.peek()) {
+            ('\\', Some('\\')) => Some('\\'),
+            ('\\', Some('t')) => Some('\t'),
+            ('\\', Some('n')) => Some('\n'),
+            ('\\', Some('r')) => Some('\r'),
+            _ => None,
+        };
+        match decoded {
+            Some(d) => {
+                chars.next();
+                out.push(d);
+            }
+            None => out.push(c),
+        }
+    }
+    out
+}
+
 /// A label → term map (see the module documentation).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CellTypeMap {
@@ -77,14 +116,14 @@ impl CellTypeMap {
                     if id.is_empty() { "needs" } else { "cannot have" }
                 )));
             }
-            if !seen.insert((f[0].to_string(), f[1].to_string())) {
+            if !seen.insert((unescape(f[0]), unescape(f[1]))) {
                 return Err(at(format!("label '{}' of column '{}' appears twice", f[1], f[0])));
             }
             rows.push(MapRow {
-                column: f[0].to_string(),
-                label: f[1].to_string(),
+                column: unescape(f[0]),
+                label: unescape(f[1]),
                 cl_id: (!id.is_empty()).then(|| id.to_string()),
-                cl_label: f[3].to_string(),
+                cl_label: unescape(f[3]),
                 matched,
                 cells,
             });
@@ -100,7 +139,7 @@ impl CellTypeMap {
         }
         let _ = writeln!(out, "{HEADER}");
         for r in &self.rows {
-            let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+            let clean = escape;
             let _ = writeln!(
                 out,
                 "{}\t{}\t{}\t{}\t{}\t{}",
@@ -225,6 +264,16 @@ mod tests {
         std::fs::write(&p, map.to_tsv(&["note".into()])).unwrap();
         assert_eq!(CellTypeMap::read(&p).unwrap(), map);
         assert_eq!(map.for_column("c")["Mouse"], None);
+        // Issue 43: TAB, newline and backslash inside a label survive the round trip, so ingest
+        // accepts the map `ontology map` wrote.
+        let mut odd = map.clone();
+        odd.rows[0].label = "B\tcell\nnew \\ line\\t".into();
+        odd.rows[0].cl_label = "T\tcell".into();
+        std::fs::write(&p, odd.to_tsv(&[])).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert_eq!(CellTypeMap::read(&p).unwrap(), odd);
+        assert_eq!(unescape("a\\qb\\"), "a\\qb\\");
         for (body, needle) in [
             ("c\tT\tCL:1\tT\texact\n", "header"),
             (&format!("{HEADER}\nc\tT\tCL:1\n") as &str, "line 2: 3 tab-separated fields"),

@@ -65,9 +65,10 @@ pub fn load(path: &Path) -> Result<LoadedOntology> {
     } else {
         bytes
     };
-    let raw: BTreeMap<String, RawTerm> = serde_json::from_slice(&json).map_err(|e| {
+    let RawTerms(listed) = serde_json::from_slice(&json).map_err(|e| {
         Error::format(path, format!("not an ontology JSON (an object of term id → {{label, ancestors, ...}}): {e}"))
     })?;
+    let raw = checked_terms(path, listed)?;
     let deprecated = raw.values().filter(|t| t.deprecated).count();
     let live = |id: &String| raw.get(id).is_some_and(|t| !t.deprecated);
     let terms: Vec<Term> = raw
@@ -89,6 +90,51 @@ pub fn load(path: &Path) -> Result<LoadedOntology> {
         .collect();
     let ontology = Ontology::new(terms).map_err(|e| Error::format(path, e.to_string()))?;
     Ok(LoadedOntology { path: path.to_path_buf(), ontology, version: version_of(path, &sha256), sha256, deprecated })
+}
+
+/// The terms in file order, duplicates kept (a JSON object may repeat a key, which a map would
+/// silently collapse to its last value).
+struct RawTerms(Vec<(String, RawTerm)>);
+
+impl<'de> Deserialize<'de> for RawTerms {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawTerms;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of term id → term")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> std::result::Result<RawTerms, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = m.next_entry::<String, RawTerm>()? {
+                    out.push(entry);
+                }
+                Ok(RawTerms(out))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// The terms by id: an id listed twice, or a parent (an ancestor at distance 1) that is not a
+/// term of the file, is an error naming it.
+fn checked_terms(path: &Path, listed: Vec<(String, RawTerm)>) -> Result<BTreeMap<String, RawTerm>> {
+    let mut raw = BTreeMap::new();
+    for (id, term) in listed {
+        if raw.contains_key(&id) {
+            return Err(Error::format(path, format!("term id '{id}' appears twice")));
+        }
+        raw.insert(id, term);
+    }
+    for (id, t) in raw.iter().filter(|(_, t)| !t.deprecated) {
+        if let Some(p) = t.ancestors.iter().find(|(a, &d)| d == 1 && !raw.contains_key(*a)).map(|(a, _)| a) {
+            return Err(Error::format(
+                path,
+                format!("term '{id}' has the parent '{p}', which is not a term of this file"),
+            ));
+        }
+    }
+    Ok(raw)
 }
 
 fn version_of(path: &Path, sha256: &str) -> String {
@@ -133,6 +179,8 @@ mod tests {
         for (name, bytes) in [
             ("broken.json", b"{\"CL:1\": {\"label\": 3}}".to_vec()),
             ("bad.json.zst", vec![0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3]),
+            ("twice.json", br#"{"a": {"label": "a"}, "a": {"label": "b"}}"#.to_vec()),
+            ("orphan.json", br#"{"a": {"label": "a", "ancestors": {"zz": 1}}}"#.to_vec()),
             (
                 "dangling.json",
                 br#"{"a": {"label": "a", "ancestors": {"b": 1}}, "b": {"label": "b", "ancestors": {"a": 1}}}"#.to_vec(),
@@ -142,6 +190,11 @@ mod tests {
             std::fs::write(&path, bytes).unwrap();
             let e = load(&path).unwrap_err().to_string();
             assert!(e.contains(name), "{e}");
+            match name {
+                "twice.json" => assert!(e.contains("term id 'a' appears twice"), "{e}"),
+                "orphan.json" => assert!(e.contains("parent 'zz', which is not a term of this file"), "{e}"),
+                _ => {}
+            }
         }
     }
 }

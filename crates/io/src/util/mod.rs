@@ -1,8 +1,11 @@
 //! Small shared pieces: atomic file writes, checksums, process memory.
 
 pub mod atomic;
+pub mod csv;
 pub mod lock;
 pub mod parquet_out;
+pub mod paths;
+pub mod sealed;
 pub mod writeback;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +23,23 @@ pub fn available_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Two hashes (hex digests) shortened for a message: 12 digits each, or as many as it takes
+/// to show where they differ (four past the first difference), so two different hashes never
+/// print the same; a hash damaged into any text is cut at a character, never mid-character.
+pub fn distinct_hashes(a: &str, b: &str) -> (String, String) {
+    let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    let n = 12.max(common + 4);
+    let cut = |h: &str| {
+        let s: String = h.chars().take(n).collect();
+        if h.chars().count() > n {
+            format!("{s}…")
+        } else {
+            s
+        }
+    };
+    (cut(a), cut(b))
 }
 
 /// sha256 of a file's bytes, hex-encoded.
@@ -104,6 +124,15 @@ pub fn peak_rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shortened_hashes_show_where_they_differ() {
+        let a = "3b450eb1fd23aa00ff";
+        let pair = |x: &str, y: &str| (x.to_string(), y.to_string());
+        assert_eq!(distinct_hashes(a, "3b450eb1fd23aa01ff"), pair(a, "3b450eb1fd23aa01ff"));
+        assert_eq!(distinct_hashes(a, "9b450eb1fd23aa00ff").0, "3b450eb1fd23…");
+        assert_eq!(distinct_hashes("3b45é0", "3b45x0"), pair("3b45é0", "3b45x0"));
+    }
 
     #[test]
     fn hashing_writer_checksum_equals_the_written_files() {

@@ -7,10 +7,12 @@
 //!                   (cells) or [batch, sequence, classes] (genes);
 //!                   metadata_props: corrflow.config (model config JSON), corrflow.vocab_hash,
 //!                   corrflow.meta (everything a runtime needs to tokenize: layout, max length, pooling)
-//! model.vocab/      the vocabulary's tables (token, median, symbol TSVs), hash-checked on load
+//! model.vocab/      the vocabulary's tables (token, median, symbol TSVs), hash-checked on load,
+//!                   and model.sha256: the model file's sha256 (`sha256sum`'s line), which every
+//!                   reader checks before it uses the model (`model_meta::integrity`)
 //! ```
 //! The sidecar is published first and the model last, so a model file that exists is complete
-//! and finds its vocabulary; a stale sidecar is caught by the hash.
+//! and finds its vocabulary; a stale sidecar is caught by the hashes.
 
 pub mod encoder;
 pub mod graph;
@@ -22,6 +24,7 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::model_meta::integrity::write_model_checksum;
 use corrflow_io::model_meta::{
     vocab_sidecar, ClassifierTask, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
 };
@@ -138,9 +141,10 @@ fn model_proto(graph: GraphProto, state: &CheckpointState, vocab: &Vocabulary, p
     }
 }
 
-/// The model and its vocabulary sidecar, atomically. The model is written first, under its
-/// temporary name, so that a full disk cannot leave a vocabulary sidecar without its model; it
-/// is renamed into place after the sidecar.
+/// The model and its sidecar (vocabulary and the model's checksum), atomically. The model is
+/// written first, under its temporary name, so that a full disk cannot leave a sidecar without
+/// its model; it is renamed into place after the sidecar. (Replacing an export, a crash between
+/// the two leaves the old model with the new checksum: refused on load, never used.)
 fn write_model(bytes: &[u8], vocab: &Vocabulary, sidecar: &Path, out: &Path) -> Result<()> {
     let tmp = temp_path(out);
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -149,20 +153,17 @@ fn write_model(bytes: &[u8], vocab: &Vocabulary, sidecar: &Path, out: &Path) -> 
     let written = std::fs::write(&tmp, bytes)
         .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
         .at(&tmp)
-        .and_then(|()| publish_vocab(vocab, sidecar))
+        .and_then(|()| {
+            publish_dir(sidecar, |stage| {
+                vocab.write_dir(stage)?;
+                write_model_checksum(stage, out, bytes)
+            })
+        })
         .and_then(|()| commit(&tmp, out));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     written
-}
-
-/// Writes the vocabulary directory next to the model: staged, then renamed into place.
-fn publish_vocab(vocab: &Vocabulary, dir: &Path) -> Result<()> {
-    if dir.is_dir() && Vocabulary::load_dir(dir).is_ok_and(|v| v.hash() == vocab.hash()) {
-        return Ok(());
-    }
-    publish_dir(dir, |stage| vocab.write_dir(stage).map(drop))
 }
 
 /// JSON text of a plain struct (its serialization cannot fail).

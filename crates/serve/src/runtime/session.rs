@@ -11,7 +11,7 @@ use corrflow_algorithms::SequenceLayout;
 use corrflow_io::encode::{Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::model_meta::{
-    open_exported, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, PROBABILITIES,
+    read_exported, ModelMeta, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, PROBABILITIES,
 };
 use corrflow_io::vocab::Vocabulary;
 
@@ -55,8 +55,10 @@ fn ort_err<'a>(path: &'a Path, what: &'a str) -> impl FnOnce(ort::Error) -> Erro
 }
 
 impl OrtEncoder {
+    /// Opens an exported model: checked against the checksum its sidecar records
+    /// ([`read_exported`]), and the session built from the very bytes that were checked.
     pub fn open(path: &Path, opts: &RuntimeOptions) -> Result<Self> {
-        let exported = open_exported(path)?;
+        let (exported, bytes) = read_exported(path)?;
         let (library, env) = library::environment()?;
         let mut builder = Session::builder(env).map_err(ort_err(path, "session builder"))?;
         if opts.threads > 0 {
@@ -67,7 +69,8 @@ impl OrtEncoder {
                 |e| ort_err(path, "CUDA execution provider (is this the onnxruntime-gpu library?)")(e.into()),
             )?;
         }
-        let session = builder.commit_from_file(path).map_err(ort_err(path, "loading the model"))?;
+        let session = builder.commit_from_memory(&bytes).map_err(ort_err(path, "loading the model"))?;
+        drop(bytes);
         let run_options = RunOptions::new()
             .map_err(ort_err(path, "run options"))?
             .with_outputs(OutputSelector::no_default().with(CELL_EMBEDDING));

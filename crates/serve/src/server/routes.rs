@@ -99,7 +99,15 @@ async fn embed(State(s): State<Arc<AppState>>, req: Request) -> Response {
 
 /// `POST /v1/annotate?threshold=τ`: the same bodies as `/v1/embed`; each cell's Cell Ontology
 /// calls from the model's hierarchical head (404 for a model without one).
-async fn annotate(State(s): State<Arc<AppState>>, Query(q): Query<AnnotateQuery>, req: Request) -> Response {
+async fn annotate(
+    State(s): State<Arc<AppState>>,
+    q: Result<Query<AnnotateQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return error(422, format!("threshold must be a number in [0, 1] ({})", e.body_text())),
+    };
     let Some(ready) = s.ready.get() else {
         return error(503, "the model is still loading; retry shortly");
     };
@@ -161,8 +169,13 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
     };
     let body = match axum::body::to_bytes(req.into_body(), s.options.max_body_bytes).await {
         Ok(b) => b,
-        Err(_) => {
-            return Err(error(413, format!("the body is over the length limit of {} bytes", s.options.max_body_bytes)))
+        Err(e) => {
+            let e = e.into_inner();
+            if over_length_limit(&*e) {
+                let limit = s.options.max_body_bytes;
+                return Err(error(413, format!("the body is over the length limit of {limit} bytes")));
+            }
+            return Err(error(400, format!("the request body could not be read (malformed or cut off): {e}")));
         }
     };
     let parsed =
@@ -184,6 +197,19 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
         Ok(Err(e)) => Err(error(500, format!("inference failed: {e}"))),
         Err(_) => Err(error(503, "the server is shutting down")),
     }
+}
+
+/// Whether a body read failed because the body passed the length limit (anything else, such as
+/// a malformed chunked encoding or a connection closed mid-body, is the client's malformed body).
+fn over_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// How long a refused request's body is read and dropped after its 429 is sent.

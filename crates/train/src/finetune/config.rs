@@ -60,29 +60,71 @@ impl Default for FinetuneConfig {
 }
 
 impl FinetuneConfig {
+    /// Each setting against its bound; the message names the flag, the config key, the bound and
+    /// the value given.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        let f = (self.validation_fraction, self.test_fraction);
-        if !(f.0 > 0.0 && f.0 < 0.5 && (0.0..0.5).contains(&f.1)) {
+        let (v, t) = (self.validation_fraction, self.test_fraction);
+        if !(v > 0.0 && v < 0.5) {
             return Err(format!(
-                "finetune.validation_fraction must be in (0, 0.5) (early stopping needs it) and test_fraction in [0, 0.5); got {} and {}",
-                f.0, f.1
+                "--validation-fraction (finetune.validation_fraction) must be in (0, 0.5), early stopping needs it (got {v})"
             ));
         }
-        if self.epochs == 0 || self.patience == 0 || self.batch_size == 0 || self.log_every == 0 {
-            return Err("finetune.epochs, patience, batch_size and log_every must be > 0".into());
+        if !(0.0..0.5).contains(&t) {
+            return Err(format!("--test-fraction (finetune.test_fraction) must be in [0, 0.5) (got {t})"));
         }
-        if self.batch_size > 1 << 20 || self.shuffle_buffer > 1 << 24 {
-            return Err(format!(
-                "finetune.batch_size ({}) must be at most {} and shuffle_buffer ({}) at most {} cells",
-                self.batch_size,
-                1 << 20,
-                self.shuffle_buffer,
-                1 << 24
-            ));
+        for (name, n) in [
+            ("--epochs (finetune.epochs)", self.epochs),
+            ("--patience (finetune.patience)", self.patience),
+            ("--batch-size (finetune.batch_size)", self.batch_size),
+            ("finetune.log_every", self.log_every as usize),
+        ] {
+            if n == 0 {
+                return Err(format!("{name} must be at least 1 (got 0)"));
+            }
         }
-        if !(self.lr > 0.0 && self.lr.is_finite()) || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
-            return Err("finetune.lr must be > 0, weight_decay and grad_clip ≥ 0".into());
+        let limits = [
+            ("--epochs (finetune.epochs)", self.epochs, 1_000_000),
+            ("--batch-size (finetune.batch_size)", self.batch_size, 1 << 20),
+            ("finetune.shuffle_buffer", self.shuffle_buffer, 1 << 24),
+        ];
+        for (name, n, max) in limits {
+            if n > max {
+                return Err(format!("{name} must be at most {max} (got {n})"));
+            }
+        }
+        if !(self.lr > 0.0) {
+            return Err(format!("--lr (finetune.lr) must be > 0 (got {})", self.lr));
+        }
+        if !self.lr.is_finite() {
+            return Err(format!("--lr (finetune.lr) must be a finite number (got {})", self.lr));
+        }
+        for (name, x) in [("finetune.weight_decay", self.weight_decay), ("finetune.grad_clip", self.grad_clip)] {
+            if !(x >= 0.0 && x.is_finite()) {
+                return Err(format!("{name} must be a finite number ≥ 0 (got {x})"));
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_bound_names_its_flag_and_the_value() {
+        let bad = |f: fn(&mut FinetuneConfig)| {
+            let mut c = FinetuneConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(bad(|c| c.lr = -1.0), "--lr (finetune.lr) must be > 0 (got -1)");
+        assert!(bad(|c| c.lr = f64::INFINITY).contains("--lr (finetune.lr) must be a finite number (got inf)"));
+        assert!(bad(|c| c.lr = f64::NAN).contains("got NaN"));
+        assert!(bad(|c| c.validation_fraction = -0.1).contains("--validation-fraction"));
+        assert!(bad(|c| c.validation_fraction = -0.1).contains("(got -0.1)"));
+        assert!(bad(|c| c.test_fraction = 0.7).contains("--test-fraction"));
+        assert!(bad(|c| c.epochs = 0).contains("--epochs (finetune.epochs) must be at least 1"));
+        assert!(FinetuneConfig::default().validate().is_ok());
     }
 }

@@ -9,7 +9,7 @@ use corrflow_io::error::{Error, Result};
 use corrflow_io::vocab::Vocabulary;
 use serde::{Deserialize, Serialize};
 
-use crate::eval::genes::read_gene_classes;
+use corrflow_io::util::csv::read_gene_classes;
 
 /// What is classified, and where its labels come from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -115,8 +115,15 @@ struct Setup<B: TrainingBackend> {
 
 fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Result<Setup<B>> {
     let c = &req.config;
-    c.validate().map_err(|m| Error::invalid(&req.out, m))?;
+    c.validate().map_err(Error::Usage)?;
     let base = load_checkpoint::<B>(&req.checkpoint, device)?;
+    let positions = base.state.model.max_positions;
+    if c.max_len > positions {
+        return Err(Error::Usage(format!(
+            "--max-len (finetune.max_len) must be at most the model's {positions} positions (got {}; 0 = the length it was pre-trained on)",
+            c.max_len
+        )));
+    }
     if base.state.model.classifier.is_some() {
         return Err(Error::Usage(format!(
             "{} is already fine-tuned (it has a classifier); fine-tune its pre-trained base instead",
@@ -143,7 +150,7 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
     let supervision =
         Supervision::resolve(&req.task, &index, &base.vocab, c.validation_fraction, c.test_fraction, c.seed)?;
     let m = &base.state.model;
-    let max_len = if c.max_len == 0 { base.state.max_len() } else { c.max_len.min(m.max_positions) };
+    let max_len = if c.max_len == 0 { base.state.max_len() } else { c.max_len };
     let plan = DataPlan {
         index,
         vocab_size: base.vocab.len(),

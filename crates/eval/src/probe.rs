@@ -84,6 +84,10 @@ pub struct ProbeReport {
     pub knn_macro_f1: f64,
     #[serde(default)]
     pub knn_macro_f1_sd: f64,
+    /// The largest L2 penalty a fold's logistic regression needed (above `--alpha` only when the
+    /// fit failed at it; see `classify`).
+    #[serde(default)]
+    pub alpha_used: f64,
 }
 
 /// Rows with a label and a finite embedding: (embeddings row-major, labels, dim).
@@ -130,8 +134,14 @@ fn read(path: &Path, label: &str) -> Result<(Vec<f64>, Vec<String>, usize)> {
 }
 
 pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
+    let (x, labels, dim) = read(&req.embeddings, &req.label)?;
+    probe_matrix(req, x, labels, dim)
+}
+
+/// The probes of embeddings already in memory (`x`: one row of `dim` per label); `req.embeddings`
+/// names them in messages and the report.
+pub fn probe_matrix(req: &ProbeRequest, x: Vec<f64>, labels: Vec<String>, dim: usize) -> Result<ProbeReport> {
     let p = &req.embeddings;
-    let (x, labels, dim) = read(p, &req.label)?;
     let (x, labels) = if req.exclude.is_empty() {
         (x, labels)
     } else {
@@ -266,5 +276,6 @@ fn report(
         knn_accuracy_sd,
         knn_macro_f1,
         knn_macro_f1_sd,
+        alpha_used: scores.iter().map(|s| s.alpha).fold(req.alpha, f64::max),
     }
 }

@@ -57,43 +57,17 @@ pub struct GeneEvalReport {
     pub knn_auroc: Score,
 }
 
-fn truthy(s: &str) -> bool {
-    matches!(s.trim().to_ascii_lowercase().as_str(), "yes" | "1" | "true")
-}
-
 /// Gene id → label (true = positive) from a CSV with a header.
 fn read_labels(req: &GeneEvalRequest) -> Result<Vec<(String, bool)>> {
     let columns = [req.negative.clone(), req.positive.clone()];
     Ok(read_gene_classes(&req.labels, &req.id_column, &columns)?.into_iter().map(|(g, c)| (g, c == 1)).collect())
 }
 
-/// Gene id → class from a CSV with a header: the class is the index of the one column of
-/// `class_columns` marked `Yes`, `1` or `true`; rows with none are skipped, rows with two refused.
-pub fn read_gene_classes(p: &Path, id_column: &str, class_columns: &[String]) -> Result<Vec<(String, usize)>> {
-    let text = std::fs::read_to_string(p).at(p)?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').map(str::trim).collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| Error::format(p, format!("no column '{name}' (columns: {})", header.join(", "))))
-    };
-    let id = col(id_column)?;
-    let classes = class_columns.iter().map(|c| col(c)).collect::<Result<Vec<_>>>()?;
-    let mut out = Vec::new();
-    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split(',').collect();
-        let get = |i: usize| f.get(i).copied().unwrap_or_default();
-        let marked: Vec<usize> = (0..classes.len()).filter(|&c| truthy(get(classes[c]))).collect();
-        match marked[..] {
-            [] => {}
-            [c] => out.push((get(id).trim().to_string(), c)),
-            _ => return Err(Error::format(p, format!("line {}: more than one class column set", n + 2))),
-        }
-    }
-    Ok(out)
-}
+/// Gene id → class from a CSV with a header (RFC 4180: quotes, a BOM): the class is the index
+/// of the one column of `class_columns` marked `Yes`, `1` or `true`; rows with none are skipped;
+/// a row with two, or a gene listed with two different classes, is refused. The one CSV reader
+/// of gene labels, `corrflow_io::util::csv`, shared with `finetune --gene-labels`.
+pub use corrflow_io::util::csv::read_gene_classes;
 
 /// gene_id → embedding from `embed --genes`' Parquet.
 fn read_embeddings(path: &Path) -> Result<(HashMap<String, Vec<f64>>, usize)> {

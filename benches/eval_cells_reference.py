@@ -35,7 +35,9 @@ def score(x, labels, batch):
     out = {}
     a = ad.AnnData(np.zeros((x.shape[0], 1), dtype=np.float32))
     a.obsm["rep"] = x
-    sc.pp.neighbors(a, n_neighbors=15, use_rep="rep")
+    # Exact neighbours, as corrflow computes them (scanpy's default switches to pynndescent at
+    # 8,192 cells, and that path fails with anndata 0.12's sparse arrays in scanpy 1.11.5).
+    sc.pp.neighbors(a, n_neighbors=15, use_rep="rep", transformer="sklearn")
     best = (-1.0, 0.0)
     for r in [0.2 * i for i in range(1, 11)]:
         sc.tl.leiden(a, resolution=r, flavor="igraph", n_iterations=2, random_state=0, key_added="c")

@@ -10,8 +10,6 @@ use corrflow_io::error::{Error, Result};
 use corrflow_io::model_meta::{OntologyHead, Pooling};
 use corrflow_io::ontology;
 
-use crate::run::TrainRequest;
-
 /// `train --hce-*`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HceOptions {
@@ -23,14 +21,6 @@ pub struct HceOptions {
     /// Reconstruction-only steps before the hierarchical loss starts.
     pub warmup_steps: u64,
     pub pooling: Pooling,
-}
-
-/// The request with `model.hce` filled in from `req.hce` (unchanged without it).
-pub(crate) fn resolve(req: &TrainRequest) -> Result<TrainRequest> {
-    let Some(options) = &req.hce else { return Ok(req.clone()) };
-    let mut out = req.clone();
-    out.model.hce = Some(head_for(options, &req.train.corpus, &req.train.atlases)?);
-    Ok(out)
 }
 
 /// The head over every leaf under the corpus' labels.

@@ -372,10 +372,19 @@ fn optimise<B: TrainingBackend>(
     Ok(Some(StepOutcome { loss, lr, masked: tensors.masked, phases, parts }))
 }
 
+/// The request with `model.hce` filled in from `req.hce` (unchanged without it). Here rather
+/// than in `hce`, so that `hce` does not depend on the run (no module cycle).
+fn with_hce_head(req: &TrainRequest) -> Result<TrainRequest> {
+    let Some(options) = &req.hce else { return Ok(req.clone()) };
+    let mut out = req.clone();
+    out.model.hce = Some(crate::hce::head_for(options, &req.train.corpus, &req.train.atlases)?);
+    Ok(out)
+}
+
 /// Runs (or resumes) training on backend `B`.
 pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
     let start = Instant::now();
-    let resolved = crate::hce::resolve(req)?;
+    let resolved = with_hce_head(req)?;
     let req = &resolved;
     let t = &req.train;
     let (setup, objective) = prepare::<B>(req)?;

@@ -59,10 +59,10 @@ mod tests {
             .collect();
         let (s, k) = pca(&x, 50, 2, 1).unwrap();
         assert_eq!(k, 1);
-        for i in 0..50 {
+        for (i, score) in s.iter().enumerate() {
             let t = i as f64 - 25.0;
             // Centred: the mean of t is -0.5; the noise is orthogonal to (1, 2).
-            assert!((s[i].abs() - ((t + 0.5) * 5f64.sqrt()).abs()).abs() < 0.05, "{i}: {}", s[i]);
+            assert!((score.abs() - ((t + 0.5) * 5f64.sqrt()).abs()).abs() < 0.05, "{i}: {score}");
         }
     }
 }

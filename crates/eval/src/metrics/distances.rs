@@ -20,11 +20,7 @@ pub struct Points<'a> {
 
 impl Points<'_> {
     pub fn len(&self) -> usize {
-        if self.dim == 0 {
-            0
-        } else {
-            self.data.len() / self.dim
-        }
+        self.data.len().checked_div(self.dim).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -63,11 +59,7 @@ pub struct Neighbours {
 
 impl Neighbours {
     pub fn len(&self) -> usize {
-        if self.k == 0 {
-            0
-        } else {
-            self.indices.len() / self.k
-        }
+        self.indices.len().checked_div(self.k).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -66,7 +66,7 @@ pub fn umap_connectivities(neighbours: &Neighbours) -> WeightedGraph {
             edges.push((lo, hi, a + b - a * b));
         }
     }
-    edges.sort_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)));
+    edges.sort_by_key(|e| (e.0, e.1));
     WeightedGraph { nodes: n, edges }
 }
 

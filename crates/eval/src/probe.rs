@@ -12,6 +12,7 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use corrflow_io::error::{Error, IoContext, Result};
@@ -171,14 +172,13 @@ pub fn probe_matrix(req: &ProbeRequest, x: Vec<f64>, labels: Vec<String>, dim: u
         max_iterations: req.max_iterations,
         neighbours: req.neighbours,
     };
+    // The folds are independent fits: run on rayon's threads, collected in fold order, so the
+    // report does not depend on the thread count.
     let folds = req.folds.max(1);
-    let mut scores = Vec::with_capacity(folds);
-    let mut train_cells = 0;
-    for f in 0..folds {
-        let (test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| test_fold[i] == Some(f));
-        train_cells = train.len();
-        scores.push(fit.score(&train, &test)?);
-    }
+    let splits: Vec<(Vec<usize>, Vec<usize>)> =
+        (0..folds).map(|f| (0..n).partition(|&i| test_fold[i] == Some(f))).collect();
+    let train_cells = splits.last().map_or(0, |(_, train)| train.len());
+    let scores = splits.par_iter().map(|(test, train)| fit.score(train, test)).collect::<Result<Vec<_>>>()?;
     Ok(report(req, p, &classes, &counts, &scores, n, train_cells))
 }
 

@@ -11,6 +11,7 @@ mod changes;
 mod gene_stats;
 mod overlap;
 mod parallel;
+mod peer_loss;
 mod show;
 mod state;
 mod stats_file;

@@ -75,6 +75,8 @@ where
     // (destination, partial, error): every worker hears of every failure, whatever `to` is,
     // so no worker waits in a later round for one that has given up.
     type Message<T> = (u64, Option<T>, Option<String>);
+    // Holds a process here (`FAILPOINTS=graph-gather=sleep(MS)`) so a test can kill it mid-run.
+    fail::fail_point!("graph-gather");
     let peers = worker.peers() as u64;
     let mut input = InputHandle::new();
     let received: Rc<RefCell<Vec<Message<T>>>> = Rc::new(RefCell::new(Vec::new()));
@@ -128,8 +130,16 @@ where
     R: Send + 'static,
     F: Fn(&mut timely::worker::Worker) -> Result<Option<R>> + Send + Sync + 'static,
 {
-    let guards = timely::execute(cluster.config()?, work)
-        .map_err(|e| Error::internal("graph dataflow", format!("starting: {e}")))?;
+    let config = cluster.config()?;
+    super::peer_loss::guarded(cluster.process, cluster.processes, move || collect(timely::execute(config, work)))
+}
+
+/// The workers' results: process 0's first worker's, or the first error.
+fn collect<R>(guards: std::result::Result<timely::communication::WorkerGuards<Result<Option<R>>>, String>) -> Result<Option<R>>
+where
+    R: Send + 'static,
+{
+    let guards = guards.map_err(|e| Error::internal("graph dataflow", format!("starting: {e}")))?;
     let (mut result, mut remote) = (None, None);
     for r in guards.join() {
         match r.map_err(|e| Error::internal("graph dataflow", format!("worker failed: {e}")))? {

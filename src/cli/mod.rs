@@ -245,6 +245,11 @@ pub(crate) struct ServeArgs {
     /// Most cells in one request (more: 413; 1 to 1,048,576).
     #[arg(long, default_value_t = 1024, value_parser = bounded::<1, 1_048_576>)]
     pub(crate) max_cells: usize,
+    /// Seconds a client has to send a request's headers, and then its whole body (1 to 3,600):
+    /// a stalled upload gets 408 and its connection is closed; a refused body is read and
+    /// dropped for at most this long.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) body_timeout_s: u64,
     /// Require `Authorization: Bearer TOKEN` (all routes but /health).
     #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,

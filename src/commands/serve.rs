@@ -116,6 +116,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         max_body_bytes,
         max_inflight_mb,
         max_cells,
+        body_timeout_s,
         token,
     } = args;
     if !addr.ip().is_loopback() && token.is_none() {
@@ -135,6 +136,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         max_inflight_bytes: max_inflight_mb << 20,
         max_cells_per_request: max_cells,
         bearer_token: token,
+        body_timeout: std::time::Duration::from_secs(body_timeout_s),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let s = rt.block_on(corrflow::server::serve(options, corrflow::server::shutdown_signal(), |a| {

@@ -1,7 +1,7 @@
 //! Admission control before a request body is read: a bounded number of embed requests in
 //! flight (twice the queue: one queue's worth waiting, one being computed) and a cap on the
 //! body bytes they declare. A request over either limit gets 429 at once, so an overloaded
-//! server neither reads nor holds the bodies it cannot serve.
+//! server holds none of the bodies it cannot serve (they are read and dropped, `body.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,14 +19,7 @@ pub struct Admission {
     max_requests: usize,
     /// Requests that asked to be admitted (admitted or not), for the idle-time trim.
     attempts: AtomicU64,
-    /// Bytes (KiB) of refused bodies being read and dropped at once, so that clients that send
-    /// a whole body before reading see their 429; past it a refused connection is closed.
-    drain_kib: Arc<Semaphore>,
 }
-
-/// Refused body bytes read and dropped at once (one largest default body; more cost CPU that an
-/// overloaded server does not have).
-const DRAIN_BYTES: usize = 16 << 20;
 
 /// What an admitted request holds (released when dropped).
 pub struct Admitted {
@@ -44,14 +37,7 @@ impl Admission {
             max_kib,
             max_requests: requests,
             attempts: AtomicU64::new(0),
-            drain_kib: Arc::new(Semaphore::new(kib(DRAIN_BYTES) as usize)),
         }
-    }
-
-    /// A share of the drain budget for a refused body of `body_bytes` (declared), or `None`
-    /// when refused bodies already being drained fill it.
-    pub fn try_drain(&self, body_bytes: usize) -> Option<OwnedSemaphorePermit> {
-        self.drain_kib.clone().try_acquire_many_owned(kib(body_bytes).min(kib(DRAIN_BYTES))).ok()
     }
 
     /// Requests that asked to be admitted so far.
@@ -102,6 +88,7 @@ mod tests {
             max_inflight_bytes: inflight,
             max_cells_per_request: 1,
             bearer_token: None,
+            body_timeout: std::time::Duration::from_secs(1),
         }
     }
 

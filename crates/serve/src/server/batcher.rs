@@ -28,6 +28,15 @@ pub struct BatchConfig {
     pub max_wait: Duration,
 }
 
+/// Whether `job`'s client has gone (counted in `requests_abandoned_total`).
+fn abandoned(job: &Job, metrics: &Metrics) -> bool {
+    let gone = job.reply.is_closed();
+    if gone {
+        metrics.requests_abandoned.inc();
+    }
+    gone
+}
+
 /// Runs until every sender of the queue is gone (shutdown), then returns.
 pub async fn run_batcher<E: Encoder + 'static>(
     encoder: E,
@@ -39,24 +48,32 @@ pub async fn run_batcher<E: Encoder + 'static>(
     let dim = encoder.dim() + encoder.classes().len();
     let encoder = Arc::new(Mutex::new(encoder));
     while let Some(first) = queue.recv().await {
+        // Requests whose clients went away while queued (hyper dropped their handlers, and with
+        // them the reply's receiver) are skipped: they cost no compute and no batch room.
+        if abandoned(&first, &metrics) {
+            continue;
+        }
         let mut tokens: usize = first.cells.iter().map(Vec::len).sum();
         let mut jobs = vec![first];
         let deadline = tokio::time::Instant::now() + config.max_wait;
         while tokens < config.token_budget {
-            match queue.try_recv() {
-                Ok(job) => {
-                    tokens += job.cells.iter().map(Vec::len).sum::<usize>();
-                    jobs.push(job);
-                }
+            let job = match queue.try_recv() {
+                Ok(job) => job,
                 Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(job)) => {
-                        tokens += job.cells.iter().map(Vec::len).sum::<usize>();
-                        jobs.push(job);
-                    }
+                    Ok(Some(job)) => job,
                     Ok(None) | Err(_) => break,
                 },
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
+            };
+            if !abandoned(&job, &metrics) {
+                tokens += job.cells.iter().map(Vec::len).sum::<usize>();
+                jobs.push(job);
             }
+        }
+        // Last look before the model runs: clients may have left while the batch filled.
+        jobs.retain(|j| !abandoned(j, &metrics));
+        if jobs.is_empty() {
+            continue;
         }
         let now = Instant::now();
         for j in &jobs {

@@ -13,6 +13,7 @@ pub struct Metrics {
     pub unknown_genes: IntCounter,
     pub queue_depth: IntGauge,
     pub requests_in_flight: IntGauge,
+    pub requests_abandoned: IntCounter,
     pub queue_wait_seconds: Histogram,
     pub batch_cells: Histogram,
     pub batch_tokens: Histogram,
@@ -40,6 +41,11 @@ impl Metrics {
         let queue_depth = IntGauge::new("queue_depth", "Requests waiting for the batcher").expect("static metric");
         let requests_in_flight =
             IntGauge::new("requests_in_flight", "Embed requests admitted and not yet answered").expect("static metric");
+        let requests_abandoned = IntCounter::new(
+            "requests_abandoned_total",
+            "Queued requests skipped before compute because their client had disconnected",
+        )
+        .expect("static metric");
         let queue_wait_seconds = Histogram::with_opts(
             HistogramOpts::new("queue_wait_seconds", "Time requests wait before their batch runs")
                 .buckets(latency.clone()),
@@ -67,6 +73,7 @@ impl Metrics {
             Box::new(unknown_genes.clone()),
             Box::new(queue_depth.clone()),
             Box::new(requests_in_flight.clone()),
+            Box::new(requests_abandoned.clone()),
             Box::new(queue_wait_seconds.clone()),
             Box::new(batch_cells.clone()),
             Box::new(batch_tokens.clone()),
@@ -83,6 +90,7 @@ impl Metrics {
             unknown_genes,
             queue_depth,
             requests_in_flight,
+            requests_abandoned,
             queue_wait_seconds,
             batch_cells,
             batch_tokens,

@@ -3,11 +3,14 @@
 //! The socket is bound first and answers 503 until the model is loaded; requests are parsed and
 //! validated on the async threads, queued (bounded: 429 when full) and batched dynamically by
 //! token budget ([`batcher`]); shutdown (Ctrl-C / SIGTERM) stops accepting and finishes what
-//! is in flight.
+//! is in flight. Bodies have a deadline and refused ones are drained ([`body`]); connections
+//! come from hyper with a header deadline ([`listen`]).
 
 mod admission;
 pub mod api;
 pub mod batcher;
+pub mod body;
+mod listen;
 mod memory;
 pub mod metrics;
 pub mod routes;
@@ -41,7 +44,13 @@ pub struct ServeOptions {
     pub max_inflight_bytes: usize,
     pub max_cells_per_request: usize,
     pub bearer_token: Option<String>,
+    /// A request's head, and then its whole body, must arrive within this (408 / closed after).
+    pub body_timeout: std::time::Duration,
 }
+
+/// The most bytes of a refused body read and dropped so that its client can read the answer,
+/// as a multiple of `--max-body-bytes` (past it the connection is closed).
+pub const DRAIN_BODIES: usize = 4;
 
 /// What the handlers share.
 pub struct AppState {
@@ -52,6 +61,8 @@ pub struct AppState {
     /// Set once the model is loaded.
     pub ready: OnceLock<Ready>,
     load_error: Mutex<Option<Error>>,
+    /// Set at shutdown: refused bodies stop being drained.
+    pub shutting_down: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct Ready {
@@ -93,6 +104,7 @@ pub async fn serve(
         admission: admission::Admission::new(&options),
         ready: OnceLock::new(),
         load_error: Mutex::new(None),
+        shutting_down: tokio::sync::watch::Sender::new(false),
     });
     on_listening(addr);
     tokio::spawn(memory::trim_when_idle(state.clone(), std::time::Duration::from_secs(1)));
@@ -136,17 +148,16 @@ pub async fn serve(
             }
         }
     });
+    let stopping = state.clone();
     let stop = async move {
         tokio::select! {
             _ = shutdown => {}
             // Only a sent failure stops the server; the loader finishing drops the sender.
             Ok(()) = failed_rx => {}
         }
+        stopping.shutting_down.send_replace(true);
     };
-    axum::serve(listener, routes::router(state.clone()))
-        .with_graceful_shutdown(stop)
-        .await
-        .map_err(|e| Error::Runtime(format!("server on {addr}: {e}")))?;
+    listen::serve_connections(listener, routes::router(state.clone()), options.body_timeout, stop).await;
     if let Some(e) = state.load_error.lock().expect("not poisoned").take() {
         return Err(e);
     }
@@ -185,6 +196,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             "max_body_bytes": options.max_body_bytes,
             "max_inflight_bytes": options.max_inflight_bytes,
             "max_cells_per_request": options.max_cells_per_request,
+            "body_timeout_s": options.body_timeout.as_secs_f64(),
         },
         "version": env!("CARGO_PKG_VERSION"),
     });

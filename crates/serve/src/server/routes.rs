@@ -3,8 +3,9 @@
 //! when a token is configured, every route but `/health` needs `Authorization: Bearer TOKEN`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::api::{parse_embed_request, AnnotateResponse, EmbedResponse, Predictions, Rows};
 use super::batcher::Job;
+use super::body::{read_to_vec, DrainLimits, GuardedBody, ReadError};
 use super::AppState;
 use axum::extract::Query;
 use corrflow_io::encode::split_probabilities;
@@ -48,6 +50,7 @@ pub fn error(status: u16, message: impl Into<String>) -> Response {
 
 async fn observe(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
+    let req = guard_body(&s, req);
     let endpoint = req.extensions().get::<MatchedPath>().map_or("other", |p| match p.as_str() {
         "/v1/embed" => "/v1/embed",
         "/v1/annotate" => "/v1/annotate",
@@ -68,6 +71,18 @@ async fn observe(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Re
     s.metrics.requests.with_label_values(&[endpoint, response.status().as_str()]).inc();
     s.metrics.request_seconds.with_label_values(&[endpoint]).observe(start.elapsed().as_secs_f64());
     response
+}
+
+/// The request with its body under the body deadline, drained if dropped unread.
+fn guard_body(s: &AppState, req: Request) -> Request {
+    let expect_continue =
+        req.headers().get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let drain = DrainLimits {
+        max_bytes: s.options.max_body_bytes.saturating_mul(super::DRAIN_BODIES),
+        shutdown: s.shutting_down.subscribe(),
+    };
+    let timeout = s.options.body_timeout;
+    req.map(|body| Body::new(GuardedBody::new(body, timeout, expect_continue, drain)))
 }
 
 fn authorized(req: &Request, token: &str) -> bool {
@@ -148,38 +163,38 @@ struct Encoded {
 }
 
 /// Admission, body, validation, the queue and the batcher's answer: each cell's embedding
-/// followed by a cell head's probabilities. A refusal is the response to send.
+/// followed by a cell head's probabilities. A refusal is the response to send (a body left
+/// unread is drained when the request is dropped, `body::GuardedBody`).
 async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Ready, Encoded), Response> {
     let Some(ready) = s.ready.get() else {
         return Err(error(503, "the model is still loading; retry shortly"));
     };
     // Admission before the body is read: a full server answers at once and holds no body.
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(s.options.max_body_bytes);
-    if declared > s.options.max_body_bytes {
-        let limit = s.options.max_body_bytes;
-        return Err(error(413, format!("the body is {declared} bytes, over the length limit of {limit} bytes")));
-    }
-    let Some(_admitted) = s.admission.try_admit(declared) else {
-        return Err(refuse_unread(s, req.into_body(), declared));
-    };
-    let body = match axum::body::to_bytes(req.into_body(), s.options.max_body_bytes).await {
-        Ok(b) => b,
-        Err(e) => {
-            let e = e.into_inner();
-            if over_length_limit(&*e) {
-                let limit = s.options.max_body_bytes;
-                return Err(error(413, format!("the body is over the length limit of {limit} bytes")));
-            }
-            return Err(error(400, format!("the request body could not be read (malformed or cut off): {e}")));
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let limit = s.options.max_body_bytes;
+    if let Some(declared) = declared.filter(|&d| d > limit) {
+        let mut r = error(413, format!("the body is {declared} bytes, over the length limit of {limit} bytes"));
+        if declared > limit.saturating_mul(super::DRAIN_BODIES) {
+            // Too much to read and drop: the connection closes after the answer.
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        return Err(r);
+    }
+    let Some(_admitted) = s.admission.try_admit(declared.unwrap_or(limit)) else {
+        return Err(too_many("the request queue is full (requests or body bytes in flight at the limit); retry later"));
     };
-    let parsed =
-        parse_embed_request(&body, &ready.encoder_vocab, &ready.rules).map_err(|e| error(e.status, e.message))?;
+    let parsed = {
+        // The body's buffer lives only until it is parsed.
+        let body = read_to_vec(req.into_body(), declared, limit).await.map_err(|e| match e {
+            ReadError::TooLarge => error(413, format!("the body is over the length limit of {limit} bytes")),
+            ReadError::TimedOut(m) => error(408, m),
+            ReadError::Broken(m) => {
+                error(400, format!("the request body could not be read (malformed or cut off): {m}"))
+            }
+        })?;
+        parse_embed_request(&body, &ready.encoder_vocab, &ready.rules).map_err(|e| error(e.status, e.message))?
+    };
     let n = parsed.cells.len();
     let tokens: Vec<usize> = parsed.cells.iter().map(Vec::len).collect();
     let (reply, answer) = oneshot::channel();
@@ -188,6 +203,8 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
         Err(mpsc::error::TrySendError::Full(_)) => return Err(too_many("the request queue is full; retry later")),
         Err(mpsc::error::TrySendError::Closed(_)) => return Err(error(503, "the server is shutting down")),
     }
+    // If the client goes away now, hyper drops this future and with it `answer`: the batcher
+    // then skips the job instead of computing it.
     match answer.await {
         Ok(Ok(rows)) => {
             s.metrics.cells.inc_by(n as u64);
@@ -197,55 +214,6 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
         Ok(Err(e)) => Err(error(500, format!("inference failed: {e}"))),
         Err(_) => Err(error(503, "the server is shutting down")),
     }
-}
-
-/// Whether a body read failed because the body passed the length limit (anything else, such as
-/// a malformed chunked encoding or a connection closed mid-body, is the client's malformed body).
-fn over_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        if c.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
-}
-
-/// How long a refused request's body is read and dropped after its 429 is sent.
-const DRAIN_FOR: Duration = Duration::from_secs(30);
-
-/// The 429 of a request that was not admitted, sent at once and holding none of its body.
-/// While the drain budget allows, the body is read frame by frame and dropped in a task of its
-/// own (up to the body limit, for at most `DRAIN_FOR`), so a client that sends its whole body
-/// before reading still reads the 429 and keeps its connection; past the budget the connection
-/// is closed after the 429, as reading every refused body would take the CPU the server sheds
-/// load to keep.
-fn refuse_unread(s: &AppState, body: axum::body::Body, declared: usize) -> Response {
-    use http_body_util::BodyExt;
-    let message = "the request queue is full (requests or body bytes in flight at the limit); retry later";
-    let Some(permit) = s.admission.try_drain(declared) else {
-        let mut r = too_many(message);
-        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return r;
-    };
-    let limit = s.options.max_body_bytes;
-    tokio::spawn(async move {
-        let _permit = permit;
-        let mut body = body;
-        let mut seen = 0usize;
-        let drain = async {
-            while let Some(Ok(frame)) = body.frame().await {
-                seen += frame.data_ref().map_or(0, |d| d.len());
-                if seen > limit {
-                    break;
-                }
-            }
-        };
-        // Past the deadline or the limit the body is dropped and hyper closes the connection.
-        let _ = tokio::time::timeout(DRAIN_FOR, drain).await;
-    });
-    too_many(message)
 }
 
 /// 429 with `Retry-After`.

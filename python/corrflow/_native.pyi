@@ -128,3 +128,16 @@ class MaskedBatches:
     def __next__(self) -> Dict[str, Any]: ...
     def close(self) -> None: ...
     def _drain(self) -> int: ...
+
+def held_out_batches(
+    corpus: str,
+    graph: Optional[str] = None,
+    strategy: str = "corrmask",
+    batch_size: int = 12,
+    max_len: int = 2048,
+    seed: int = 0,
+    eval_fraction: float = 0.05,
+    eval_cells: int = 512,
+    atlases: List[str] = ...,
+    mask_params: str = "{}",
+) -> List[Dict[str, Any]]: ...

@@ -130,6 +130,83 @@ impl MaskedBatches {
     }
 }
 
+/// The trainer's held-out evaluation set (`corrflow train`'s `eval_loss` / `eval_accuracy`): the
+/// first `eval_cells` held-out cells (key order), masked once (a fixed evaluation epoch, so every
+/// evaluation sees the same masks), sorted by length and padded into batches of `batch_size`; as
+/// a list of dicts like `MaskedBatches`' batches.
+#[pyfunction]
+#[pyo3(signature = (corpus, graph=None, strategy="corrmask", batch_size=12, max_len=2048, seed=0, eval_fraction=0.05, eval_cells=512, atlases=Vec::new(), mask_params="{}"))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn held_out_batches<'py>(
+    py: Python<'py>,
+    corpus: PathBuf,
+    graph: Option<PathBuf>,
+    strategy: &str,
+    batch_size: usize,
+    max_len: usize,
+    seed: u64,
+    eval_fraction: f64,
+    eval_cells: usize,
+    atlases: Vec<String>,
+    mask_params: &str,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    if batch_size == 0 || max_len == 0 {
+        return Err(PyValueError::new_err("batch_size and max_len must be at least 1"));
+    }
+    if !(0.0..1.0).contains(&eval_fraction) {
+        return Err(PyValueError::new_err(format!("eval_fraction must be in [0, 1), got {eval_fraction}")));
+    }
+    let strategy = MaskStrategy::parse(strategy).ok_or_else(|| {
+        PyValueError::new_err(format!("unknown masking strategy '{strategy}' (known: {})", MaskStrategy::names()))
+    })?;
+    let defaults = MaskParams { strategy, seed, ..MaskParams::default() };
+    let params = crate::graph::with_overrides(defaults, mask_params, "mask parameters")?;
+    let columns = py
+        .detach(|| {
+            let (ctx, plan) = open(&corpus, graph.as_ref(), &atlases, params, |index, vocab_size, layout| DataPlan {
+                index,
+                vocab_size,
+                layout,
+                batch_size,
+                group_batches: 1,
+                shuffle_buffer: 1,
+                epochs: 1,
+                max_len,
+                eval_fraction,
+                seed,
+                subset: None,
+            })?;
+            let cells = plan.eval_set(eval_cells)?;
+            Ok::<_, corrflow_io::Error>(held_out(&ctx, &cells, batch_size))
+        })
+        .map_err(py_err)?;
+    columns.into_iter().map(|c| c.into_dict(py)).collect()
+}
+
+/// The held-out cells masked at the evaluation epoch, longest first, in batches (as the
+/// trainer's `EvalSet` does).
+fn held_out(ctx: &MaskContext, cells: &[(u64, Vec<u32>)], batch_size: usize) -> Vec<Columns> {
+    use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
+    let masker = ctx.masker();
+    let mut scratch = MaskScratch::default();
+    let mut masked: Vec<(u64, MaskedSequence)> = cells
+        .iter()
+        .map(|(key, tokens)| {
+            let mut out = MaskedSequence::default();
+            masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
+            (*key, out)
+        })
+        .collect();
+    masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
+    masked
+        .chunks(batch_size)
+        .map(|chunk| {
+            let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
+            Columns::of(TrainingBatch::pad(0, 0, chunk.iter().map(|c| c.0).collect(), &seqs, ctx.pad))
+        })
+        .collect()
+}
+
 /// A batch's arrays in the layout `transformers` takes, built without the GIL.
 struct Columns {
     rows: usize,

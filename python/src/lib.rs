@@ -44,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(annotate::annotate_csr, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_cells, m)?)?;
     m.add_class::<batches::MaskedBatches>()?;
+    m.add_function(wrap_pyfunction!(batches::held_out_batches, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

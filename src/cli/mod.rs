@@ -173,9 +173,11 @@ pub(crate) enum ImportCommand {
         #[arg(long, value_name = "DIR")]
         model: PathBuf,
         /// Its vocabulary: a built-in name (geneformer-v1), a directory of TSV tables, or a
-        /// directory of Geneformer's pickled dictionaries (token_dictionary*.pkl, ...).
-        #[arg(long, default_value = corrflow::vocab::BUILTIN)]
-        vocab: String,
+        /// directory of Geneformer's pickled dictionaries (token_dictionary*.pkl, ...). Default:
+        /// the one the model directory carries (DIR/vocab/, or DIR's pickles, as `export
+        /// hf-model` and `corrflow.pretrain` write them), else geneformer-v1.
+        #[arg(long)]
+        vocab: Option<String>,
         /// v2: the vocabulary gains <cls> and <eos> (Geneformer V2's layout), as with ingest.
         #[arg(long, value_parser = serde_enum::<corrflow::config::ModelVersion>, value_name = "v1|v2", default_value = "v1")]
         version: corrflow::config::ModelVersion,
@@ -439,6 +441,17 @@ pub(crate) enum ExportCommand {
         /// Atlases to export (default: all).
         #[arg(long, value_delimiter = ',')]
         atlas: Vec<String>,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// A checkpoint as a Hugging Face BertForMaskedLM directory (config.json, model.safetensors,
+    /// the vocabulary as TSV tables and Geneformer's pickles); heads BERT has no slot for go to
+    /// corrflow_heads.safetensors beside it. `import hf` reads it back bit for bit.
+    HfModel {
+        /// Checkpoint directory, or a run directory (its latest checkpoint).
+        #[arg(long, value_name = "CKPT")]
+        checkpoint: PathBuf,
+        /// The model directory (replaced whole when it is one already).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },

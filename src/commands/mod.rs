@@ -6,6 +6,7 @@ mod demo;
 mod eval_cells;
 mod finetune;
 mod graph;
+mod hf;
 mod ingest;
 mod mask;
 mod serve;
@@ -38,6 +39,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Ingest(a) => ingest::ingest(&cfg, a, json),
         Command::Vocab(c) => ingest::vocab(&cfg, c, json),
         Command::Export(ExportCommand::Hf { corpus, atlas, out }) => ingest::export_hf(corpus, atlas, out, json),
+        Command::Export(ExportCommand::HfModel { checkpoint, out }) => hf::export_hf_model(checkpoint, out, json),
         Command::Export(ExportCommand::Onnx { checkpoint, out, pooling }) => {
             serve::export_onnx(checkpoint, out, pooling, json)
         }
@@ -50,7 +52,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Serve(a) => serve::serve(a, json),
         Command::Perturb(a) => serve::perturb(&cfg, a, json),
         Command::Import(ImportCommand::Hf { model, vocab, version, out }) => {
-            serve::import_hf(&model, &vocab, version, &out, json)
+            hf::import_hf(&model, vocab.as_deref(), version, &out, json)
         }
         Command::Ontology(c) => annotate::ontology(&cfg, c, json),
         Command::Annotate(a) => annotate::annotate(&cfg, a, json),

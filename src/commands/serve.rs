@@ -54,31 +54,6 @@ pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     print_summary(json, &human, &s)
 }
 
-pub(crate) fn import_hf(
-    model: &std::path::Path,
-    vocab: &str,
-    version: corrflow::config::ModelVersion,
-    out: &std::path::Path,
-    json: bool,
-) -> Result<()> {
-    super::ingest::vocab_input(Overlap::new().input("--model", model), vocab).output_dir("--out", out).check()?;
-    let vocab = corrflow::vocab::Vocabulary::resolve(vocab)?;
-    let vocab = if version == corrflow::config::ModelVersion::V2 { vocab.with_v2_specials() } else { vocab };
-    let s = corrflow::model::import::import_hf(model, &vocab, out)?;
-    let mut human = format!(
-        "imported {} ({} layers, hidden {}, {} positions, {} parameters, vocabulary {} of {} tokens) -> {}",
-        s.architecture, s.layers, s.hidden, s.max_positions, s.parameters, s.vocab, s.vocab_size, s.checkpoint
-    );
-    if !s.not_imported.is_empty() {
-        human.push_str(&format!(
-            "
-not imported (no place in a corrflow checkpoint; fine-tune for a task head): {}",
-            s.not_imported.join(", ")
-        ));
-    }
-    print_summary(json, &human, &s)
-}
-
 pub(crate) fn export_onnx(
     checkpoint: PathBuf,
     out: PathBuf,

@@ -348,6 +348,12 @@ impl Vocabulary {
         Ok(dir.to_path_buf())
     }
 
+    /// Writes the vocabulary as Geneformer's pickled dictionaries into `dir` (which
+    /// [`Vocabulary::resolve`] reads back); returns the files written.
+    pub fn write_pickles(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        pickles::write_pickles(self, dir)
+    }
+
     fn compute_hash(&self) -> String {
         // The symbol table is not part of the identity (it only widens lookups).
         let mut h = Sha256::new();

@@ -101,3 +101,37 @@ fn float(v: &Value) -> Option<f64> {
         _ => None,
     }
 }
+
+/// The file names [`write_pickles`] writes, as Geneformer V1's model repository names them.
+pub const PICKLE_FILES: [&str; 3] = ["token_dictionary.pkl", "gene_median_dictionary.pkl", "gene_name_id_dict.pkl"];
+
+/// Writes the vocabulary as Geneformer's pickled dictionaries (plain dicts: token → id, gene →
+/// median, symbol → gene), each atomically; returns the paths written. The name table holds
+/// whatever the vocabulary's does (an imported Ensembl mapping included: Geneformer keeps that
+/// in a fourth file, which corrflow cannot tell apart once merged). Without a name table the
+/// third file is not written.
+pub fn write_pickles(vocab: &super::Vocabulary, dir: &Path) -> Result<Vec<PathBuf>> {
+    let s = |v: &str| HashableValue::String(v.to_string());
+    let tokens: BTreeMap<HashableValue, Value> =
+        vocab.tokens.iter().enumerate().map(|(id, t)| (s(t), Value::I64(id as i64))).collect();
+    let medians: BTreeMap<HashableValue, Value> = vocab
+        .medians
+        .iter()
+        .enumerate()
+        .filter_map(|(id, m)| m.map(|m| (s(&vocab.tokens[id]), Value::F64(m))))
+        .collect();
+    let names: BTreeMap<HashableValue, Value> =
+        vocab.symbols.iter().map(|(sym, gene)| (s(sym), Value::String(gene.to_string()))).collect();
+    let mut written = Vec::new();
+    for (file, dict) in PICKLE_FILES.iter().zip([tokens, medians, names]) {
+        if dict.is_empty() {
+            continue;
+        }
+        let path = dir.join(file);
+        let bytes = serde_pickle::value_to_vec(&Value::Dict(dict), serde_pickle::SerOptions::new())
+            .map_err(|e| Error::format(&path, format!("pickling failed: {e}")))?;
+        crate::util::atomic::write_atomic(&path, &bytes)?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -16,6 +16,7 @@
 
 pub mod encoder;
 pub mod graph;
+pub mod hf;
 pub use corrflow_io::model_meta::proto;
 
 use std::path::{Path, PathBuf};

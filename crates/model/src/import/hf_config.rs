@@ -4,7 +4,7 @@
 use corrflow_algorithms::SequenceLayout;
 use corrflow_io::model_meta::{HeadActivation, ModelConfig, DEFAULT_OBJECTIVE};
 use corrflow_io::vocab::Vocabulary;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The fields of `config.json` the import reads (the rest are ignored).
 #[derive(Clone, Debug, Deserialize)]
@@ -35,7 +35,29 @@ pub struct HfBertConfig {
     /// encoder.
     #[serde(default)]
     pub is_decoder: bool,
+    /// What `export hf-model` adds (transformers keeps keys it does not know through
+    /// `save_pretrained`): what a BERT config cannot say about a corrflow model.
+    #[serde(default)]
+    pub corrflow: Option<CorrflowSection>,
 }
+
+/// The `corrflow` section of an exported model's `config.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CorrflowSection {
+    pub format_version: u32,
+    /// The model's full configuration: its objective, the MLM head's activation, its heads.
+    pub model: ModelConfig,
+    pub layout: SequenceLayout,
+    /// The longest sequence the model was trained on (0: its positions).
+    #[serde(default)]
+    pub max_len: usize,
+    /// The file beside `config.json` holding the heads BERT has no slot for.
+    #[serde(default)]
+    pub heads_file: Option<String>,
+}
+
+/// The version of the section this build writes and reads.
+pub const CORRFLOW_SECTION_VERSION: u32 = 1;
 
 fn relu() -> String {
     "relu".into()
@@ -103,6 +125,9 @@ impl HfBertConfig {
             hce: None,
         };
         config.validate()?;
+        if let Some(section) = &self.corrflow {
+            return self.section_model(section, &config, vocab);
+        }
         // The layout follows the dictionaries: with <cls> and <eos> it is V2's, cut to the
         // positions the model has.
         let mut layout = match (vocab.cls, vocab.eos) {
@@ -112,6 +137,39 @@ impl HfBertConfig {
         let specials = usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some());
         layout.max_genes = layout.max_genes.min(self.max_position_embeddings.saturating_sub(specials)).max(1);
         Ok((config, layout))
+    }
+
+    /// The model and layout an exported corrflow model recorded, checked against the BERT fields
+    /// and the vocabulary.
+    fn section_model(
+        &self,
+        section: &CorrflowSection,
+        bert: &ModelConfig,
+        vocab: &Vocabulary,
+    ) -> Result<(ModelConfig, SequenceLayout), String> {
+        if section.format_version != CORRFLOW_SECTION_VERSION {
+            return Err(format!(
+                "the corrflow section has format_version {}; this build reads {CORRFLOW_SECTION_VERSION}",
+                section.format_version
+            ));
+        }
+        let m = &section.model;
+        let sizes = |c: &ModelConfig| (c.hidden, c.ffn, c.heads, c.layers, c.max_positions);
+        if sizes(m) != sizes(bert) {
+            return Err(format!(
+                "the corrflow section's model (hidden, ffn, heads, layers, positions) {:?} disagrees with the BERT fields {:?}",
+                sizes(m),
+                sizes(bert)
+            ));
+        }
+        if (section.layout.cls, section.layout.eos) != (vocab.cls, vocab.eos) {
+            return Err(format!(
+                "the corrflow section's layout has <cls> {:?} / <eos> {:?}, the vocabulary {:?} / {:?}",
+                section.layout.cls, section.layout.eos, vocab.cls, vocab.eos
+            ));
+        }
+        m.validate()?;
+        Ok((m.clone(), section.layout))
     }
 
     /// Classes of a `BertForSequenceClassification` head.

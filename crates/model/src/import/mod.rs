@@ -7,18 +7,18 @@
 //! the position embeddings; the MLM head's transform uses the model's `hidden_act`.
 
 mod hf_config;
+pub(crate) mod mapping;
 mod safetensors_file;
 
 use std::path::Path;
 
 use burn::module::Param;
-use burn::nn::{LayerNorm, Linear};
 use burn::tensor::{Tensor, TensorData};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::vocab::Vocabulary;
 use serde::Serialize;
 
-pub use hf_config::{HfBertConfig, SUPPORTED};
+pub use hf_config::{CorrflowSection, HfBertConfig, CORRFLOW_SECTION_VERSION, SUPPORTED};
 use safetensors_file::Weights;
 
 use crate::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
@@ -60,7 +60,15 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
     let weights = Weights::open(&weights_path)?;
     let device = Default::default();
     let model: CellEncoder<CpuBackend> = config.init(vocab.len(), &device);
-    let (model, used) = fill(model, &weights, &hf)?;
+    let heads_file = hf.corrflow.as_ref().and_then(|c| c.heads_file.as_deref());
+    let heads = heads_file.map(|f| Weights::open(&model_dir.join(f))).transpose()?;
+    if heads.is_none() && (model.cell_head.is_some() || model.label_head.is_some()) {
+        return Err(Error::format(
+            &config_path,
+            "the corrflow section describes heads (an objective's, HCE's or a classifier's) but names no heads file",
+        ));
+    }
+    let (model, used) = fill(model, &weights, heads.as_ref())?;
     let not_imported: Vec<String> = weights.names().into_iter().filter(|n| !used.contains(n)).collect();
 
     if checkpoint::checkpoints_dir(out).exists() {
@@ -71,7 +79,8 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
     if !vocab_dir.exists() {
         vocab.publish_dir(&vocab_dir)?;
     }
-    let train = TrainConfig { max_len: 0, ..TrainConfig::default() };
+    let max_len = hf.corrflow.as_ref().map_or(0, |c| c.max_len);
+    let train = TrainConfig { max_len, ..TrainConfig::default() };
     let state = CheckpointState {
         format_version: 1,
         step: 0,
@@ -117,85 +126,78 @@ fn write_records(model: &CellEncoder<CpuBackend>, stage: &Path) -> Result<()> {
         .map_err(|e| checkpoint::record_error(stage, e))
 }
 
-/// Puts the file's weights into `model`; returns it with the names used.
+/// Puts the file's weights into `model` through the shared name mapping; returns it with the
+/// names used.
 fn fill(
     mut m: CellEncoder<CpuBackend>,
     w: &Weights,
-    hf: &HfBertConfig,
+    heads: Option<&Weights>,
 ) -> Result<(CellEncoder<CpuBackend>, Vec<String>)> {
-    let mut used = Vec::new();
-    let mut get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
-        let full = w.resolve(name)?;
-        let values = w.f32(&full, shape)?;
-        used.push(full);
-        Ok(values)
-    };
-    let (h, v, p) = (hf.hidden_size, hf.vocab_size, hf.max_position_embeddings);
-    m.tokens.weight = param2(get("embeddings.word_embeddings.weight", &[v, h])?, [v, h]);
-    let mut positions = get("embeddings.position_embeddings.weight", &[p, h])?;
-    // Token type 0 is added to every position: fold it in (exact).
-    if w.resolve("embeddings.token_type_embeddings.weight").is_ok() {
-        let types = w.resolve("embeddings.token_type_embeddings.weight")?;
-        let rows = w.shape(&types)[0];
-        let tt = get("embeddings.token_type_embeddings.weight", &[rows, h])?;
-        for row in positions.chunks_mut(h) {
-            row.iter_mut().zip(&tt[..h]).for_each(|(a, b)| *a += b);
-        }
-    }
-    m.positions.weight = param2(positions, [p, h]);
-    set_norm(&mut m.embed_norm, &mut get, "embeddings.LayerNorm", h)?;
-    for (i, layer) in m.encoder.layers.iter_mut().enumerate() {
-        let at = |s: &str| format!("encoder.layer.{i}.{s}");
-        let mha = &mut layer.mha;
-        set_linear(&mut mha.query, &mut get, &at("attention.self.query"), h, h)?;
-        set_linear(&mut mha.key, &mut get, &at("attention.self.key"), h, h)?;
-        set_linear(&mut mha.value, &mut get, &at("attention.self.value"), h, h)?;
-        set_linear(&mut mha.output, &mut get, &at("attention.output.dense"), h, h)?;
-        set_norm(&mut layer.norm_1, &mut get, &at("attention.output.LayerNorm"), h)?;
-        set_linear(&mut layer.pwff.linear_inner, &mut get, &at("intermediate.dense"), h, hf.intermediate_size)?;
-        set_linear(&mut layer.pwff.linear_outer, &mut get, &at("output.dense"), hf.intermediate_size, h)?;
-        set_norm(&mut layer.norm_2, &mut get, &at("output.LayerNorm"), h)?;
-    }
-    // The MLM head, when the file has one (BertForMaskedLM); the decoder is tied to the token
-    // embeddings, as in corrflow.
-    if w.resolve("cls.predictions.transform.dense.weight").is_ok() {
-        set_linear(&mut m.mlm_dense, &mut get, "cls.predictions.transform.dense", h, h)?;
-        set_norm(&mut m.mlm_norm, &mut get, "cls.predictions.transform.LayerNorm", h)?;
-        let bias = if w.resolve("cls.predictions.bias").is_ok() {
-            get("cls.predictions.bias", &[v])?
-        } else {
-            get("cls.predictions.decoder.bias", &[v])?
-        };
-        m.mlm_bias = param1(bias);
-        for tied in ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias"] {
-            if let Ok(name) = w.resolve(tied) {
-                used.push(name);
-            }
-        }
+    let mlm_head = w.resolve(mapping::MLM_HEAD).is_ok();
+    let mut from = FromFile { w, used: Vec::new() };
+    mapping::walk(&mut m, &mut from, mlm_head)?;
+    let mut used = from.used;
+    // The decoder is tied to the token embeddings, in BERT as in corrflow.
+    used.extend(
+        ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias"].iter().filter_map(|t| w.resolve(t).ok()),
+    );
+    if let Some(h) = heads {
+        mapping::walk_heads(&mut m, &mut FromFile { w: h, used: Vec::new() })?;
     }
     Ok((m, used))
 }
 
-type Get<'a> = dyn FnMut(&str, &[usize]) -> Result<Vec<f32>> + 'a;
-
-fn set_linear(l: &mut Linear<CpuBackend>, get: &mut Get<'_>, name: &str, d_in: usize, d_out: usize) -> Result<()> {
-    let w = get(&format!("{name}.weight"), &[d_out, d_in])?;
-    // [out, in] (PyTorch) → [in, out] (burn).
-    let mut t = vec![0f32; w.len()];
-    for o in 0..d_out {
-        for i in 0..d_in {
-            t[i * d_out + o] = w[o * d_in + i];
-        }
-    }
-    l.weight = param2(t, [d_in, d_out]);
-    l.bias = Some(param1(get(&format!("{name}.bias"), &[d_out])?));
-    Ok(())
+/// The import direction of the mapping: each slot filled from the file.
+struct FromFile<'a> {
+    w: &'a Weights,
+    used: Vec<String>,
 }
 
-fn set_norm(n: &mut LayerNorm<CpuBackend>, get: &mut Get<'_>, name: &str, h: usize) -> Result<()> {
-    n.gamma = param1(get(&format!("{name}.weight"), &[h])?);
-    n.beta = Some(param1(get(&format!("{name}.bias"), &[h])?));
-    Ok(())
+impl mapping::Slots for FromFile<'_> {
+    fn matrix(&mut self, name: &str, p: &mut mapping::Matrix, linear: bool) -> Result<()> {
+        let [rows, cols] = p.val().dims();
+        let full = self.w.resolve(name)?;
+        // [out, in] (PyTorch) → [in, out] (burn).
+        let mut values = if linear {
+            mapping::transpose(&self.w.f32(&full, &[cols, rows])?, cols, rows)
+        } else {
+            self.w.f32(&full, &[rows, cols])?
+        };
+        self.used.push(full);
+        if name == mapping::POSITIONS {
+            self.fold_token_type(&mut values, cols)?;
+        }
+        *p = param2(values, [rows, cols]);
+        Ok(())
+    }
+
+    fn vector(&mut self, name: &str, p: &mut mapping::Vector) -> Result<()> {
+        let [n] = p.val().dims();
+        let full = match self.w.resolve(name) {
+            Err(_) if name == mapping::MLM_BIAS => self.w.resolve("cls.predictions.decoder.bias")?,
+            found => found?,
+        };
+        let values = self.w.f32(&full, &[n])?;
+        self.used.push(full);
+        *p = param1(values);
+        Ok(())
+    }
+}
+
+impl FromFile<'_> {
+    /// Token type 0 is added to every position: it is folded into the position embeddings
+    /// (exact). Zeros are skipped, so a file exported from corrflow (zero token types) gives back
+    /// the very bits (-0.0 + 0.0 would be +0.0).
+    fn fold_token_type(&mut self, positions: &mut [f32], h: usize) -> Result<()> {
+        let Ok(types) = self.w.resolve("embeddings.token_type_embeddings.weight") else { return Ok(()) };
+        let rows = self.w.shape(&types)[0];
+        let tt = self.w.f32(&types, &[rows, h])?;
+        self.used.push(types);
+        for row in positions.chunks_mut(h) {
+            row.iter_mut().zip(&tt[..h]).filter(|(_, b)| **b != 0.0).for_each(|(a, b)| *a += b);
+        }
+        Ok(())
+    }
 }
 
 fn param1(v: Vec<f32>) -> Param<Tensor<CpuBackend, 1>> {

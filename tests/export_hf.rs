@@ -1,0 +1,166 @@
+//! `corrflow export hf-model`: a trained checkpoint as a Hugging Face `BertForMaskedLM`
+//! directory. transformers loads it with no missing weight and gives corrflow's cell embeddings;
+//! `import hf` of it gives back the checkpoint's weights bit for bit, heads included.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{corrflow, ok_json, stderr};
+use serde_json::{json, Value};
+
+/// A tiny model trained a few steps with the WCED objective (so it has a head BERT has no slot
+/// for) on the bundled cells: (corpus, run).
+fn trained_wced(dir: &Path) -> (PathBuf, PathBuf) {
+    let (corpus, graph) = common::bundled_corpus_and_graph(dir);
+    let config = dir.join("wced.toml");
+    let tiny = std::fs::read_to_string(common::repo().join("configs/tiny.toml")).unwrap();
+    std::fs::write(&config, tiny.replace("objective = \"mlm\"", "objective = \"wced\"")).unwrap();
+    let run = dir.join("run");
+    let p = |p: &Path| p.display().to_string();
+    ok_json(&corrflow(&[
+        "train",
+        "--json",
+        "--config",
+        &p(&config),
+        "--corpus",
+        &p(&corpus),
+        "--graph",
+        &p(&graph),
+        "--out",
+        &p(&run),
+        "--max-steps",
+        "4",
+    ]));
+    (corpus, run)
+}
+
+fn export(checkpoint: &Path, out: &Path) -> std::process::Output {
+    corrflow(&[
+        "export",
+        "hf-model",
+        "--json",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn an_exported_model_loads_in_transformers_equals_corrflow_and_imports_back_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, run) = trained_wced(tmp.path());
+    let hf = tmp.path().join("hf");
+    let s = ok_json(&export(&run, &hf));
+    assert_eq!(s["architecture"], "BertForMaskedLM");
+    for f in ["config.json", "model.safetensors", "vocab/token_dictionary.tsv", "token_dictionary.pkl"] {
+        assert!(hf.join(f).exists(), "{f} written");
+    }
+    // The WCED head has no slot in BERT: listed, and written beside the model.
+    let heads = s["heads"].as_array().unwrap();
+    assert_eq!(heads.len(), 1, "{s}");
+    assert_eq!(heads[0]["name"], "cell_head");
+    assert!(heads[0]["role"].as_str().unwrap().contains("wced"), "{s}");
+    assert!(hf.join("corrflow_heads.safetensors").exists() && hf.join("corrflow_heads.json").exists());
+    assert!(s["notes"].to_string().contains("GELU"), "the MLM head's activation is noted: {s}");
+
+    // import hf (no --vocab: the exported directory's own) gives the same weights, bit for bit.
+    let back = tmp.path().join("back");
+    let o = corrflow(&["import", "hf", "--json", "--model", hf.to_str().unwrap(), "--out", back.to_str().unwrap()]);
+    let imported = ok_json(&o);
+    assert_eq!(imported["not_imported"], json!([]), "{imported}");
+    let (a, b) = (common::named_weights(&run), common::named_weights(&back));
+    assert_eq!(a.len(), b.len(), "the same parameters");
+    for ((na, va), (nb, vb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(va) == bits(vb), "{na} differs after export hf-model + import hf");
+    }
+    assert!(a.iter().any(|(n, _)| n.starts_with("cell_head")), "the head went round too");
+
+    // transformers: no missing encoder weight, and corrflow's embeddings within 1e-4.
+    let Some(py) = common::python() else { return };
+    let has = std::process::Command::new(&py).args(["-c", "import torch, transformers"]).output().unwrap();
+    if !has.status.success() {
+        common::missing("torch and transformers in the test venv");
+        return;
+    }
+    let cells: Vec<Vec<u32>> = common::atlas_tokens(&corpus, "pbmc")
+        .into_iter()
+        .take(4)
+        .zip([256, 90, 173, 31])
+        .map(|((_, t), n)| t[..n.min(t.len())].to_vec())
+        .collect();
+    let (rows, len) = (cells.len(), cells.iter().map(Vec::len).max().unwrap());
+    let (mut ids, mut mask) = (vec![0i64; rows * len], vec![0i64; rows * len]);
+    for (r, c) in cells.iter().enumerate() {
+        for (i, &t) in c.iter().enumerate() {
+            ids[r * len + i] = i64::from(t);
+            mask[r * len + i] = 1;
+        }
+    }
+    let (_, want) = common::burn_outputs(&run, &ids, &mask, rows, len);
+    let vocab = corrflow::vocab::Vocabulary::load_dir(&run.join("vocab")).unwrap();
+    let gene: Vec<i64> = ids.iter().map(|&t| i64::from(vocab.is_gene(t as u32))).collect();
+    let shape = |v: &[i64]| v.chunks(len).map(<[i64]>::to_vec).collect::<Vec<_>>();
+    let input = tmp.path().join("input.json");
+    let body = json!({"input_ids": shape(&ids), "attention_mask": shape(&mask), "gene": shape(&gene)});
+    std::fs::write(&input, body.to_string()).unwrap();
+    let o = common::run_python(&py, "hf_export_check.py", &[hf.to_str().unwrap(), input.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Value = serde_json::from_str(common::stdout(&o).lines().last().unwrap()).unwrap();
+    assert_eq!(got["missing_keys"], json!([]), "{got}");
+    assert_eq!(got["unexpected_keys"], json!([]), "{got}");
+    assert_eq!(got["hidden_act"], "relu");
+    assert_eq!(got["pad_token_id"], vocab.pad);
+    assert_eq!(got["tokens"], vocab.len());
+    assert_eq!(got["token_pad"], vocab.pad);
+    assert_eq!(got["token_mask"], vocab.mask);
+    assert_eq!(got["medians"], vocab.n_genes());
+    assert_eq!(got["median_types"], json!(["float"]), "plain floats, as Geneformer pickles them");
+    assert!(got["names"].as_u64().unwrap() > 0);
+    assert_eq!(got["heads"][0]["name"], "cell_head");
+    let pooled: Vec<f32> = got["cell_embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().clone())
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    let worst = common::max_abs_diff(&pooled, &want);
+    assert!(worst <= 1e-4, "transformers' cell embeddings differ from corrflow's by {worst:e}");
+    eprintln!("transformers vs corrflow cell embeddings: largest difference {worst:e}");
+}
+
+#[test]
+fn export_hf_model_never_writes_over_its_input_or_a_foreign_directory() {
+    let m = common::tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    // --out is the run directory (the input), or holds it.
+    for out in [m.run.clone(), m.run.parent().unwrap().to_path_buf()] {
+        let o = export(&m.run, &out);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("--checkpoint"), "{}", stderr(&o));
+    }
+    assert!(m.run.join("checkpoints").exists(), "the run is intact");
+    // A directory of other files is not replaced.
+    let foreign = tmp.path().join("keep");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), b"mine").unwrap();
+    let o = export(&m.run, &foreign);
+    assert!(stderr(&o).contains("no config.json"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(foreign.join("notes.txt")).unwrap(), b"mine");
+    // An existing file as --out.
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let o = export(&m.run, &file);
+    assert!(stderr(&o).contains("existing file"), "{}", stderr(&o));
+    // A model directory is replaced whole, and an MLM model has no heads file.
+    let hf = tmp.path().join("hf");
+    ok_json(&export(&m.run, &hf));
+    std::fs::write(hf.join("stale.bin"), b"old").unwrap();
+    let s = ok_json(&export(&m.run, &hf));
+    assert_eq!(s["heads"], json!([]));
+    assert!(!hf.join("stale.bin").exists() && !hf.join("corrflow_heads.safetensors").exists());
+}

@@ -85,10 +85,10 @@ def cbmc_models(binary, out, hce):
     corpus = os.path.join(hce, "cbmc", "corpus")
     graph = once(os.path.join(d, "graph"), lambda: corrflow(binary, "graph", "build", "--config", CONFIG,
                                                               "--corpus", corpus, "--out", os.path.join(d, "graph")))
-    models = {s: train(binary, os.path.join(d, f"{s}-3000-0"), corpus, graph, s, 3000, 0) for s in ("random", "corrmask")}
+    models = {f"{s}-3000": train(binary, os.path.join(d, f"{s}-3000-0"), corpus, graph, s, 3000, 0) for s in ("random", "corrmask")}
     ft = os.path.join(d, "finetuned")
     once(os.path.join(ft, "results.json"), lambda: corrflow(
-        binary, "finetune", "--checkpoint", models["random"], "--corpus", corpus, "--label", "cell_type",
+        binary, "finetune", "--checkpoint", models["random-3000"], "--corpus", corpus, "--label", "cell_type",
         "--exclude", "Mouse,Unknown", "--class-weights", "--lr", "1e-3", "--max-len", "128", "--epochs", "20",
         "--patience", "4", "--seed", "0", "--out", ft))
     models["finetuned"] = ft
@@ -188,17 +188,17 @@ def main():
     reports["cbmc"] = evaluate(b, cbmc, os.path.join(a.hce, "cbmc", "cbmc_test.h5ad"), flags, label,
                                ["Mouse", "Unknown"], os.path.join(a.out, "cbmc-eval"))
     lines += table("CBMC (held-out 30%; Mouse and Unknown left out)", reports["cbmc"], [
-        ("random masking, 3,000 steps", ["random"]), ("CorrMask, 3,000 steps", ["corrmask"]),
+        ("random masking, 3,000 steps", ["random-3000"]), ("CorrMask, 3,000 steps", ["corrmask-3000"]),
         ("MLM, 3,000 steps (§8)", ["mlm-3000"]), ("MLM + HCE, 3,000 steps (§8; saw 70% of the labels)", ["mlm+hce-3000"]),
         ("fine-tuned on the 70%'s labels (from random masking)", ["finetuned"])])
     print("\n".join(lines[-12:]), flush=True)
 
     d, corpus, graph, probes = prepare(b, a.out, "zeisel")
-    zeisel = {s: train(b, os.path.join(d, "runs", f"{s}-4000-0"), corpus, graph, s, 4000, 0) for s in ("random", "corrmask")}
+    zeisel = {f"{s}-4000": train(b, os.path.join(d, "runs", f"{s}-4000-0"), corpus, graph, s, 4000, 0) for s in ("random", "corrmask")}
     _, path, flags, label, exclude = probes[0]
     reports["zeisel"] = evaluate(b, zeisel, path, flags, label, exclude, os.path.join(a.out, "zeisel-eval"))
     lines += table("Zeisel (all cells; pre-training saw the cells, not the labels)", reports["zeisel"],
-                   [("random masking, 3,580 steps (10 epochs)", ["random"]), ("CorrMask, 3,580 steps (10 epochs)", ["corrmask"])])
+                   [("random masking, 3,580 steps (10 epochs)", ["random-4000"]), ("CorrMask, 3,580 steps (10 epochs)", ["corrmask-4000"])])
     print("\n".join(lines[-9:]), flush=True)
 
     with open(os.path.join(a.out, "all_models.json"), "w") as f:

@@ -1,11 +1,14 @@
-//! Streaming readers: single-cell files in, chunks of cells out, never the whole matrix.
+//! corrflow's input formats. Streaming readers: single-cell files in, chunks of cells out,
+//! never the whole matrix.
 //!
 //! Every reader implements [`CellSource`]: it reports the file's genes and obs columns on open
 //! (validating shapes and encodings), then hands out [`CellChunk`]s of consecutive cells on
 //! request. Row-compressed and dense matrices are read by slices; column-compressed ones
 //! (h5ad CSC, MatrixMarket) go through an out-of-core transpose first.
 
-mod crash_guard;
+pub mod atomic;
+pub mod crash_guard;
+pub mod error;
 pub mod h5;
 mod h5ad;
 mod h5ad_copy;
@@ -23,7 +26,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+pub use error::{Error, IoContext, Result};
 
 pub use h5ad_copy::check_editable;
 pub use obs::{ObsKind, ObsValues};

@@ -250,7 +250,12 @@ fn numbers(values: Vec<f64>, kind: NumKind, mask: Option<&[i64]>) -> ObsValues {
     }
 }
 
-fn decode_categories(path: &Path, what: &str, codes: &[i64], categories: &[String]) -> Result<Vec<Option<String>>> {
+pub(crate) fn decode_categories(
+    path: &Path,
+    what: &str,
+    codes: &[i64],
+    categories: &[String],
+) -> Result<Vec<Option<String>>> {
     codes
         .iter()
         .map(|&c| match c {

@@ -170,7 +170,7 @@ pub trait CellSource: Send {
 pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
     let source = registry::open_any(path, opts)?;
     if opts.filter_pass {
-        return filter::honour_filter_pass(source);
+        return filter::honour_filter_pass(source, opts.chunk_cells);
     }
     Ok(source)
 }

@@ -97,6 +97,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         checkpoint: out.join("run"),
         out: out.join("model.onnx"),
         pooling: crate::embed::Pooling::Mean,
+        layer: -1,
     })?;
     let embed = embed_onnx(&out.join("model.onnx"), &dataset, &out.join("embeddings.parquet"))?;
     Ok(DemoSummary {

@@ -272,3 +272,50 @@ fn the_cuda_provider_runs_like_the_cpu_or_fails_clearly_where_onnx_runtime_has_n
         assert!(!cuda_out.exists(), "a failed embed left {}", cuda_out.display());
     }
 }
+
+#[test]
+fn a_model_exported_at_a_layer_embeds_like_the_checkpoint_at_that_layer() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, run) = (bundled(), f.run.to_str().unwrap());
+    // Geneformer's emb_layer -1 (second to last) = corrflow's --layer -2 = layer 1 of the tiny 2.
+    let cut = tmp.path().join("layer1.onnx");
+    let s = ok_json(&corrflow(&[
+        "export",
+        "onnx",
+        "--json",
+        "--checkpoint",
+        run,
+        "--out",
+        cut.to_str().unwrap(),
+        "--emb-layer",
+        "-1",
+    ]));
+    assert_eq!(s["layers"], 1, "{s}");
+    let embed = |flag: &str, source: &str, extra: &[&str], name: &str| {
+        let out = tmp.path().join(format!("{name}.parquet"));
+        let mut args = vec!["embed", "--json", flag, source, "--input", input.to_str().unwrap()];
+        args.extend_from_slice(&["--gene-column", "gene_ids", "--out", out.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let s = ok_json(&corrflow(&args));
+        (s, read_embeddings(&out))
+    };
+    let (s_onnx, onnx) = embed("--model", cut.to_str().unwrap(), &[], "onnx");
+    let (s_burn, burn) = embed("--checkpoint", run, &["--emb-layer", "-1"], "burn");
+    let (_, last) = embed("--checkpoint", run, &["--layer", "-1"], "last");
+    assert_eq!((s_onnx["layer"].as_u64(), s_burn["layer"].as_u64()), (Some(1), Some(1)), "{s_onnx} {s_burn}");
+    let (mut worst, mut apart) = (0f32, 0f32);
+    for (id, a) in &burn {
+        worst = worst.max(max_abs_diff(a, &onnx[id]));
+        apart = apart.max(max_abs_diff(a, &last[id]));
+    }
+    assert!(worst <= TOL, "the layer-1 export differs from embed --emb-layer -1 by {worst}");
+    assert!(apart > 1e-3, "layer 1 and the last layer gave the same vectors");
+    // Geneformer counts back from the last layer: a positive emb_layer is refused, and so is a
+    // layer the model does not have.
+    let o = corrflow(&["embed", "--checkpoint", run, "--input", "x.h5ad", "--out", "x.parquet", "--emb-layer", "1"]);
+    assert!(!o.status.success() && stderr(&o).contains("counts back from the last layer"), "{}", stderr(&o));
+    let bad = tmp.path().join("bad.onnx");
+    let o = corrflow(&["export", "onnx", "--checkpoint", run, "--out", bad.to_str().unwrap(), "--layer", "3"]);
+    assert!(!o.status.success() && stderr(&o).contains("this model has 2 layers"), "{}", stderr(&o));
+}

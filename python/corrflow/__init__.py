@@ -174,10 +174,13 @@ def ingest(
     shard_cells: int = 100_000,
     zstd_level: int = 1,
     restart: bool = False,
+    ignore_filter_pass: bool = False,
 ) -> Dict[str, Any]:
-    """``corrflow ingest``: h5ad / 10x h5 / Matrix Market files streamed into atlas ``atlas`` of
-    ``corpus`` (bounded memory, shards committed atomically). Returns the summary the CLI's
-    ``--json`` prints. A Ctrl-C stops it after the chunk being read; calling it again resumes."""
+    """``corrflow ingest``: h5ad / AnnData zarr / loom / 10x h5 / Matrix Market files streamed
+    into atlas ``atlas`` of ``corpus`` (bounded memory, shards committed atomically). Cells whose
+    obs column (loom: column attribute) ``filter_pass`` is not 1 are left out, as Geneformer's
+    tokenizer does, unless ``ignore_filter_pass``. Returns the summary the CLI's ``--json``
+    prints. A Ctrl-C stops it after the chunk being read; calling it again resumes."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     summary = _native.ingest(
@@ -185,6 +188,7 @@ def ingest(
         max_genes=max_genes, counts=counts, gene_column=gene_column, obs_columns=list(obs_columns),
         allow_normalized=allow_normalized, log1p=log1p, chunk_cells=chunk_cells,
         shard_cells=shard_cells, zstd_level=zstd_level, restart=restart,
+        ignore_filter_pass=ignore_filter_pass,
     )
     return json.loads(summary)
 
@@ -465,17 +469,22 @@ def embed(
     threads: int = 0,
     allow_normalized: bool = False,
     log1p: bool = False,
+    layer: Optional[int] = None,
+    emb_layer: Optional[int] = None,
 ) -> np.ndarray:
     """Cell embeddings from a model written by ``corrflow export onnx``, run by ONNX Runtime on
     all cores (``threads=0``), written to ``adata.obsm[key]`` (unless ``key`` is None) and
     returned, float32 ``[n_obs, dim]``. Cells with no vocabulary gene get NaN rows. A cell's
     vector does not depend on ``batch_size`` or ``token_budget``. ``pooling`` ("mean"/"cls"), if
-    given, must be the one the model was exported with."""
+    given, must be the one the model was exported with. The layer: a model gives the states of
+    the layer it was exported at (``corrflow export onnx --layer N`` or ``--emb-layer N``);
+    ``layer`` (corrflow's numbering, -1 = last) or ``emb_layer`` (Geneformer's, 0 = last, -1 =
+    second to last), if given, must name that layer, and the error says how to export another."""
     indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
     out = _native.embed_csr(
         indptr, indices, data, genes, cells, os.fspath(model), pooling=pooling,
         batch_size=batch_size, token_budget=token_budget, threads=threads,
-        allow_normalized=allow_normalized, log1p=log1p,
+        allow_normalized=allow_normalized, log1p=log1p, layer=layer, emb_layer=emb_layer,
     )
     if key is not None:
         adata.obsm[key] = out

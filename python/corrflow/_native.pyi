@@ -40,6 +40,7 @@ def ingest(
     shard_cells: int = 100000,
     zstd_level: int = 1,
     restart: bool = False,
+    ignore_filter_pass: bool = False,
 ) -> str: ...
 def corpus_info(path: str, atlases: List[str] = ..., verify: bool = False) -> Dict[str, Any]: ...
 def export_hf(corpus: str, out: str, atlases: List[str] = ...) -> int: ...
@@ -64,6 +65,8 @@ def embed_csr(
     allow_normalized: bool = False,
     log1p: bool = False,
     source: str = "AnnData",
+    layer: Optional[int] = None,
+    emb_layer: Optional[int] = None,
 ) -> npt.NDArray[np.float32]: ...
 def eval_cells(
     embeddings: List[Tuple[str, npt.NDArray[np.float32]]],

@@ -15,7 +15,7 @@ use crate::{interrupt, py_err};
 /// Runs `corrflow ingest` and returns its summary as JSON. A Ctrl-C stops it after the chunk
 /// being read; the shards committed so far stay and the next call resumes.
 #[pyfunction]
-#[pyo3(signature = (paths, corpus, atlas, vocab="geneformer-v1", version="v1", max_genes=None, counts="X", gene_column=None, obs_columns=Vec::new(), allow_normalized=false, log1p=false, chunk_cells=256, shard_cells=100_000, zstd_level=1, restart=false))]
+#[pyo3(signature = (paths, corpus, atlas, vocab="geneformer-v1", version="v1", max_genes=None, counts="X", gene_column=None, obs_columns=Vec::new(), allow_normalized=false, log1p=false, chunk_cells=256, shard_cells=100_000, zstd_level=1, restart=false, ignore_filter_pass=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ingest(
     py: Python<'_>,
@@ -34,6 +34,7 @@ pub(crate) fn ingest(
     shard_cells: usize,
     zstd_level: i32,
     restart: bool,
+    ignore_filter_pass: bool,
 ) -> PyResult<String> {
     let (vocab, layout) = crate::tokenize::resolve(vocab, version, max_genes)?;
     let counts: CountsSource = counts.parse().map_err(|e: String| PyValueError::new_err(e))?;
@@ -46,7 +47,14 @@ pub(crate) fn ingest(
         atlas,
         inputs: paths,
         vocab,
-        read: ReadOptions { counts, gene_column, obs_columns, chunk_cells, ..ReadOptions::default() },
+        read: ReadOptions {
+            counts,
+            gene_column,
+            obs_columns,
+            chunk_cells,
+            filter_pass: !ignore_filter_pass,
+            ..ReadOptions::default()
+        },
         tokenize: crate::tokenize::options(layout, allow_normalized, log1p),
         shard_cells,
         zstd_level,

@@ -18,7 +18,7 @@ use crate::tokenize::{options, Tokenizer};
 /// Embeds the cells of a CSR matrix with `model` (a file written by `corrflow export onnx`):
 /// float32 `[n_cells, dim]`, NaN rows for cells with no vocabulary gene.
 #[pyfunction]
-#[pyo3(signature = (indptr, indices, data, gene_ids, cell_ids, model, pooling=None, batch_size=64, token_budget=16384, threads=0, allow_normalized=false, log1p=false, source="AnnData"))]
+#[pyo3(signature = (indptr, indices, data, gene_ids, cell_ids, model, pooling=None, batch_size=64, token_budget=16384, threads=0, allow_normalized=false, log1p=false, source="AnnData", layer=None, emb_layer=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn embed_csr<'py>(
     py: Python<'py>,
@@ -35,6 +35,8 @@ pub(crate) fn embed_csr<'py>(
     allow_normalized: bool,
     log1p: bool,
     source: &str,
+    layer: Option<i64>,
+    emb_layer: Option<i64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if batch_size == 0 || token_budget == 0 {
         return Err(PyValueError::new_err("batch_size and token_budget must be at least 1"));
@@ -56,6 +58,7 @@ pub(crate) fn embed_csr<'py>(
             )));
         }
     }
+    check_layer(&model, encoder.meta.model.layers, layer, emb_layer)?;
     let tok = Tokenizer::new(
         encoder.vocab.clone(),
         &gene_ids,
@@ -78,6 +81,32 @@ pub(crate) fn embed_csr<'py>(
         },
     )?;
     Ok(PyArray1::from_vec(py, out).reshape([n, dim])?.into_any())
+}
+
+/// An exported model gives the states of the layer it was exported at (its last): `layer`
+/// (corrflow's numbering) or `emb_layer` (Geneformer's) must name that one, else the message
+/// says how to export the model at the wanted layer.
+fn check_layer(model: &std::path::Path, layers: usize, layer: Option<i64>, emb_layer: Option<i64>) -> PyResult<()> {
+    let (flag, wanted, last) = match (layer, emb_layer) {
+        (Some(_), Some(_)) => return Err(PyValueError::new_err("give layer or emb_layer, not both")),
+        (Some(l), None) => ("layer", l, l == -1 || l == layers as i64),
+        (None, Some(e)) if e > 0 => {
+            return Err(PyValueError::new_err(format!(
+                "emb_layer={e}: Geneformer's emb_layer counts back from the last layer (0 = last, -1 = second to last)"
+            )))
+        }
+        (None, Some(e)) => ("emb_layer", e, e == 0),
+        (None, None) => return Ok(()),
+    };
+    if last {
+        return Ok(());
+    }
+    Err(PyValueError::new_err(format!(
+        "{flag}={wanted}: {} gives the states of its last layer ({layers}); export the checkpoint at that layer \
+         with `corrflow export onnx --{} {wanted}` and embed with that model",
+        model.display(),
+        flag.replace('_', "-"),
+    )))
 }
 
 /// Tokenizes the cells of a CSR matrix chunk by chunk and encodes them in length-sorted batches

@@ -63,3 +63,20 @@ def test_a_model_with_any_flipped_byte_is_refused_by_embed_and_annotate(tmp_path
         data[at] ^= 0x01
         model.write_bytes(bytes(data))
     assert corrflow.embed(adata, model, key=None, gene_column="gene_ids").shape[0] == 5
+
+
+def test_layer_choice_names_the_layer_the_model_was_exported_at(work, onnx_model):
+    """An exported model gives its last layer's states; asking for another one says how to
+    export it (`--layer` / `--emb-layer`), and a model exported at a layer embeds like it."""
+    adata = anndata.read_h5ad(BUNDLED)[:50].copy()
+    last = corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids")
+    for kw in ({"layer": -1}, {"emb_layer": 0}):
+        np.testing.assert_array_equal(corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids", **kw), last)
+    with pytest.raises(ValueError, match="export onnx --emb-layer -1"):
+        corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids", emb_layer=-1)
+    with pytest.raises(ValueError, match="counts back from the last layer"):
+        corrflow.embed(adata, onnx_model, key=None, gene_column="gene_ids", emb_layer=1)
+    cut = work / "second_to_last.onnx"
+    cli("export", "onnx", "--checkpoint", work / "run", "--out", cut, "--emb-layer", "-1")
+    second = corrflow.embed(adata, cut, key=None, gene_column="gene_ids", emb_layer=0)
+    assert second.shape == last.shape and np.abs(second - last).max() > 1e-3

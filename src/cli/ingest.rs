@@ -38,6 +38,7 @@ impl ReadArgs {
             scratch_dir: std::env::temp_dir(),
             genome: self.genome.clone(),
             open_patience: None,
+            filter_pass: false,
         }
     }
 
@@ -79,7 +80,11 @@ pub(crate) struct IngestArgs {
     /// Discard an interrupted ingest of this atlas instead of resuming it.
     #[arg(long)]
     pub(crate) restart: bool,
-    /// Input files: .h5ad, 10x .h5, or MatrixMarket directories.
+    /// Read every cell, also those whose obs column (loom: column attribute) `filter_pass` is
+    /// not 1 (by default they are left out, as Geneformer's tokenizer does).
+    #[arg(long)]
+    pub(crate) ignore_filter_pass: bool,
+    /// Input files: .h5ad, AnnData zarr stores, loom, 10x .h5, or MatrixMarket directories.
     #[arg(required = true, value_name = "FILE")]
     pub(crate) inputs: Vec<PathBuf>,
 }
@@ -101,6 +106,9 @@ pub(crate) enum VocabCommand {
         min_cells: Option<u64>,
         #[command(flatten)]
         read: ReadArgs,
+        /// Count every cell, also those whose `filter_pass` is not 1 (as `ingest`).
+        #[arg(long)]
+        ignore_filter_pass: bool,
         #[arg(required = true, value_name = "FILE")]
         inputs: Vec<PathBuf>,
     },

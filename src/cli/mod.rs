@@ -207,9 +207,14 @@ pub(crate) struct EmbedArgs {
     /// mean (over genes, Geneformer's cell mode; default) or cls. ONNX models pool as exported.
     #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls")]
     pub(crate) pooling: Option<Pooling>,
-    /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default).
+    /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default), −2 =
+    /// second to last. See --emb-layer for Geneformer's numbering.
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub(crate) layer: i64,
+    /// The layer in Geneformer's `emb_layer` numbering: 0 = last, −1 = second to last
+    /// (Geneformer's default), −k = k layers before the last. Same as --layer (EMB_LAYER − 1).
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "layer", value_name = "EMB_LAYER")]
+    pub(crate) emb_layer: Option<i64>,
     /// Gene embeddings instead: each gene's token state averaged over the cells it is expressed
     /// in (Geneformer's gene mode): Parquet with gene_id, symbol, token_id, n_cells, embedding.
     #[arg(long, conflicts_with_all = ["h5ad_out", "obs_columns"])]
@@ -466,6 +471,13 @@ pub(crate) enum ExportCommand {
         /// What the cell_embedding output pools: mean over genes, or the <cls> state (V2).
         #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls", default_value = "mean")]
         pooling: Pooling,
+        /// The layer whose states the model outputs, numbered as embed's --layer (-1 = last,
+        /// -2 = second to last, 1..=layers); the model keeps the layers up to it.
+        #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+        layer: i64,
+        /// The same in Geneformer's emb_layer numbering (0 = last, -1 = second to last).
+        #[arg(long, allow_hyphen_values = true, conflicts_with = "layer", value_name = "EMB_LAYER")]
+        emb_layer: Option<i64>,
     },
 }
 

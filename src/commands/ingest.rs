@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use corrflow::config::{Config, ModelVersion};
+use corrflow::formats::ReadOptions;
 use corrflow::ingest::{build_vocabulary, VocabBuildOptions};
 use corrflow::ingest::{run_ingest, IngestRequest};
 use corrflow::tokenize::{versioned_layout, TokenizeOptions};
@@ -33,7 +34,7 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
         atlas: a.atlas.clone(),
         inputs: a.inputs.clone(),
         vocab,
-        read: a.read.read_options(cfg, a.obs_columns.clone()),
+        read: ReadOptions { filter_pass: !a.ignore_filter_pass, ..a.read.read_options(cfg, a.obs_columns.clone()) },
         tokenize: TokenizeOptions {
             layout,
             allow_normalized: a.read.allow_normalized || a.read.log1p,
@@ -77,12 +78,12 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
 }
 
 pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
-    let VocabCommand::Build { out, name, alpha, min_cells, read, inputs } = cmd;
+    let VocabCommand::Build { out, name, alpha, min_cells, read, ignore_filter_pass, inputs } = cmd;
     Overlap::new().inputs("FILE", &inputs).replaced_dir("--out", &out).check()?;
     let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
     let opts = VocabBuildOptions {
         name,
-        read: read.read_options(cfg, Vec::new()),
+        read: ReadOptions { filter_pass: !ignore_filter_pass, ..read.read_options(cfg, Vec::new()) },
         values: TokenizeOptions {
             layout: SequenceLayout::v1(),
             allow_normalized: read.allow_normalized || read.log1p,

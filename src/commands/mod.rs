@@ -40,8 +40,9 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Vocab(c) => ingest::vocab(&cfg, c, json),
         Command::Export(ExportCommand::Hf { corpus, atlas, out }) => ingest::export_hf(corpus, atlas, out, json),
         Command::Export(ExportCommand::HfModel { checkpoint, out }) => hf::export_hf_model(checkpoint, out, json),
-        Command::Export(ExportCommand::Onnx { checkpoint, out, pooling }) => {
-            serve::export_onnx(checkpoint, out, pooling, json)
+        Command::Export(ExportCommand::Onnx { checkpoint, out, pooling, layer, emb_layer }) => {
+            let layer = serve::layer_or_emb_layer(layer, emb_layer)?;
+            serve::export_onnx(checkpoint, out, pooling, layer, json)
         }
         Command::Graph(c) => graph::graph(&cfg, c, json),
         Command::Mask(c) => mask::mask(&cfg, c, json),

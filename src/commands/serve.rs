@@ -23,7 +23,21 @@ pub(crate) fn model_inputs(model: &ModelSource, overlap: Overlap) -> Overlap {
 
 pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     let progress = !json;
-    let EmbedArgs { source, input, out, h5ad_out, read, obs_columns, pooling, layer, genes, batching, runtime } = args;
+    let EmbedArgs {
+        source,
+        input,
+        out,
+        h5ad_out,
+        read,
+        obs_columns,
+        pooling,
+        layer,
+        emb_layer,
+        genes,
+        batching,
+        runtime,
+    } = args;
+    let layer = layer_or_emb_layer(layer, emb_layer)?;
     let model = source.source();
     model_inputs(&model, Overlap::new().input("--input", &input))
         .output("--out", &out)
@@ -54,10 +68,23 @@ pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     print_summary(json, &human, &s)
 }
 
+/// `--layer`, or `--emb-layer` (Geneformer's numbering) turned into it.
+pub(crate) fn layer_or_emb_layer(layer: i64, emb_layer: Option<i64>) -> Result<i64> {
+    Ok(match emb_layer {
+        None => layer,
+        Some(e) if e <= 0 => corrflow::embed::layer_from_emb_layer(e),
+        Some(e) => anyhow::bail!(
+            "--emb-layer {e}: Geneformer's emb_layer counts back from the last layer (0 = last, -1 = second to \
+             last); for layers counted from the first use --layer 1..=layers"
+        ),
+    })
+}
+
 pub(crate) fn export_onnx(
     checkpoint: PathBuf,
     out: PathBuf,
     pooling: corrflow::embed::Pooling,
+    layer: i64,
     json: bool,
 ) -> Result<()> {
     Overlap::new()
@@ -65,7 +92,7 @@ pub(crate) fn export_onnx(
         .output("--out", &out)
         .replaced_dir("--out's vocabulary", corrflow::model_meta::vocab_sidecar(&out))
         .check()?;
-    let s = corrflow::export::export_onnx(&corrflow::export::ExportRequest { checkpoint, out, pooling })?;
+    let s = corrflow::export::export_onnx(&corrflow::export::ExportRequest { checkpoint, out, pooling, layer })?;
     let human = format!(
         "exported step {} ({} layers, hidden {}, {} parameters, {} nodes) -> {} ({:.1} MB) + {}",
         s.step,

@@ -83,6 +83,13 @@ pub struct EmbedSummary {
     pub genes: Option<usize>,
 }
 
+/// corrflow's layer number (`--layer`: 1..=layers, 0 = embeddings, −1 = last) of Geneformer's
+/// `emb_layer` (0 = last, −1 = second to last): Geneformer pools `hidden_states[n_layers +
+/// emb_layer]`, and corrflow's negative layers count from `n_layers + 1`.
+pub fn layer_from_emb_layer(emb_layer: i64) -> i64 {
+    emb_layer - 1
+}
+
 /// Opens the encoder a request names: a checkpoint run by burn, or an exported model run by
 /// ONNX Runtime. A new backend is registered here.
 pub fn open_encoder(
@@ -110,7 +117,9 @@ fn open_onnx(path: &Path, pooling: Option<Pooling>, layer: i64, runtime: &Runtim
     }
     if layer != -1 && layer != meta.model.layers as i64 {
         return Err(Error::Usage(
-            "--layer applies to checkpoints; an exported model gives the last layer's states".into(),
+            "--layer applies to checkpoints; an exported model gives the states of the layer it was exported at \
+             (re-export it with `corrflow export onnx --layer N` or `--emb-layer N`)"
+                .into(),
         ));
     }
     Ok(encoder)

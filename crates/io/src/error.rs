@@ -109,3 +109,18 @@ impl<T> IoContext<T> for std::io::Result<T> {
         self.map_err(|e| Error::io(path, e))
     }
 }
+
+/// The readers' errors become the same kinds here, with the same messages.
+impl From<corrflow_formats::Error> for Error {
+    fn from(e: corrflow_formats::Error) -> Self {
+        use corrflow_formats::Error as F;
+        match e {
+            F::Io { path, err } => Self::Io { path, err },
+            F::Hdf5 { path, what, err } => Self::Hdf5 { path, what, err },
+            F::Format { path, msg } => Self::Format { path, msg },
+            F::InvalidData { path, msg } => Self::InvalidData { path, msg },
+            F::Usage(msg) => Self::Usage(msg),
+            F::Internal { what, msg } => Self::Internal { what, msg },
+        }
+    }
+}

@@ -1,9 +1,10 @@
-//! corrflow's files in and out, in pipeline order: gene [`vocab`]ularies; single-cell
-//! [`formats`] (h5ad, 10x HDF5, MatrixMarket) read as streams of cell chunks; [`tokenize`]
+//! corrflow's files in and out, in pipeline order: gene [`vocab`]ularies; [`tokenize`]
 //! (Geneformer rank-value encoding); the token-shard [`corpus`] and the [`ingest`] job that
 //! fills it; the dependency graph's files ([`graph_files`]); exported models' metadata
 //! ([`model_meta`]), the embedding-backend trait ([`encode`]) and the cell [`ontology`] with
 //! label maps.
+//!
+//! The single-cell readers are the crate below, `corrflow-formats` (re-exported as [`formats`]).
 //!
 //! Nothing here trains, builds a graph or serves: those crates sit above this one. Pure
 //! algorithms live in `corrflow-algorithms`.
@@ -11,7 +12,6 @@
 pub mod corpus;
 pub mod encode;
 pub mod error;
-pub mod formats;
 pub mod graph_files;
 pub mod ingest;
 pub mod model_meta;
@@ -20,4 +20,7 @@ pub mod tokenize;
 pub mod util;
 pub mod vocab;
 
+/// The input formats, a crate of their own (`corrflow-formats`) below this one; re-exported so
+/// `corrflow_io::formats::…` paths name the same items.
+pub use corrflow_formats as formats;
 pub use error::{Error, IoContext, Result};

@@ -93,10 +93,11 @@ fn read_stage(
         let mut start = if fi == resume_at.0 { resume_at.1 } else { 0 };
         while start < n {
             let end = (start + chunk_cells).min(n);
-            let msg = cancel.check("ingest").and_then(|()| source.read_chunk(start..end)).map(|chunk| {
-                let next = if end == n { (fi + 1, 0) } else { (fi, end) };
-                ReadMsg { file: fi, chunk, next }
-            });
+            let msg =
+                cancel.check("ingest").and_then(|()| source.read_chunk(start..end).map_err(Into::into)).map(|chunk| {
+                    let next = if end == n { (fi + 1, 0) } else { (fi, end) };
+                    ReadMsg { file: fi, chunk, next }
+                });
             let failed = msg.is_err();
             if read_tx.send(msg).is_err() || failed {
                 return;

@@ -199,18 +199,23 @@ fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// The bytes of an input: a file's size, or every file under a directory (a MatrixMarket
+/// directory, or a zarr store's nested chunks; links inside are not followed).
 fn dir_or_file_size(path: &Path) -> u64 {
-    if path.is_dir() {
-        std::fs::read_dir(path)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.metadata().ok())
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
+    fn tree(dir: &Path) -> u64 {
+        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => tree(&e.path()),
+                Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
             .sum()
-    } else {
-        std::fs::metadata(path).map_or(0, |m| m.len())
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => tree(path),
+        Ok(m) => m.len(),
+        Err(_) => 0,
     }
 }
 
@@ -237,6 +242,7 @@ fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
         "shard_cells": req.shard_cells,
         "zstd_level": req.zstd_level,
         "cell_type_map": req.cell_types.as_ref().map(|m| &m.sha256),
+        "filter_pass": req.read.filter_pass,
     });
     Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
 }

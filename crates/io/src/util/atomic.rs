@@ -7,15 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
 
-/// The temporary path a file is written under before being renamed into place: a hidden
-/// sibling `.NAME.PID.tmp`. The temporary files of `NAME` left by writers that died (killed
-/// before they could remove theirs) are removed first, so a killed run leaves its file only
-/// until the next write of the same target.
-pub fn temp_path(target: &Path) -> PathBuf {
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    remove_stale_temps(target, &name);
-    target.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
-}
+/// The temporary name of an atomic write (shared with the h5ad writers of `corrflow-formats`).
+pub use corrflow_formats::atomic::temp_path;
 
 /// Checks, before any work, that `target` can be written: its directory exists and a file can be
 /// created there (the temporary file, created and removed). A command that would fail only when
@@ -36,28 +29,6 @@ pub fn check_writable(target: &Path) -> Result<()> {
     File::create(&tmp).at(target)?;
     let _ = std::fs::remove_file(&tmp);
     Ok(())
-}
-
-/// Removes `.NAME.PID.tmp` siblings of `target` whose process no longer runs.
-fn remove_stale_temps(target: &Path, name: &str) {
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let prefix = format!(".{name}.");
-    for e in entries.flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = file.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")) else { continue };
-        let Ok(pid) = pid.parse::<i32>() else { continue };
-        // SAFETY: signal 0 only asks whether the process exists.
-        let gone = pid != std::process::id() as i32
-            && unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 /// `dir/.NAME.suffix` for `dir/NAME`: where a directory is staged (or set aside) before it is
@@ -111,17 +82,6 @@ pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
-}
-
-/// Renames a finished temporary file into place and syncs the directory entry.
-pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
-    std::fs::rename(tmp, target).at(target)?;
-    if let Some(dir) = target.parent() {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
 }
 
 /// Writes one record batch as a Parquet file at `path` (synced; not atomic by itself: for files
@@ -183,4 +143,9 @@ mod tests {
             std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
         assert!(!names.iter().any(|n| n.ends_with(".old")), "{names:?}");
     }
+}
+
+/// Renames a finished temporary file into place and syncs the directory entry.
+pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
+    Ok(corrflow_formats::atomic::commit(tmp, target)?)
 }

@@ -53,11 +53,12 @@ fn add_layer_norm<B: Backend>(g: &mut GraphBuilder, x: &str, n: &LayerNorm<B>, e
     g.op("LayerNormalization", &[x, &gamma, &beta], vec![attr_int("axis", -1), attr_float("epsilon", eps as f32)])
 }
 
-/// The encoder graph. `pool_flags[token]` is 1 for tokens the cell embedding averages over
+/// The encoder graph of the model's first `layers` layers. `pool_flags[token]` is 1 for tokens the cell embedding averages over
 /// (gene tokens for mean pooling, `<cls>` for CLS pooling) and 0 otherwise. With `classifier`,
 /// the model's label head adds the `logits` and `probabilities` outputs.
 pub fn encoder_graph<B: Backend>(
     model: &CellEncoder<B>,
+    layers: usize,
     layer_norm_eps: f64,
     pool_flags: &[f32],
     classifier: Option<ClassifierTask>,
@@ -89,7 +90,7 @@ pub fn encoder_graph<B: Backend>(
     let pad = g.op("Cast", &[&pad], vec![attr_int("to", i64::from(dtype::FLOAT))]);
     let axes12 = g.ints("const.axes12", &[2], &[1, 2]);
     let pad4 = g.op("Unsqueeze", &[&pad, &axes12], vec![]);
-    for (i, layer) in model.encoder.layers.iter().enumerate() {
+    for (i, layer) in model.encoder.layers.iter().take(layers).enumerate() {
         x = add_encoder_layer(&mut g, &x, layer, &format!("layer{i}"), &pad4, layer_norm_eps);
     }
     let last = g.op_named("Identity", &[&x], vec![], LAST_HIDDEN_STATE);

@@ -41,6 +41,9 @@ pub struct ExportRequest {
     pub checkpoint: PathBuf,
     pub out: PathBuf,
     pub pooling: Pooling,
+    /// The layer whose states the model outputs (`embed --layer`'s numbering: 1..=layers, −1 =
+    /// last, −2 = second to last): the model exported is the checkpoint's first layers up to it.
+    pub layer: i64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -63,13 +66,14 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     let loaded = load_checkpoint::<crate::CpuBackend>(&req.checkpoint, &device)?;
     let (state, vocab) = (&loaded.state, &loaded.vocab);
     let head_task = exported_head(state, vocab, req.pooling)?;
+    let layers = exported_layers(state, req.layer, head_task.is_some())?;
     let flags: Vec<f32> = (0..vocab.len() as u32)
         .map(|t| match req.pooling {
             Pooling::Mean => f32::from(u8::from(vocab.is_gene(t))),
             Pooling::Cls => f32::from(u8::from(Some(t) == vocab.cls)),
         })
         .collect();
-    let graph = encoder::encoder_graph(&loaded.model, state.model.layer_norm_eps, &flags, head_task);
+    let graph = encoder::encoder_graph(&loaded.model, layers, state.model.layer_norm_eps, &flags, head_task);
     let nodes = graph.node.len();
     let parameters = graph
         .initializer
@@ -77,7 +81,10 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
         .filter(|t| t.data_type == proto::dtype::FLOAT && !t.dims.is_empty())
         .map(|t| t.dims.iter().product::<i64>() as usize)
         .sum();
-    let bytes = model_proto(graph, state, vocab, req.pooling).encode_to_vec();
+    // A model cut at layer k is a k-layer model: its metadata says so, and runtimes report it.
+    let mut cut = state.clone();
+    cut.model.layers = layers;
+    let bytes = model_proto(graph, &cut, vocab, req.pooling).encode_to_vec();
     let sidecar = vocab_sidecar(&req.out);
     write_model(&bytes, vocab, &sidecar, &req.out)?;
     Ok(ExportSummary {
@@ -88,11 +95,31 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
         nodes,
         parameters,
         hidden: state.model.hidden,
-        layers: state.model.layers,
+        layers,
         vocab_size: vocab.len(),
         vocab_hash: vocab.hash().to_string(),
         step: state.step,
     })
+}
+
+/// How many of the checkpoint's layers the export keeps for `layer` (1..=L, or counted back
+/// from the last when negative). A fine-tuned classifier reads the last layer, so its model is
+/// exported whole.
+fn exported_layers(state: &CheckpointState, layer: i64, classifier: bool) -> Result<usize> {
+    let n = state.model.layers as i64;
+    let k = if layer < 0 { n + 1 + layer } else { layer };
+    if !(1..=n).contains(&k) {
+        return Err(Error::Usage(format!(
+            "--layer {layer}: this model has {n} layers; export takes 1..={n} or -1..=-{n} (-1 = last; the \
+             embeddings alone, layer 0, cannot be exported)"
+        )));
+    }
+    if classifier && k != n {
+        return Err(Error::Usage(format!(
+            "--layer {layer}: this fine-tuned classifier reads the last layer ({n}); it is exported whole"
+        )));
+    }
+    Ok(k as usize)
 }
 
 /// The cell head the exported graph carries (a hierarchical cell-type head is exported as a

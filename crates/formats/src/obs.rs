@@ -250,7 +250,12 @@ fn numbers(values: Vec<f64>, kind: NumKind, mask: Option<&[i64]>) -> ObsValues {
     }
 }
 
-fn decode_categories(path: &Path, what: &str, codes: &[i64], categories: &[String]) -> Result<Vec<Option<String>>> {
+pub(crate) fn decode_categories(
+    path: &Path,
+    what: &str,
+    codes: &[i64],
+    categories: &[String],
+) -> Result<Vec<Option<String>>> {
     codes
         .iter()
         .map(|&c| match c {
@@ -304,6 +309,18 @@ fn member_list(group: &Group) -> String {
 }
 
 impl ObsValues {
+    /// Appends `other`'s values (of the same kind; another kind's are left out, which the
+    /// readers never produce within one column).
+    pub fn extend(&mut self, other: Self) {
+        match (self, other) {
+            (Self::Utf8(a), Self::Utf8(b)) => a.extend(b),
+            (Self::Float64(a), Self::Float64(b)) => a.extend(b),
+            (Self::Int64(a), Self::Int64(b)) => a.extend(b),
+            (Self::Boolean(a), Self::Boolean(b)) => a.extend(b),
+            _ => debug_assert!(false, "obs values of one column change kind"),
+        }
+    }
+
     /// The values at `rows`, in that order.
     pub fn select(&self, rows: &[usize]) -> Self {
         fn pick<T: Clone>(v: &[T], rows: &[usize]) -> Vec<T> {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::h5;
 use super::matrix::{CountsMatrix, DenseRows, SparseCols, SparseRows};
 use super::obs::{Column, ColumnReader};
-use super::{CellChunk, CellSource, CountsSource, ObsField, ReadOptions};
+use super::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions};
 use crate::error::{Error, Result};
 
 pub struct H5adSource {
@@ -30,7 +30,7 @@ fn no_matrix(path: &Path, file: &hdf5::File, matrix_path: &str) -> Error {
             path,
             format!(
                 "neither an AnnData file (X, obs, var) nor a 10x HDF5 matrix (matrix/ with barcodes, data, indices, \
-                 indptr, shape); its top-level members: {}",
+                 indptr, shape) nor a loom file (matrix, row_attrs, col_attrs); its top-level members: {}",
                 if members.is_empty() { "none".to_string() } else { members.join(", ") }
             ),
         );
@@ -173,11 +173,44 @@ impl CellSource for H5adSource {
         Ok(CellChunk { first_cell: rows.start, indptr: m.indptr, genes: m.cols, values: m.values, cell_ids, obs })
     }
 
+    fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
+        // Current layouts: a member of the obs group; legacy ones: a field of the obs table.
+        let present = match self._file.group("obs") {
+            Ok(g) => g.link_exists(name),
+            Err(_) => ColumnReader::open(&self.path, &self._file, "obs", Column::Named(name)).is_ok(),
+        };
+        if !present {
+            return Ok(None);
+        }
+        ColumnReader::open(&self.path, &self._file, "obs", Column::Named(name))?.read(None).map(Some)
+    }
+
     fn format(&self) -> &'static str {
         match self.matrix {
             CountsMatrix::Rows(_) => "h5ad (csr)",
             CountsMatrix::Dense(_) => "h5ad (dense)",
             CountsMatrix::Cols(_) => "h5ad (csc)",
         }
+    }
+}
+
+/// The h5ad format's entry in the registry.
+pub struct H5ad;
+
+impl crate::registry::CellFormat for H5ad {
+    fn name(&self) -> &'static str {
+        "h5ad"
+    }
+
+    fn looks_like(&self) -> &'static str {
+        "an AnnData HDF5 file with X, obs and var"
+    }
+
+    fn detect(&self, input: &crate::registry::Input) -> bool {
+        input.hdf5.is_some()
+    }
+
+    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+        Ok(Box::new(H5adSource::open(&input.path, input.hdf5_file()?, opts)?))
     }
 }

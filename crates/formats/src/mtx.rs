@@ -269,3 +269,29 @@ impl CellSource for MtxSource {
         "MatrixMarket"
     }
 }
+
+/// The MatrixMarket format's entry in the registry.
+pub struct Mtx;
+
+impl crate::registry::CellFormat for Mtx {
+    fn name(&self) -> &'static str {
+        "MatrixMarket"
+    }
+
+    fn looks_like(&self) -> &'static str {
+        "a directory with matrix.mtx[.gz], features.tsv[.gz] and barcodes.tsv[.gz], or the .mtx[.gz] file"
+    }
+
+    fn detect(&self, input: &crate::registry::Input) -> bool {
+        if input.is_dir {
+            find(&input.path, &["matrix.mtx"]).is_some()
+        } else {
+            let name = input.name();
+            name.ends_with(".mtx") || name.ends_with(".mtx.gz")
+        }
+    }
+
+    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+        Ok(Box::new(MtxSource::open(&input.path, opts)?))
+    }
+}

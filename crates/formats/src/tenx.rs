@@ -214,3 +214,24 @@ impl CellSource for TenxSource {
         "10x h5"
     }
 }
+
+/// The 10x HDF5 format's entry in the registry.
+pub struct Tenx;
+
+impl crate::registry::CellFormat for Tenx {
+    fn name(&self) -> &'static str {
+        "10x HDF5"
+    }
+
+    fn looks_like(&self) -> &'static str {
+        "an HDF5 file with matrix/ (barcodes, data, indices, indptr, shape)"
+    }
+
+    fn detect(&self, input: &crate::registry::Input) -> bool {
+        input.hdf5.as_ref().is_some_and(is_tenx)
+    }
+
+    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+        Ok(Box::new(TenxSource::open(&input.path, input.hdf5_file()?, opts)?))
+    }
+}

@@ -1,32 +1,42 @@
-//! Streaming readers: single-cell files in, chunks of cells out, never the whole matrix.
+//! corrflow's input formats. Streaming readers: single-cell files in, chunks of cells out,
+//! never the whole matrix.
 //!
-//! Every reader implements [`CellSource`]: it reports the file's genes and obs columns on open
+//! Each format is one [`CellFormat`] in the [`registry`] (how to recognise a path of it, how to
+//! open it); every reader implements [`CellSource`]: it reports the file's genes and obs columns on open
 //! (validating shapes and encodings), then hands out [`CellChunk`]s of consecutive cells on
 //! request. Row-compressed and dense matrices are read by slices; column-compressed ones
-//! (h5ad CSC, MatrixMarket) go through an out-of-core transpose first.
+//! (h5ad and zarr CSC, MatrixMarket) go through an out-of-core transpose first; loom's
+//! genes × cells matrix is read by column slabs.
 
-mod crash_guard;
+pub mod atomic;
+pub mod crash_guard;
+pub mod error;
+mod filter;
 pub mod h5;
 mod h5ad;
 mod h5ad_copy;
+mod loom;
 mod matrix;
 mod mtx;
 mod obs;
 pub mod obs_write;
 pub mod obsm;
+pub mod registry;
 mod tenx;
 mod transpose;
 mod values;
 mod vlen_heap;
+mod zarr;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+pub use error::{Error, IoContext, Result};
 
 pub use h5ad_copy::check_editable;
 pub use obs::{ObsKind, ObsValues};
+pub use registry::{register, CellFormat, Input};
 pub use values::{CellValues, ChunkValues};
 
 /// Consecutive cells of one file, in sparse row form.
@@ -114,6 +124,9 @@ pub struct ReadOptions {
     /// How long opening an HDF5 input may take before it is refused as damaged; `None`: by
     /// the file's size (`crash_guard::default_patience`).
     pub open_patience: Option<std::time::Duration>,
+    /// Geneformer's cell filter: read only the cells whose obs column (loom: column attribute)
+    /// `filter_pass` is 1, when the file has one. `ingest` and `vocab build` turn it on.
+    pub filter_pass: bool,
 }
 
 impl Default for ReadOptions {
@@ -126,6 +139,7 @@ impl Default for ReadOptions {
             scratch_dir: std::env::temp_dir(),
             genome: None,
             open_patience: None,
+            filter_pass: false,
         }
     }
 }
@@ -142,30 +156,21 @@ pub trait CellSource: Send {
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk>;
     /// Human-readable format name, for logs and manifests.
     fn format(&self) -> &'static str;
+    /// The whole obs column (loom: column attribute) `name`, or `None` when the file has none
+    /// (formats without cell annotations: 10x, MatrixMarket). Used for `filter_pass`.
+    fn read_obs_column(&mut self, _name: &str) -> Result<Option<ObsValues>> {
+        Ok(None)
+    }
 }
 
-/// Opens `path` with the reader its format needs: a MatrixMarket directory (or `.mtx` file),
-/// a 10x Genomics HDF5 file, or an h5ad file.
+/// Opens `path` with the reader its format needs (the first of [`registry::all`] that detects
+/// it): an AnnData zarr store, a MatrixMarket directory (or `.mtx` file), a 10x Genomics HDF5
+/// file, a loom file or an h5ad file. With `opts.filter_pass`, only the cells whose
+/// `filter_pass` is 1 are read, when the file has that obs column or loom attribute.
 pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
-    if meta.is_dir() || name.ends_with(".mtx") || name.ends_with(".mtx.gz") {
-        return Ok(Box::new(mtx::MtxSource::open(path, opts)?));
+    let source = registry::open_any(path, opts)?;
+    if opts.filter_pass {
+        return filter::honour_filter_pass(source, opts.chunk_cells);
     }
-    let file = h5::open(path)?;
-    // Opening reads the attributes and the obs/var tables (chunks read cell ids, which
-    // `vlen_heap` checks): that is what may crash the HDF5 library on a damaged file.
-    let patience = opts.open_patience.unwrap_or_else(|| crash_guard::default_patience(meta.len()));
-    crash_guard::probe(path, patience, || {
-        let _ = h5::open(path).and_then(|f| open_hdf5(path, opts, f));
-    })?;
-    open_hdf5(path, opts, file)
-}
-
-/// The reader of an HDF5 file: 10x or h5ad.
-fn open_hdf5(path: &Path, opts: &ReadOptions, file: hdf5::File) -> Result<Box<dyn CellSource>> {
-    if tenx::is_tenx(&file) {
-        return Ok(Box::new(tenx::TenxSource::open(path, file, opts)?));
-    }
-    Ok(Box::new(h5ad::H5adSource::open(path, file, opts)?))
+    Ok(source)
 }

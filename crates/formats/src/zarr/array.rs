@@ -1,0 +1,306 @@
+//! One zarr array of an AnnData store, read by ranges through `zarrs` (formats 2 and 3, sharded
+//! or not, every codec zarr-python writes by default). A 1-d array keeps the last block it
+//! decoded, so consecutive cell chunks that fall in one zarr chunk decode it once, and memory
+//! stays at one block per array whatever the store's size.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use zarrs::array::{Array, ArraySubset};
+use zarrs::filesystem::FilesystemStore;
+use zarrs::plugin::ExtensionName;
+
+use crate::error::{Error, Result};
+use crate::ChunkValues;
+
+/// Entries decoded per read of a 1-d array (numbers; strings read an eighth of it).
+const BLOCK: usize = 1 << 20;
+
+pub type Store = Arc<FilesystemStore>;
+
+/// How an array's elements are stored, as far as reading them goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    F32,
+    F64,
+    Int,
+    Bool,
+    Str,
+}
+
+/// A decoded run of elements (integers widened to i64).
+#[derive(Clone, Debug)]
+enum Block {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+    Str(Vec<String>),
+}
+
+impl Block {
+    fn slice(&self, r: Range<usize>) -> Self {
+        match self {
+            Self::F32(v) => Self::F32(v[r].to_vec()),
+            Self::F64(v) => Self::F64(v[r].to_vec()),
+            Self::I64(v) => Self::I64(v[r].to_vec()),
+            Self::Bool(v) => Self::Bool(v[r].to_vec()),
+            Self::Str(v) => Self::Str(v[r].to_vec()),
+        }
+    }
+}
+
+/// An array of the store at `key` (e.g. `X/data`).
+pub struct ZArray {
+    path: PathBuf,
+    what: String,
+    // Boxed: an `Array` is ~900 bytes, and matrices and columns hold several.
+    array: Box<Array<FilesystemStore>>,
+    kind: Kind,
+    dtype: String,
+    shape: Vec<usize>,
+    cache: std::sync::Mutex<Option<(Range<usize>, Block)>>,
+}
+
+impl ZArray {
+    /// Opens the array at `key`; `None` when there is no array there (a group, or nothing).
+    pub fn open(path: &Path, store: &Store, key: &str) -> Result<Option<Self>> {
+        if !is_array(path, key) {
+            return Ok(None);
+        }
+        let array = Array::open(store.clone(), &format!("/{key}"))
+            .map_err(|e| Error::format(path, format!("{key}: cannot open as a zarr array: {e}")))?;
+        let dtype = array.data_type().name_v3().map(|n| n.to_string()).unwrap_or_else(|| array.data_type().to_string());
+        let kind = match dtype.as_str() {
+            "float32" => Kind::F32,
+            "float64" => Kind::F64,
+            "int8" | "int16" | "int32" | "int64" | "uint8" | "uint16" | "uint32" | "uint64" => Kind::Int,
+            "bool" => Kind::Bool,
+            "string" => Kind::Str,
+            other => {
+                return Err(Error::format(
+                    path,
+                    format!("{key}: zarr data type '{other}' is not one AnnData writes (numbers, bool, string)"),
+                ))
+            }
+        };
+        let shape = array.shape().iter().map(|&n| n as usize).collect();
+        let what = key.to_string();
+        Ok(Some(Self {
+            path: path.to_path_buf(),
+            what,
+            array: Box::new(array),
+            kind,
+            dtype,
+            shape,
+            cache: Default::default(),
+        }))
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Elements of a 1-d array.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn attributes(&self) -> &serde_json::Map<String, serde_json::Value> {
+        self.array.attributes()
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> Error {
+        Error::format(&self.path, format!("reading {}: {e}", self.what))
+    }
+
+    /// Decodes `ranges` (one per dimension) of the array.
+    fn retrieve(&self, ranges: &[Range<u64>]) -> Result<Block> {
+        let subset = ArraySubset::new_with_ranges(ranges);
+        macro_rules! get {
+            ($t:ty) => {
+                self.array.retrieve_array_subset::<Vec<$t>>(&subset).map_err(|e| self.err(e))?
+            };
+        }
+        macro_rules! wide {
+            ($t:ty) => {
+                get!($t).into_iter().map(i64::from).collect()
+            };
+        }
+        Ok(match (self.kind, self.dtype.as_str()) {
+            (Kind::F32, _) => Block::F32(get!(f32)),
+            (Kind::F64, _) => Block::F64(get!(f64)),
+            (Kind::Bool, _) => Block::Bool(get!(bool)),
+            (Kind::Str, _) => Block::Str(get!(String)),
+            (_, "int8") => Block::I64(wide!(i8)),
+            (_, "int16") => Block::I64(wide!(i16)),
+            (_, "int32") => Block::I64(wide!(i32)),
+            (_, "int64") => Block::I64(get!(i64)),
+            (_, "uint8") => Block::I64(wide!(u8)),
+            (_, "uint16") => Block::I64(wide!(u16)),
+            (_, "uint32") => Block::I64(wide!(u32)),
+            _ => Block::I64(
+                get!(u64)
+                    .into_iter()
+                    .map(|v| i64::try_from(v).map_err(|_| self.err(format!("value {v} out of range"))))
+                    .collect::<Result<_>>()?,
+            ),
+        })
+    }
+
+    /// Elements `r` of a 1-d array, through the one-block cache.
+    fn read(&self, r: Range<usize>) -> Result<Block> {
+        if self.shape.len() != 1 {
+            return Err(Error::format(
+                &self.path,
+                format!("{}: expected a 1-d array, found shape {:?}", self.what, self.shape),
+            ));
+        }
+        if r.end > self.shape[0] || r.start > r.end {
+            return Err(Error::format(
+                &self.path,
+                format!("{}: rows {r:?} beyond its {} entries", self.what, self.shape[0]),
+            ));
+        }
+        let block = if self.kind == Kind::Str { BLOCK / 8 } else { BLOCK };
+        if r.len() >= block {
+            return self.retrieve(std::slice::from_ref(&(r.start as u64..r.end as u64)));
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, b)) = cache.as_ref() {
+            if at.start <= r.start && r.end <= at.end {
+                return Ok(b.slice(r.start - at.start..r.end - at.start));
+            }
+        }
+        let at = r.start..(r.start + block).min(self.shape[0]).max(r.end);
+        let b = self.retrieve(std::slice::from_ref(&(at.start as u64..at.end as u64)))?;
+        let out = b.slice(r.start - at.start..r.end - at.start);
+        *cache = Some((at, b));
+        Ok(out)
+    }
+
+    /// All elements when `r` is `None`.
+    fn read_opt(&self, r: Option<Range<usize>>) -> Result<Block> {
+        let n = self.shape.first().copied().unwrap_or(0);
+        self.read(r.unwrap_or(0..n))
+    }
+
+    pub fn read_f64(&self, r: Option<Range<usize>>) -> Result<Vec<f64>> {
+        Ok(match self.read_opt(r)? {
+            Block::F32(v) => v.into_iter().map(f64::from).collect(),
+            Block::F64(v) => v,
+            Block::I64(v) => v.into_iter().map(|x| x as f64).collect(),
+            Block::Bool(v) => v.into_iter().map(|b| f64::from(u8::from(b))).collect(),
+            Block::Str(_) => return Err(self.err("expected numbers, found strings")),
+        })
+    }
+
+    /// Stored counts: f32 as stored, anything else as f64.
+    pub fn read_values(&self, r: Range<usize>) -> Result<ChunkValues> {
+        Ok(match self.read(r.clone())? {
+            Block::F32(v) => ChunkValues::F32(v),
+            _ => ChunkValues::F64(self.read_f64(Some(r))?),
+        })
+    }
+
+    pub fn read_i64(&self, r: Option<Range<usize>>) -> Result<Vec<i64>> {
+        match self.read_opt(r)? {
+            Block::I64(v) => Ok(v),
+            Block::Bool(v) => Ok(v.into_iter().map(i64::from).collect()),
+            _ => Err(self.err(format!("expected integers, found {}", self.dtype))),
+        }
+    }
+
+    /// Indices checked to lie in `0..bound`.
+    pub fn read_indices(&self, r: Range<usize>, bound: usize) -> Result<Vec<u32>> {
+        let limit = bound.min(u32::MAX as usize + 1) as i64;
+        let v = self.read_i64(Some(r))?;
+        if let Some(bad) = v.iter().find(|&&x| x < 0 || x >= limit) {
+            return Err(self.err(format!("index {bad} outside 0..{bound}")));
+        }
+        Ok(v.into_iter().map(|x| x as u32).collect())
+    }
+
+    /// Strings; numbers (gene ids or category labels written as numbers) become strings.
+    pub fn read_strings(&self, r: Option<Range<usize>>) -> Result<Vec<String>> {
+        Ok(match self.read_opt(r)? {
+            Block::Str(v) => v,
+            Block::F32(v) => v.iter().map(f32::to_string).collect(),
+            Block::F64(v) => v.iter().map(f64::to_string).collect(),
+            Block::I64(v) => v.iter().map(i64::to_string).collect(),
+            Block::Bool(v) => v.iter().map(bool::to_string).collect(),
+        })
+    }
+
+    /// Rows `r` of a 2-d array, all columns, row-major, as f64.
+    pub fn read_rows_f64(&self, r: Range<usize>) -> Result<Vec<f64>> {
+        let cols = self.shape[1] as u64;
+        Ok(match self.retrieve(&[r.start as u64..r.end as u64, 0..cols])? {
+            Block::F32(v) => v.into_iter().map(f64::from).collect(),
+            Block::F64(v) => v,
+            Block::I64(v) => v.into_iter().map(|x| x as f64).collect(),
+            Block::Bool(v) => v.into_iter().map(|b| f64::from(u8::from(b))).collect(),
+            Block::Str(_) => return Err(self.err("expected numbers, found strings")),
+        })
+    }
+}
+
+/// Whether `key` of the store is an array (zarr format 3: `zarr.json` with node_type array;
+/// format 2: `.zarray`).
+pub fn is_array(path: &Path, key: &str) -> bool {
+    let dir = path.join(key);
+    dir.join(".zarray").is_file() || node_type(&dir).as_deref() == Some("array")
+}
+
+/// Whether `key` is a group or an array of the store.
+pub fn exists(path: &Path, key: &str) -> bool {
+    let dir = path.join(key);
+    dir.join(".zarray").is_file() || dir.join(".zgroup").is_file() || dir.join("zarr.json").is_file()
+}
+
+fn node_type(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("zarr.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("node_type")?.as_str().map(str::to_string)
+}
+
+/// A group's attributes (format 3: `attributes` of `zarr.json`; format 2: `.zattrs`).
+pub fn group_attrs(path: &Path, key: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let dir = if key.is_empty() { path.to_path_buf() } else { path.join(key) };
+    let (file, v3) =
+        if dir.join("zarr.json").is_file() { (dir.join("zarr.json"), true) } else { (dir.join(".zattrs"), false) };
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(_) if !v3 => return Ok(Default::default()),
+        Err(e) => return Err(Error::io(&file, e)),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(path, format!("{}: not valid JSON: {e}", file.display())))?;
+    let attrs = if v3 { v.get("attributes").cloned().unwrap_or_default() } else { v };
+    Ok(attrs.as_object().cloned().unwrap_or_default())
+}
+
+/// The members of a group (sub-directories that are zarr nodes), sorted.
+pub fn members(path: &Path, key: &str) -> Vec<String> {
+    let dir = if key.is_empty() { path.to_path_buf() } else { path.join(key) };
+    let mut out: Vec<String> = std::fs::read_dir(&dir)
+        .map(|it| {
+            it.flatten()
+                .filter(|e| exists(&dir, &e.file_name().to_string_lossy()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// A string attribute.
+pub fn attr_str<'a>(attrs: &'a serde_json::Map<String, serde_json::Value>, name: &str) -> Option<&'a str> {
+    attrs.get(name).and_then(|v| v.as_str())
+}

@@ -1,0 +1,341 @@
+//! AnnData zarr stores (`adata.write_zarr`): zarr formats 2 and 3, consolidated or not, sharded
+//! or not, with X (or `raw/X`, or a layer) as CSR, CSC or a dense array. Read through `zarrs`
+//! (the Rust zarr implementation zarr-python's own Rust codec pipeline uses), by cell ranges:
+//! CSR and dense X chunk by chunk, CSC through the same out-of-core transpose as h5ad.
+
+mod array;
+mod frame;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use array::{Store, ZArray};
+use frame::ZColumn;
+use zarrs::filesystem::FilesystemStore;
+
+use crate::error::{Error, Result};
+use crate::obs::Column;
+use crate::transpose::{BucketWriter, RowBuckets, SparseRowsData};
+use crate::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions};
+
+/// Entries of a gene-compressed matrix read per block while transposing it.
+const TRANSPOSE_BLOCK: usize = 1 << 22;
+
+/// Whether `path` is a zarr store (a directory with the root group's metadata).
+pub fn is_zarr(path: &Path) -> bool {
+    path.is_dir() && (path.join("zarr.json").is_file() || path.join(".zgroup").is_file())
+}
+
+/// A cell-compressed matrix's arrays.
+struct Csr {
+    data: ZArray,
+    indices: ZArray,
+    indptr: ZArray,
+    n_cols: usize,
+    nnz: usize,
+}
+
+enum Matrix {
+    Rows(Box<Csr>),
+    Dense(ZArray),
+    Cols { buckets: RowBuckets },
+}
+
+pub struct ZarrSource {
+    path: PathBuf,
+    store: Store,
+    matrix: Matrix,
+    n_cells: usize,
+    genes: Vec<String>,
+    index: ZColumn,
+    obs: Vec<ZColumn>,
+    obs_fields: Vec<ObsField>,
+}
+
+impl ZarrSource {
+    pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
+        let store: Store = Arc::new(
+            FilesystemStore::new(path).map_err(|e| Error::format(path, format!("cannot open as a zarr store: {e}")))?,
+        );
+        let has = |k: &str| array::exists(path, k);
+        if !(has("obs") && has("var")) {
+            let members = array::members(path, "");
+            return Err(Error::format(
+                path,
+                format!(
+                    "a zarr store but not an AnnData one (X, obs, var); its top-level members: {}",
+                    if members.is_empty() { "none".to_string() } else { members.join(", ") }
+                ),
+            ));
+        }
+        let (matrix_key, var_key) = match &opts.counts {
+            CountsSource::X => ("X".to_string(), "var"),
+            CountsSource::Raw if has("raw/X") => ("raw/X".to_string(), "raw/var"),
+            CountsSource::Raw => return Err(Error::format(path, "--counts raw: the store has no raw/X")),
+            CountsSource::Layer(name) => {
+                let key = format!("layers/{name}");
+                if !has(&key) {
+                    let layers = array::members(path, "layers").join(", ");
+                    return Err(Error::format(path, format!("no layer '{name}' (layers: {layers})")));
+                }
+                (key, "var")
+            }
+        };
+        if !has(&matrix_key) {
+            return Err(no_matrix(path, &matrix_key));
+        }
+        let (matrix, n_cells, n_genes) = open_matrix(path, &store, &matrix_key, opts)?;
+
+        let gene_col = opts.gene_column.as_deref().map_or(Column::Index, Column::Named);
+        let genes = ZColumn::open(path, &store, var_key, gene_col)?;
+        if genes.len() != n_genes {
+            let msg =
+                format!("shape mismatch: {matrix_key} has {n_genes} genes but {var_key} has {} rows", genes.len());
+            return Err(Error::format(path, msg));
+        }
+        let genes = genes.read(None)?.into_strings();
+        let index = ZColumn::open(path, &store, "obs", Column::Index)?;
+        if index.len() != n_cells {
+            let msg = format!("shape mismatch: {matrix_key} has {n_cells} cells but obs has {} rows", index.len());
+            return Err(Error::format(path, msg));
+        }
+        let obs = opts
+            .obs_columns
+            .iter()
+            .map(|c| {
+                let col = ZColumn::open(path, &store, "obs", Column::Named(c))?;
+                if col.len() != n_cells {
+                    let msg = format!("obs column '{c}' has {} rows but the matrix has {n_cells} cells", col.len());
+                    return Err(Error::format(path, msg));
+                }
+                Ok(col)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let obs_fields =
+            opts.obs_columns.iter().zip(&obs).map(|(n, c)| ObsField { name: n.clone(), kind: c.kind() }).collect();
+        Ok(Self { path: path.to_path_buf(), store, matrix, n_cells, genes, index, obs, obs_fields })
+    }
+}
+
+/// The error for a store without the matrix to read, naming where counts may be instead.
+fn no_matrix(path: &Path, key: &str) -> Error {
+    let mut elsewhere = Vec::new();
+    if array::exists(path, "raw/X") {
+        elsewhere.push("--counts raw".to_string());
+    }
+    elsewhere.extend(array::members(path, "layers").iter().map(|l| format!("--counts layer:{l}")));
+    let hint = if elsewhere.is_empty() {
+        "and no raw/X or layers either".to_string()
+    } else {
+        format!("counts may be read from {}", elsewhere.join(" or "))
+    };
+    Error::format(path, format!("AnnData zarr store without a '{key}' matrix: {hint}"))
+}
+
+fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Result<(Matrix, usize, usize)> {
+    if let Some(a) = ZArray::open(path, store, key)? {
+        let enc = array::attr_str(a.attributes(), "encoding-type").unwrap_or("array");
+        if enc != "array" {
+            return Err(Error::format(
+                path,
+                format!("{key} has encoding-type '{enc}', expected array for a dense matrix"),
+            ));
+        }
+        let (rows, cols) = match a.shape() {
+            [r, c] => (*r, *c),
+            other => {
+                return Err(Error::format(path, format!("{key}: dense matrix must be 2-d, found shape {other:?}")))
+            }
+        };
+        if a.kind() == array::Kind::Str {
+            return Err(Error::format(path, format!("{key}: a matrix of strings, expected numbers")));
+        }
+        return Ok((Matrix::Dense(a), rows, cols));
+    }
+    let attrs = array::group_attrs(path, key)?;
+    let enc = array::attr_str(&attrs, "encoding-type")
+        .ok_or_else(|| Error::format(path, format!("{key} is a group without an encoding-type attribute")))?
+        .to_string();
+    let shape: Option<Vec<usize>> = attrs
+        .get("shape")
+        .and_then(|s| s.as_array())
+        .and_then(|s| s.iter().map(|v| v.as_u64().map(|n| n as usize)).collect());
+    let (n_rows, n_cols) = match shape.as_deref() {
+        Some(&[r, c]) => (r, c),
+        other => {
+            return Err(Error::format(path, format!("{key}: shape attribute must hold 2 integers, found {other:?}")))
+        }
+    };
+    let part = |p: &str| {
+        ZArray::open(path, store, &format!("{key}/{p}"))?
+            .ok_or_else(|| Error::format(path, format!("sparse matrix {key} has no '{p}' array")))
+    };
+    let (data, indices, indptr) = (part("data")?, part("indices")?, part("indptr")?);
+    let nnz = data.len();
+    let n_major = if enc == "csc_matrix" { n_cols } else { n_rows };
+    if indices.len() != nnz {
+        let msg = format!("shape mismatch: {key}/data has {nnz} entries but {key}/indices has {}", indices.len());
+        return Err(Error::format(path, msg));
+    }
+    if indptr.len() != n_major + 1 {
+        let msg = format!(
+            "shape mismatch: {key}/indptr has {} entries, expected {} for its shape",
+            indptr.len(),
+            n_major + 1
+        );
+        return Err(Error::format(path, msg));
+    }
+    let matrix = match enc.as_str() {
+        "csr_matrix" => Matrix::Rows(Box::new(Csr { data, indices, indptr, n_cols, nnz })),
+        "csc_matrix" => {
+            Matrix::Cols { buckets: transpose(path, key, (&data, &indices, &indptr), n_rows, n_cols, opts)? }
+        }
+        other => {
+            return Err(Error::format(
+                path,
+                format!("{key} has encoding-type '{other}', expected csr_matrix, csc_matrix or a dense array"),
+            ))
+        }
+    };
+    Ok((matrix, n_rows, n_cols))
+}
+
+/// Transposes a gene-compressed matrix into row buckets on disk, whole columns at a time.
+fn transpose(
+    path: &Path,
+    key: &str,
+    (data, indices, indptr): (&ZArray, &ZArray, &ZArray),
+    n_rows: usize,
+    n_cols: usize,
+    opts: &ReadOptions,
+) -> Result<RowBuckets> {
+    tracing::info!(file = %path.display(), "transposing gene-compressed {key} out of core");
+    let ptr = indptr.read_i64(None)?;
+    let nnz = data.len();
+    if ptr.windows(2).any(|w| w[1] < w[0]) || ptr[0] < 0 || ptr[n_cols] as usize > nnz {
+        return Err(Error::format(path, format!("{key}/indptr is not non-decreasing within 0..={nnz}")));
+    }
+    let mut writer = BucketWriter::new(&opts.scratch_dir, n_rows, opts.chunk_cells)?;
+    let mut col = 0usize;
+    while col < n_cols {
+        let start = ptr[col] as usize;
+        let mut end_col = col + 1;
+        while end_col < n_cols && (ptr[end_col + 1] as usize) - start <= TRANSPOSE_BLOCK {
+            end_col += 1;
+        }
+        let range = start..ptr[end_col] as usize;
+        let values = data.read_f64(Some(range.clone()))?;
+        let rows = indices.read_indices(range, n_rows)?;
+        for c in col..end_col {
+            for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
+                writer.push(rows[k], c as u32, values[k])?;
+            }
+        }
+        col = end_col;
+    }
+    writer.finish()
+}
+
+impl Matrix {
+    fn read(&mut self, path: &Path, rows: Range<usize>) -> Result<SparseRowsData> {
+        match self {
+            Self::Rows(csr) => {
+                let Csr { data, indices, indptr, n_cols, nnz } = csr.as_ref();
+                let ptr = indptr.read_i64(Some(rows.start..rows.end + 1))?;
+                let (start, end) = (ptr[0], ptr[ptr.len() - 1]);
+                if ptr.windows(2).any(|w| w[1] < w[0]) || start < 0 || end as usize > *nnz {
+                    return Err(Error::format(
+                        path,
+                        format!("X/indptr is not non-decreasing within 0..={nnz} near cells {rows:?}"),
+                    ));
+                }
+                let range = start as usize..end as usize;
+                let values = data.read_values(range.clone())?;
+                let cols = indices.read_indices(range, *n_cols)?;
+                let indptr = ptr.iter().map(|&p| (p - start) as usize).collect();
+                Ok(SparseRowsData { indptr, cols, values })
+            }
+            Self::Dense(a) => {
+                let n_cols = a.shape()[1];
+                let dense = a.read_rows_f64(rows)?;
+                let mut out = SparseRowsData { indptr: vec![0], ..Default::default() };
+                for row in dense.chunks(n_cols.max(1)) {
+                    for (c, &v) in row.iter().enumerate() {
+                        if v != 0.0 {
+                            out.cols.push(c as u32);
+                            out.values.push(v);
+                        }
+                    }
+                    out.indptr.push(out.cols.len());
+                }
+                Ok(out)
+            }
+            Self::Cols { buckets } => buckets.read(rows),
+        }
+    }
+}
+
+impl CellSource for ZarrSource {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn n_cells(&self) -> usize {
+        self.n_cells
+    }
+
+    fn gene_ids(&self) -> &[String] {
+        &self.genes
+    }
+
+    fn obs_fields(&self) -> &[ObsField] {
+        &self.obs_fields
+    }
+
+    fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
+        if rows.end > self.n_cells {
+            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.n_cells)));
+        }
+        let m = self.matrix.read(&self.path, rows.clone())?;
+        let cell_ids = self.index.read(Some(rows.clone()))?.into_strings();
+        let obs = self.obs.iter().map(|c| c.read(Some(rows.clone()))).collect::<Result<_>>()?;
+        Ok(CellChunk { first_cell: rows.start, indptr: m.indptr, genes: m.cols, values: m.values, cell_ids, obs })
+    }
+
+    fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
+        if !array::exists(&self.path, &format!("obs/{name}")) {
+            return Ok(None);
+        }
+        ZColumn::open(&self.path, &self.store, "obs", Column::Named(name))?.read(None).map(Some)
+    }
+
+    fn format(&self) -> &'static str {
+        match self.matrix {
+            Matrix::Rows(_) => "zarr (csr)",
+            Matrix::Dense(_) => "zarr (dense)",
+            Matrix::Cols { .. } => "zarr (csc)",
+        }
+    }
+}
+
+/// The AnnData zarr format's entry in the registry.
+pub struct Zarr;
+
+impl crate::registry::CellFormat for Zarr {
+    fn name(&self) -> &'static str {
+        "AnnData zarr"
+    }
+
+    fn looks_like(&self) -> &'static str {
+        "a directory with zarr.json or .zgroup, from adata.write_zarr"
+    }
+
+    fn detect(&self, input: &crate::registry::Input) -> bool {
+        input.is_dir && is_zarr(&input.path)
+    }
+
+    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+        Ok(Box::new(ZarrSource::open(&input.path, opts)?))
+    }
+}

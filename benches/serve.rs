@@ -120,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         max_inflight_bytes: 1 << 30,
         max_cells_per_request: 1024,
         bearer_token: None,
+        allow_normalized: false,
     };
     let server = std::thread::spawn(move || {
         rt.block_on(serve(

@@ -102,6 +102,7 @@ mod tests {
             max_inflight_bytes: inflight,
             max_cells_per_request: 1,
             bearer_token: None,
+            allow_normalized: false,
         }
     }
 

@@ -41,6 +41,8 @@ pub struct ServeOptions {
     pub max_inflight_bytes: usize,
     pub max_cells_per_request: usize,
     pub bearer_token: Option<String>,
+    /// Accept non-integer counts in `cells` (as `ingest --allow-normalized`).
+    pub allow_normalized: bool,
 }
 
 /// What the handlers share.
@@ -186,6 +188,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             "max_inflight_bytes": options.max_inflight_bytes,
             "max_cells_per_request": options.max_cells_per_request,
         },
+        "allow_normalized": options.allow_normalized,
         "version": env!("CARGO_PKG_VERSION"),
     });
     Ready {
@@ -196,6 +199,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             vocab_size: meta.vocab_size,
             max_positions: meta.model.max_positions,
             max_cells: options.max_cells_per_request,
+            allow_normalized: options.allow_normalized,
         },
         dim: meta.model.hidden,
         classes: encoder.classes().to_vec(),

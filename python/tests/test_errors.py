@@ -211,8 +211,10 @@ def test_the_served_openapi_document_is_valid_openapi_3_0(onnx_model):
         stderr=subprocess.PIPE, text=True,
     )
     try:
-        line = server.stderr.readline()
-        assert "listening on http://" in line, line
+        line = ""
+        while "listening on http://" not in line:
+            line = server.stderr.readline()
+            assert line, "the server exited without listening"
         url = line.split("listening on ")[1].strip()
         with urllib.request.urlopen(f"{url}/openapi.json", timeout=30) as r:
             doc = json.load(r)
@@ -221,3 +223,4 @@ def test_the_served_openapi_document_is_valid_openapi_3_0(onnx_model):
     finally:
         server.terminate()
         server.wait(timeout=30)
+        server.stderr.close()

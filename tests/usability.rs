@@ -112,7 +112,7 @@ fn train_says_why_it_ends_and_takes_epochs() {
         corrflow_env(&args, env)
     };
     // tiny.toml: one epoch of ~119 batches; --max-steps 400 cannot be reached.
-    let o = train("a", &["--json", "--max-steps", "400", "--stop-at-step", "1"], &[]);
+    let o = train("run-a", &["--json", "--max-steps", "400", "--stop-at-step", "1"], &[]);
     let j = ok_json(&o);
     let per_epoch = j["limit"]["steps_per_epoch"].as_u64().unwrap();
     assert_eq!(j["total_steps"].as_u64().unwrap(), per_epoch);
@@ -121,18 +121,18 @@ fn train_says_why_it_ends_and_takes_epochs() {
     assert!(stderr(&o).contains(&format!("pass --epochs {epochs}")), "{}", stderr(&o));
     assert!(stdout(&o).contains("ends after 1 epoch of") && stdout(&o).contains("warning: train.max_steps"));
     // --epochs reaches it.
-    let j = ok_json(&train("b", &["--json", "--max-steps", "400", "--epochs", &epochs, "--stop-at-step", "1"], &[]));
+    let j = ok_json(&train("run-b", &["--json", "--max-steps", "400", "--epochs", &epochs, "--stop-at-step", "1"], &[]));
     assert_eq!((j["total_steps"].as_u64(), &j["limit"]["ends_at"]), (Some(400), &serde_json::json!("max_steps")));
     assert_eq!(j["limit"]["epochs"].as_u64().unwrap().to_string(), epochs);
     // Off a terminal, progress comes as rate-limited log lines with the rate and time left.
-    let o = train("c", &["--stop-at-step", "12"], &[("CORRFLOW_PROGRESS_SECS", "0.05")]);
+    let o = train("run-c", &["--stop-at-step", "12"], &[("CORRFLOW_PROGRESS_SECS", "0.05")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let e = stderr(&o);
     let lines: Vec<&str> = e.lines().filter(|l| l.contains("progress: train: ")).collect();
     assert!(!lines.is_empty(), "no progress lines: {e}");
     assert!(lines.iter().all(|l| l.contains(" steps (") && l.contains("steps/s, eta ")), "{lines:?}");
     // --json turns them off (its stdout is for machines; its stderr for errors).
-    let o = train("d", &["--json", "--stop-at-step", "12"], &[("CORRFLOW_PROGRESS_SECS", "0.05")]);
+    let o = train("run-d", &["--json", "--stop-at-step", "12"], &[("CORRFLOW_PROGRESS_SECS", "0.05")]);
     assert!(!stderr(&o).contains("progress: "), "{}", stderr(&o));
 }
 

@@ -16,8 +16,10 @@ fn main() {
     }
     let cli = Cli::parse_args();
     // ONNX Runtime logs every arena reservation at info: keep it at warn unless -vv.
+    // Progress lines (`progress` target; written where stderr is not a terminal) show at every
+    // level, so a batch job's log says how far a long command is.
     let default_level = match cli.verbose {
-        0 => "warn",
+        0 => "warn,progress=info",
         1 => "info,ort=warn",
         _ => "debug",
     };
@@ -27,6 +29,8 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a batch job's log file gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // Fail points exist only in test builds (`--features failpoints`); FAILPOINTS configures them.
     #[cfg(feature = "failpoints")]

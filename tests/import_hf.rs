@@ -134,7 +134,7 @@ fn check(p: &Preset) {
         "hf",
         "--model",
         model_dir.to_str().unwrap(),
-        "--version",
+        "--model-version",
         p.version,
         "--out",
         out.to_str().unwrap(),
@@ -223,23 +223,23 @@ fn models_the_encoder_cannot_hold_are_refused_with_the_reason_and_nothing_is_wri
     let config_path = model.join("config.json");
     let config = std::fs::read_to_string(&config_path).unwrap();
     std::fs::write(&config_path, config.replace("\"relu\"", "\"gelu\"")).unwrap();
-    let o = import(&model, &out, &["--version", "v2"]);
+    let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("hidden_act 'gelu' is not supported"), "{}", stderr(&o));
     std::fs::write(&config_path, config.replace("\"bert\"", "\"roberta\"")).unwrap();
-    let o = import(&model, &out, &["--version", "v2"]);
+    let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("model_type 'roberta' is not supported"), "{}", stderr(&o));
     std::fs::write(&config_path, &config).unwrap();
     // A truncated weights file.
     let weights = model.join("model.safetensors");
     let bytes = std::fs::read(&weights).unwrap();
     std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
-    let o = import(&model, &out, &["--version", "v2"]);
+    let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("not a safetensors file"), "{}", stderr(&o));
     assert!(!out.join("checkpoints").exists(), "nothing is written for a refused model");
     // A config that disagrees with the weights.
     std::fs::write(&weights, &bytes).unwrap();
     std::fs::write(&config_path, config.replace("\"intermediate_size\": 128", "\"intermediate_size\": 256")).unwrap();
-    let o = import(&model, &out, &["--version", "v2"]);
+    let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("has shape [128, 64], the config says [256, 64]"), "{}", stderr(&o));
     assert!(!out.join("checkpoints").exists());
 }
@@ -288,7 +288,7 @@ fn an_imported_model_serves_over_http_with_transformers_embeddings() {
     let model_dir = tmp.path().join("hf");
     write_random_bert(&model_dir, &V2, 7);
     let out = tmp.path().join("run");
-    assert!(import(&model_dir, &out, &["--version", "v2"]).status.success());
+    assert!(import(&model_dir, &out, &["--model-version", "v2"]).status.success());
     let onnx = tmp.path().join("m.onnx");
     let o = corrflow(&["export", "onnx", "--checkpoint", out.to_str().unwrap(), "--out", onnx.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -229,6 +229,12 @@ fn a_missing_onnx_runtime_library_is_reported_with_every_place_tried() {
     assert!(!out.status.success());
     assert!(e.contains("ORT_DYLIB_PATH: /nonexistent/libonnxruntime.so (no such file)"), "{e}");
     assert!(e.contains("corrflow cache") && e.contains("fetch-onnxruntime.sh"), "{e}");
+    // Python users install the pinned wheel; the message says which.
+    let pinned = format!("onnxruntime=={}", corrflow::runtime::library::ORT_VERSION);
+    assert!(e.contains(&format!("pip install {pinned}")), "{e}");
+    let requirements =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/requirements.txt")).unwrap();
+    assert!(requirements.lines().any(|l| l.trim() == pinned), "tests/python/requirements.txt does not pin {pinned}");
     assert!(!empty.path().join("x.parquet").exists());
 }
 

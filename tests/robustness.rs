@@ -138,7 +138,7 @@ fn duplicate_atlas_name_is_refused_and_the_existing_atlas_is_untouched() {
     assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&manifest).unwrap(), before);
     // A different sequence layout cannot join the same corpus.
-    let o = corrflow(&["ingest", "--atlas", "b", "--version", "v2", "--out", c, g]);
+    let o = corrflow(&["ingest", "--atlas", "b", "--model-version", "v2", "--out", c, g]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("corpus uses vocabulary"), "{}", stderr(&o));
     assert!(!corpus.join("atlases/b").exists());

@@ -143,7 +143,19 @@ fn every_error_status_has_a_json_message() {
         ("[1,2".to_string(), auth, 422, "invalid request body"),
         (r#"{"input_ids":[[999999]]}"#.to_string(), auth, 422, "outside the vocabulary"),
         (r#"{"cells":[{"genes":["TSPAN6"],"counts":[-1]}]}"#.to_string(), auth, 422, "finite"),
-        (r#"{"cells":[{"genes":["nope"],"counts":[1]}]}"#.to_string(), auth, 422, "no expressed gene"),
+        (
+            r#"{"cells":[{"genes":["nope"],"counts":[1]}]}"#.to_string(),
+            auth,
+            422,
+            "none of its 1 genes is in the model's vocabulary",
+        ),
+        // Issue 44: a cell whose known genes all have count 0 is not "not in the vocabulary".
+        (
+            r#"{"cells":[{"genes":["TSPAN6","CD74"],"counts":[0,0]}]}"#.to_string(),
+            auth,
+            422,
+            "no gene has a count above 0",
+        ),
         (r#"{"input_ids":[[0,1,0]]}"#.to_string(), auth, 422, "no gene token"),
     ] {
         let (got, text) = post(&url, &body, token);
@@ -168,7 +180,43 @@ fn every_error_status_has_a_json_message() {
     assert_eq!(get(&format!("{}/health", server.url), None).0, 200, "/health needs no token");
     assert_eq!(get(&format!("{}/metrics", server.url), None).0, 401);
     let (_, m) = get(&format!("{}/metrics", server.url), auth);
-    assert!(m.contains("status=\"422\"} 5") && m.contains("status=\"401\"} 2"), "{m}");
+    assert!(m.contains("status=\"422\"} 6") && m.contains("status=\"401\"} 2"), "{m}");
+}
+
+/// Issue 44: requests are tokenized as ingest tokenizes files, so non-integer counts are refused
+/// (422, naming the flag) unless the server runs with --allow-normalized; a compressed body gets
+/// 415 with `Accept-Encoding: identity`, not a JSON parse error.
+#[test]
+fn normalized_counts_need_allow_normalized_and_compressed_bodies_get_415() {
+    let f = tiny_model();
+    let body = r#"{"cells":[{"genes":["CD74","HLA-DRA","MS4A1"],"counts":[1.5,2,3]}]}"#;
+    let strict = Server::start(&f.model, &[], &[]);
+    strict.wait_ready();
+    let url = format!("{}/v1/embed", strict.url);
+    let (status, text) = post(&url, body, None);
+    assert_eq!(status, 422, "{text}");
+    let msg = json(&text)["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("gene 'CD74': a non-integer count (1.5)") && msg.contains("--allow-normalized"), "{msg}");
+    assert_eq!(post(&url, &body.replace("1.5", "1"), None).0, 200);
+    let gzipped = ureq::post(&url)
+        .set("Content-Type", "application/json")
+        .set("Content-Encoding", "gzip")
+        .send_bytes(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    match gzipped {
+        Err(ureq::Error::Status(415, r)) => {
+            assert_eq!(r.header("Accept-Encoding"), Some("identity"));
+            let text = r.into_string().unwrap();
+            assert!(json(&text)["error"]["message"].as_str().unwrap().contains("Content-Encoding 'gzip'"), "{text}");
+        }
+        other => panic!("a gzip body did not get 415: {other:?}"),
+    }
+    drop(strict);
+    let lenient = Server::start(&f.model, &["--allow-normalized"], &[]);
+    lenient.wait_ready();
+    let (status, text) = post(&format!("{}/v1/embed", lenient.url), body, None);
+    assert_eq!(status, 200, "{text}");
+    let (_, info) = get(&format!("{}/info", lenient.url), None);
+    assert_eq!(json(&info)["allow_normalized"], true, "{info}");
 }
 
 #[test]

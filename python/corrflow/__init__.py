@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -40,8 +41,34 @@ PathLike = Union[str, "os.PathLike[str]"]
 # --- AnnData in memory -> CSR arrays ------------------------------------------------------------
 
 
+def _check_anndata(adata: Any) -> None:
+    """A TypeError that says what is accepted, for the things people pass instead of an AnnData
+    (a file path, a bare matrix), before an AttributeError deep inside would."""
+    if isinstance(adata, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"expected an AnnData in memory, got the path {os.fsdecode(adata)!r}: read it first "
+            "(anndata.read_h5ad(path)), or tokenize the file without loading it with "
+            "corrflow.ingest(path, corpus=..., atlas=...)"
+        )
+    import scipy.sparse as sp
+
+    if isinstance(adata, np.ndarray) or sp.issparse(adata):
+        raise TypeError(
+            f"expected an AnnData in memory, got a bare {type(adata).__module__}.{type(adata).__name__} "
+            "matrix: corrflow needs its gene ids too; wrap it as "
+            "anndata.AnnData(X=matrix, var=pandas.DataFrame(index=gene_ids))"
+        )
+    missing = [a for a in ("X", "var", "obs_names") if not hasattr(adata, a)]
+    if missing:
+        raise TypeError(
+            f"expected an AnnData in memory (with X, var and obs_names), got {type(adata).__name__} "
+            f"(no {', '.join(missing)})"
+        )
+
+
 def _counts_and_genes(adata: Any, counts: str, gene_column: Optional[str]):
     """The counts matrix a `counts` spec names (X, raw, layer:NAME) and its gene ids."""
+    _check_anndata(adata)
     if counts == "X":
         matrix, var = adata.X, adata.var
     elif counts in ("raw", "raw/X"):
@@ -190,7 +217,10 @@ def ingest(
         shard_cells=shard_cells, zstd_level=zstd_level, restart=restart,
         ignore_filter_pass=ignore_filter_pass,
     )
-    return json.loads(summary)
+    summary = json.loads(summary)
+    for w in summary.get("warnings", []):
+        warnings.warn(w, stacklevel=2)
+    return summary
 
 
 class Corpus:
@@ -471,21 +501,36 @@ def embed(
     log1p: bool = False,
     layer: Optional[int] = None,
     emb_layer: Optional[int] = None,
+    drop_empty: bool = False,
 ) -> np.ndarray:
     """Cell embeddings from a model written by ``corrflow export onnx``, run by ONNX Runtime on
     all cores (``threads=0``), written to ``adata.obsm[key]`` (unless ``key`` is None) and
-    returned, float32 ``[n_obs, dim]``. Cells with no vocabulary gene get NaN rows. A cell's
-    vector does not depend on ``batch_size`` or ``token_budget``. ``pooling`` ("mean"/"cls"), if
-    given, must be the one the model was exported with. The layer: a model gives the states of
-    the layer it was exported at (``corrflow export onnx --layer N`` or ``--emb-layer N``);
-    ``layer`` (corrflow's numbering, -1 = last) or ``emb_layer`` (Geneformer's, 0 = last, -1 =
-    second to last), if given, must name that layer, and the error says how to export another."""
+    returned, float32 ``[n_obs, dim]``. Cells with no vocabulary gene get NaN rows, and a
+    warning says how many (scanpy's ``neighbors`` refuses NaN); ``drop_empty=True`` removes those
+    cells from ``adata`` (in place) and returns the rows of the others. A cell's vector does not
+    depend on ``batch_size`` or ``token_budget``. ``pooling`` ("mean"/"cls"), if given, must be
+    the one the model was exported with. The layer: a model gives the states of the layer it was
+    exported at (``corrflow export onnx --layer N`` or ``--emb-layer N``); ``layer`` (corrflow's
+    numbering, -1 = last) or ``emb_layer`` (Geneformer's, 0 = last, -1 = second to last), if
+    given, must name that layer, and the error says how to export another."""
     indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
     out = _native.embed_csr(
         indptr, indices, data, genes, cells, os.fspath(model), pooling=pooling,
         batch_size=batch_size, token_budget=token_budget, threads=threads,
         allow_normalized=allow_normalized, log1p=log1p, layer=layer, emb_layer=emb_layer,
     )
+    empty = np.isnan(out).any(axis=1) if out.size else np.zeros(out.shape[0], dtype=bool)
+    if empty.any():
+        if drop_empty:
+            adata._inplace_subset_obs(~empty)
+            out = np.ascontiguousarray(out[~empty])
+        else:
+            warnings.warn(
+                f"{int(empty.sum())} of {len(empty)} cells express no gene of the model's vocabulary: "
+                "their embeddings are NaN rows (scanpy's neighbors refuses NaN); pass drop_empty=True "
+                "to remove those cells",
+                stacklevel=2,
+            )
     if key is not None:
         adata.obsm[key] = out
     return out

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import corrflow
-from conftest import BUNDLED
+from conftest import BUNDLED, ROOT
 
 
 def small():
@@ -134,3 +134,93 @@ def test_ctrl_c_stops_an_ingest_which_then_resumes(work):
     assert seconds < 10, f"took {seconds:.1f}s to stop"
     summary = corrflow.ingest([big], corpus, "big", gene_column="gene_ids", **options)
     assert summary["resumed_shards"] >= 1 and summary["cells_kept"] == corrflow.Corpus(corpus).n_cells
+
+
+# --- what a new user passes, runs and reads (issue 44) ----------------------------------------
+
+
+@pytest.mark.parametrize("fn", ["tokenize", "embed"])
+def test_a_path_or_a_bare_matrix_instead_of_an_anndata_is_a_type_error_saying_what_is_accepted(fn):
+    call = getattr(corrflow, fn)
+    for wrong, says in [
+        (str(BUNDLED), "corrflow.ingest"),
+        (BUNDLED, "anndata.read_h5ad"),
+        (np.ones((3, 4), dtype=np.float32), "anndata.AnnData(X=matrix"),
+        (sp.csr_matrix(np.ones((3, 4))), "gene ids"),
+        ({"X": 1}, "expected an AnnData"),
+    ]:
+        with pytest.raises(TypeError, match="expected an AnnData") as e:
+            call(wrong)
+        assert says in str(e.value), str(e.value)
+
+
+def test_embed_warns_of_cells_without_vocabulary_genes_and_drops_them_when_asked(onnx_model):
+    adata = small()
+    keep = np.ones(adata.n_obs)
+    keep[3] = 0  # a cell with no count at all has no token
+    X = (sp.diags(keep) @ adata.X.tocsr()).tocsr().astype(np.float32)
+    X.eliminate_zeros()
+    adata.X = X
+    with pytest.warns(UserWarning, match="1 of 20 cells express no gene of the model's vocabulary"):
+        out = corrflow.embed(adata, model=onnx_model, gene_column="gene_ids")
+    assert np.isnan(out[3]).all() and not np.isnan(np.delete(out, 3, axis=0)).any()
+    name = adata.obs_names[3]
+    out = corrflow.embed(adata, model=onnx_model, gene_column="gene_ids", drop_empty=True)
+    assert adata.n_obs == 19 and name not in adata.obs_names
+    assert out.shape[0] == 19 and not np.isnan(out).any()
+    assert adata.obsm["X_corrflow"].shape == out.shape
+
+
+def readme_python_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## Python") :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+def test_the_readme_python_snippet_runs_in_a_fresh_clone(tmp_path, onnx_model):
+    """README's snippet, run as a reader of a fresh clone would (from its root, with the files
+    that ship and the tour's exported model), finishes without an error."""
+    import shutil
+
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "default").symlink_to(ROOT / "datasets" / "default")
+    (tmp_path / "out").mkdir()
+    shutil.copy(onnx_model, tmp_path / "out" / "model.onnx")
+    shutil.copytree(onnx_model.with_suffix(".vocab"), tmp_path / "out" / "model.vocab")
+    snippet = readme_python_snippet()
+    assert "datasets/data" not in snippet.split("#")[0], "the snippet needs only files that ship"
+    out = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, f"{snippet}\n{out.stderr}"
+
+
+def test_the_served_openapi_document_is_valid_openapi_3_0(onnx_model):
+    """/openapi.json as served passes openapi-spec-validator (client generators reject what it
+    rejects)."""
+    validator = pytest.importorskip(
+        "openapi_spec_validator",
+        reason="openapi-spec-validator is not installed: pip install -r tests/python/requirements.txt",
+    )
+    import json
+    import urllib.request
+
+    from conftest import cli_path
+
+    server = subprocess.Popen(
+        [str(cli_path()), "serve", "--model", str(onnx_model), "--addr", "127.0.0.1:0"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = ""
+        while "listening on http://" not in line:
+            line = server.stderr.readline()
+            assert line, "the server exited without listening"
+        url = line.split("listening on ")[1].strip()
+        with urllib.request.urlopen(f"{url}/openapi.json", timeout=30) as r:
+            doc = json.load(r)
+        assert doc["openapi"] == "3.0.3"
+        validator.validate(doc)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        server.stderr.close()

@@ -40,7 +40,7 @@ def test_tokenize_equals_the_cli_shards_cell_for_cell_on_kang(kang_corpus):
 def test_v2_layout_equals_the_cli_v2_ingest(work):
     adata = anndata.read_h5ad(BUNDLED)
     out = work / "pbmc_v2"
-    cli("ingest", "--atlas", "a", "--gene-column", "gene_ids", "--version", "v2", "--out", out, BUNDLED)
+    cli("ingest", "--atlas", "a", "--gene-column", "gene_ids", "--model-version", "v2", "--out", out, BUNDLED)
     tokens = corrflow.tokenize(adata, gene_column="gene_ids", version="v2", as_lists=True)
     assert_same_as_cli(adata, tokens, out)
 

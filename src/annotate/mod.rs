@@ -129,7 +129,7 @@ pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
     let truth = req.truth.as_ref().map(|t| t.open(&annotator)).transpose()?;
     read.obs_columns = truth.iter().map(|t| t.column().to_string()).collect();
     let (_scratch, index, ingest) =
-        tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
+        tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref(), req.progress)?;
     let bar = crate::embed::progress_bar(req.progress, index.cells, "annotate");
     let mut scorer = truth;
     if let Some(s) = scorer.as_mut() {

@@ -10,8 +10,10 @@ pub(crate) enum GraphCommand {
     /// the shards are streamed by a timely dataflow (`-w`/`-n`/`-p`/`-h` as for `update`).
     #[command(disable_help_flag = true)]
     Build {
+        /// Corpus directory (from `ingest`).
         #[arg(long, value_name = "CORPUS")]
         corpus: PathBuf,
+        /// Graph directory to write (edges.parquet, genes.parquet, graph.json).
         #[arg(long, value_name = "GRAPH")]
         out: PathBuf,
         /// Atlases to include (default: all).
@@ -44,6 +46,7 @@ pub(crate) enum GraphCommand {
         disable_help_flag = true
     )]
     Update {
+        /// Graph directory (built with `graph build --incremental`), updated in place.
         #[arg(long, value_name = "GRAPH")]
         graph: PathBuf,
         /// Atlas directory to add (CORPUS/atlases/NAME).
@@ -62,6 +65,7 @@ pub(crate) enum GraphCommand {
     /// by the same dataflow as `build --incremental`.
     #[command(disable_help_flag = true)]
     Rebase {
+        /// Graph directory (built with `graph build --incremental`), rebuilt in place.
         #[arg(long, value_name = "GRAPH")]
         graph: PathBuf,
         #[command(flatten)]
@@ -72,6 +76,8 @@ pub(crate) enum GraphCommand {
     },
     /// Print size, degree distribution and a gene's neighbours.
     Show {
+        /// Graph directory (from `graph build`).
+        #[arg(value_name = "GRAPH")]
         graph: PathBuf,
         /// Gene symbol or Ensembl id whose neighbours to list.
         #[arg(long)]
@@ -79,6 +85,7 @@ pub(crate) enum GraphCommand {
         /// Vocabulary for gene names (default: the built-in one).
         #[arg(long, default_value = corrflow::vocab::BUILTIN)]
         vocab: String,
+        /// Neighbours of --gene to list, strongest |ρ| first.
         #[arg(long, default_value_t = 15)]
         top: usize,
     },

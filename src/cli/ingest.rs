@@ -71,8 +71,9 @@ pub(crate) struct IngestArgs {
     /// Cell Ontology ids in a `cl_id` column; unmapped labels are counted in the summary.
     #[arg(long, value_name = "MAP.tsv")]
     pub(crate) cell_type_map: Option<PathBuf>,
-    /// Geneformer layout: v1 (2,048 genes) or v2 (<cls> 4,094 genes <eos>).
-    #[arg(long, value_parser = serde_enum::<ModelVersion>, value_name = "v1|v2")]
+    /// Geneformer layout of the tokens: v1 (2,048 genes) or v2 (<cls> 4,094 genes <eos>).
+    /// (`--version` alone prints corrflow's version.)
+    #[arg(long = "model-version", value_parser = serde_enum::<ModelVersion>, value_name = "v1|v2")]
     pub(crate) version: Option<ModelVersion>,
     /// Also write the atlas in Hugging Face `save_to_disk` layout here.
     #[arg(long, value_name = "DIR")]
@@ -93,6 +94,7 @@ pub(crate) struct IngestArgs {
 pub(crate) enum VocabCommand {
     /// Compute a vocabulary (tokens + medians of nonzero normalized expression) in one pass.
     Build {
+        /// Vocabulary directory to write (TSV tables; usable as `--vocab DIR`).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
         /// Name recorded for the vocabulary (default: the output directory's name).
@@ -109,6 +111,7 @@ pub(crate) enum VocabCommand {
         /// Count every cell, also those whose `filter_pass` is not 1 (as `ingest`).
         #[arg(long)]
         ignore_filter_pass: bool,
+        /// Input files: .h5ad, AnnData .zarr stores, .loom, 10x .h5, or MatrixMarket directories.
         #[arg(required = true, value_name = "FILE")]
         inputs: Vec<PathBuf>,
     },

@@ -21,7 +21,12 @@ use corrflow::runtime::RuntimeDevice;
 use corrflow_algorithms::mask::MaskStrategy;
 
 #[derive(Parser)]
-#[command(name = "corrflow", version, about = "Single-cell atlases to CorrMask-pretrained, servable foundation models")]
+#[command(
+    name = "corrflow",
+    version,
+    propagate_version = true,
+    about = "Single-cell atlases to CorrMask-pretrained, servable foundation models"
+)]
 pub(crate) struct Cli {
     /// TOML config (presets in configs/); command-line flags override it.
     #[arg(long, global = true, value_name = "FILE")]
@@ -128,6 +133,7 @@ impl ModelSourceArgs {
 pub(crate) struct PerturbArgs {
     #[command(flatten)]
     pub(crate) source: ModelSourceArgs,
+    /// Cells to perturb: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
     #[arg(long, value_name = "FILE")]
     pub(crate) input: PathBuf,
     /// Per-cell output (Parquet): cell_id, genes_present, cosine, shift.
@@ -153,6 +159,7 @@ pub(crate) struct PerturbArgs {
     /// encodes every cell again).
     #[arg(long, default_value_t = 20, value_parser = bounded::<0, 10_000>)]
     pub(crate) random_sets: usize,
+    /// Seed of the random gene sets.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
     #[command(flatten)]
@@ -179,7 +186,8 @@ pub(crate) enum ImportCommand {
         #[arg(long)]
         vocab: Option<String>,
         /// v2: the vocabulary gains <cls> and <eos> (Geneformer V2's layout), as with ingest.
-        #[arg(long, value_parser = serde_enum::<corrflow::config::ModelVersion>, value_name = "v1|v2", default_value = "v1")]
+        /// (`--version` alone prints corrflow's version.)
+        #[arg(long = "model-version", value_parser = serde_enum::<corrflow::config::ModelVersion>, value_name = "v1|v2", default_value = "v1")]
         version: corrflow::config::ModelVersion,
         /// The new run directory (its vocab/ and checkpoints/step-00000000/).
         #[arg(long, value_name = "DIR")]
@@ -191,6 +199,7 @@ pub(crate) enum ImportCommand {
 pub(crate) struct EmbedArgs {
     #[command(flatten)]
     pub(crate) source: ModelSourceArgs,
+    /// Cells to embed: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
     #[arg(long, value_name = "FILE")]
     pub(crate) input: PathBuf,
     /// Parquet: cell_id, embedding, the --obs-columns.
@@ -227,6 +236,7 @@ pub(crate) struct EmbedArgs {
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
+    /// A model written by `export onnx` (its FILE.vocab/ beside it).
     #[arg(long, value_name = "FILE.onnx")]
     pub(crate) model: PathBuf,
     /// Address to bind (loopback by default; port 0 picks a free port).
@@ -260,6 +270,10 @@ pub(crate) struct ServeArgs {
     /// Require `Authorization: Bearer TOKEN` (all routes but /health).
     #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+    /// Accept non-integer counts (normalized data), as `ingest --allow-normalized` does;
+    /// without it such a request gets 422, as ingest refuses such a file.
+    #[arg(long)]
+    pub(crate) allow_normalized: bool,
 }
 
 #[derive(Args)]
@@ -279,13 +293,19 @@ pub(crate) struct TrainArgs {
     /// Overrides mask.lambda.
     #[arg(long)]
     pub(crate) lambda: Option<f64>,
-    /// Overrides train.max_steps.
+    /// Overrides train.max_steps: the run ends at whichever comes first, these optimiser steps
+    /// or the last step of the epochs (train.epochs, --epochs); a --max-steps the epochs do not
+    /// reach is warned about and named in the summary.
     #[arg(long)]
     pub(crate) max_steps: Option<u64>,
+    /// Overrides train.epochs: passes over the training cells (1 to 1,000,000).
+    #[arg(long, value_parser = bounded::<1, 1_000_000>)]
+    pub(crate) epochs: Option<usize>,
     /// Overrides train.seed and mask.seed.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
-    /// cpu or cuda (overrides train.device).
+    /// cpu, cuda, cuda-kernels (CUDA with corrflow's fused kernels) or wgpu (overrides
+    /// train.device; the GPU ones need a build with that feature).
     #[arg(long, value_parser = serde_enum::<Device>, value_name = "cpu|cuda|cuda-kernels|wgpu")]
     pub(crate) device: Option<Device>,
     /// Discard the checkpoints in --out instead of resuming.
@@ -335,8 +355,10 @@ pub(crate) enum MaskCommand {
     /// Mask every cell of a corpus and print the paper's Table 3 (mean span, conditional hit
     /// rate) with the masked and structural fractions.
     Audit {
+        /// Corpus directory (from `ingest`).
         #[arg(long, value_name = "CORPUS")]
         corpus: PathBuf,
+        /// Graph directory (from `graph build`), built from the same vocabulary.
         #[arg(long, value_name = "GRAPH")]
         graph: PathBuf,
         /// Strategies, comma-separated: random, pmi, pmi-rand, corrmask (default: the config's).
@@ -348,6 +370,7 @@ pub(crate) enum MaskCommand {
         /// Masking rate p.
         #[arg(long)]
         p: Option<f64>,
+        /// Masking seed (overrides mask.seed).
         #[arg(long)]
         seed: Option<u64>,
         /// Epoch whose masks to draw (masks are seeded by seed, epoch and cell).
@@ -378,6 +401,7 @@ pub(crate) enum EvalCommand {
     /// logistic regression and a cosine k-NN vote; accuracy, macro-F1, per-class F1 and AUROC,
     /// mean ± sd over the folds.
     Probe {
+        /// Parquet from `embed` with the label column (`--obs-columns`).
         #[arg(long, value_name = "FILE")]
         embeddings: PathBuf,
         /// Label column of the embeddings file.
@@ -398,8 +422,10 @@ pub(crate) enum EvalCommand {
         /// L2 penalty.
         #[arg(long, default_value_t = 1.0)]
         alpha: f64,
+        /// Most optimiser iterations of the logistic regression.
         #[arg(long, default_value_t = 200)]
         max_iterations: u64,
+        /// Seed of the folds.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Classes to leave out, comma-separated (e.g. Mouse,Unknown).
@@ -409,19 +435,25 @@ pub(crate) enum EvalCommand {
     /// Binary gene classification on gene embeddings (`embed --genes`), stratified k-fold AUROC
     /// of a logistic regression and a cosine k-NN vote (Geneformer's dosage-sensitivity task).
     Genes {
+        /// Parquet from `embed --genes`.
         #[arg(long, value_name = "FILE")]
         embeddings: PathBuf,
         /// CSV with a header: a gene id column and a column each marking positives and negatives.
         #[arg(long, value_name = "FILE.csv")]
         labels: PathBuf,
+        /// The labels' column of gene ids.
         #[arg(long, default_value = "ensembl_id")]
         id_column: String,
+        /// The labels' column marking positive genes.
         #[arg(long, default_value = "dosage_sensitive")]
         positive: String,
+        /// The labels' column marking negative genes.
         #[arg(long, default_value = "dosage_insensitive")]
         negative: String,
+        /// Stratified folds of the cross-validation.
         #[arg(long, default_value_t = 5)]
         folds: usize,
+        /// Seed of the folds.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// L2 penalty of the logistic regression.
@@ -441,11 +473,13 @@ pub(crate) fn parse_strategy(s: &str) -> std::result::Result<MaskStrategy, Strin
 pub(crate) enum ExportCommand {
     /// Hugging Face `datasets` save_to_disk layout (Arrow IPC stream files).
     Hf {
+        /// Corpus directory (from `ingest`).
         #[arg(long, value_name = "CORPUS")]
         corpus: PathBuf,
         /// Atlases to export (default: all).
         #[arg(long, value_delimiter = ',')]
         atlas: Vec<String>,
+        /// Output directory (`datasets.load_from_disk` reads it).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
@@ -466,6 +500,7 @@ pub(crate) enum ExportCommand {
         /// Checkpoint directory, or a run directory (its latest checkpoint).
         #[arg(long, value_name = "CKPT")]
         checkpoint: PathBuf,
+        /// The ONNX file to write (its vocabulary goes to FILE.vocab/).
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
         /// What the cell_embedding output pools: mean over genes, or the <cls> state (V2).
@@ -485,4 +520,59 @@ pub(crate) enum ExportCommand {
 /// ...), so the library needs no clap; an unknown value's error lists the accepted ones.
 pub(crate) fn serde_enum<T: serde::de::DeserializeOwned>(s: &str) -> std::result::Result<T, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `--help` of every subcommand documents every argument: a blank line in a help listing
+    /// says nothing about what the flag does.
+    #[test]
+    fn every_argument_of_every_subcommand_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, blank: &mut Vec<String>) {
+            for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let help = a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    let name = a.get_long().map_or_else(|| format!("<{}>", a.get_id()), |l| format!("--{l}"));
+                    blank.push(format!("{path} {name}"));
+                }
+            }
+            for s in cmd.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), blank);
+            }
+        }
+        let mut cmd = super::Cli::command();
+        cmd.build();
+        let mut blank = Vec::new();
+        walk(&cmd, "corrflow", &mut blank);
+        assert!(blank.is_empty(), "arguments without help text:\n{}", blank.join("\n"));
+    }
+
+    /// `--version` prints the program's version after any subcommand: no subcommand has a
+    /// `--version` flag of its own that would shadow it.
+    #[test]
+    fn version_is_the_programs_after_every_subcommand() {
+        for args in [
+            &["corrflow", "--version"][..],
+            &["corrflow", "ingest", "--version"],
+            &["corrflow", "import", "hf", "--version"],
+        ] {
+            let e = super::Cli::command().try_get_matches_from(args).err().expect("--version exits");
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion, "{args:?}: {e}");
+        }
+    }
+
+    /// `train --device` names every device the trainer accepts, each of which parses.
+    #[test]
+    fn train_device_help_lists_every_device() {
+        let cmd = super::Cli::command();
+        let train = cmd.find_subcommand("train").expect("train");
+        let device = train.get_arguments().find(|a| a.get_id() == "device").expect("--device");
+        let help = device.get_help().map(|h| h.to_string()).unwrap_or_default();
+        for d in ["cpu", "cuda", "cuda-kernels", "wgpu"] {
+            assert!(super::serde_enum::<corrflow::model::Device>(d).is_ok(), "{d}");
+            assert!(help.contains(d), "train --help does not name device '{d}':\n{help}");
+        }
+    }
 }

@@ -30,6 +30,7 @@ pub(crate) enum OntologyCommand {
     },
     /// Look terms up by id, label or synonym: parents, depth, leaves under them.
     Show {
+        /// The ontology (datasets/data/CL-ontology-*.json.zst).
         #[arg(long, value_name = "FILE")]
         ontology: PathBuf,
         /// Ids, labels or synonyms.
@@ -75,6 +76,7 @@ impl HceArgs {
 pub(crate) struct AnnotateArgs {
     #[command(flatten)]
     pub(crate) source: ModelSourceArgs,
+    /// Cells to annotate: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
     #[arg(long, value_name = "FILE")]
     pub(crate) input: PathBuf,
     /// Parquet: cell_id, leaf (id, label, probability), greedy path with probabilities, the

@@ -10,7 +10,7 @@ use super::print_summary;
 pub(crate) fn demo(cfg: &Config, out: &Path, json: bool) -> Result<()> {
     let progress = !json;
     let s = corrflow::demo::run_demo(out, cfg, progress)?;
-    let human = format!(
+    let mut human = format!(
         "demo: ingested {} of {} bundled PBMCs into {} ({} shards, {:.0} tokens/cell, {:.0} cells/s)\n\
          first cell's top genes: {}\n\
          dependency graph: {} genes, {} edges in {:.2}s -> {}\n\
@@ -46,5 +46,9 @@ pub(crate) fn demo(cfg: &Config, out: &Path, json: bool) -> Result<()> {
         s.embed.cells_per_s,
         s.embed.out
     );
+    // 40 steps of a tiny model: its held-out accuracy may not beat gene frequencies yet.
+    for w in s.train.warnings() {
+        human.push_str(&format!("\nnote: {w}"));
+    }
     print_summary(json, &human, &s)
 }

@@ -56,7 +56,7 @@ pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> 
             format!("accuracy {:.3} macro-F1 {:.3}{genes}", m.items.accuracy, m.items.macro_f1)
         })
     };
-    let human = format!(
+    let mut human = format!(
         "finetune: {} classes, {} of {} steps ({} epochs{}{}), {} trainable parameters ({} frozen); validation {}; test {} -> {}",
         s.classes.len(),
         s.steps,
@@ -70,6 +70,13 @@ pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> 
         scores(&s.test),
         s.checkpoint.as_deref().unwrap_or("-")
     );
+    // The test part's scores, or the validation part's where there is no test part.
+    let judged = s.test.as_ref().map(|m| ("test", m)).or(s.validation.as_ref().map(|m| ("validation", m)));
+    if let Some((part, m)) = judged {
+        for c in [m.items.collapse.as_ref(), m.genes.as_ref().and_then(|g| g.collapse.as_ref())].into_iter().flatten() {
+            human.push_str(&format!("\nwarning ({part}): {c}"));
+        }
+    }
     print_summary(json, &human, &s)
 }
 

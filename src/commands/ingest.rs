@@ -56,6 +56,23 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
         "ingest: atlas '{}': {} cells read, {} kept, {} dropped (no vocabulary gene), {} tokens, {} shards in {:.2}s ({:.0} cells/s, {:.1} MB/s)",
         s.atlas, s.cells_read, s.cells_kept, s.dropped.total(), s.tokens, s.shards, s.seconds, s.cells_per_s, s.mb_per_s
     );
+    let g = &s.genes;
+    human.push_str(&format!(
+        "\ngenes: {} of {} in the vocabulary ({} by Ensembl id, {} by unversioned id, {} by symbol){}",
+        g.matched(),
+        g.genes_in_file,
+        g.matched_by_id,
+        g.matched_by_unversioned_id,
+        g.matched_by_symbol,
+        if g.duplicate_columns > 0 {
+            format!("; {} columns share a token with another (their counts are summed)", g.duplicate_columns)
+        } else {
+            String::new()
+        }
+    ));
+    for w in &s.warnings {
+        human.push_str(&format!("\nwarning: {w}"));
+    }
     if let Some(c) = &s.cell_types {
         human.push_str(&format!(
             "\ncell types: {} cells mapped to {}",

@@ -45,8 +45,10 @@ pub(crate) fn mask(cfg: &Config, cmd: MaskCommand, json: bool) -> Result<()> {
         println!("\nλ sweep (CorrMask):");
         print!("{}", corrflow::mask::table(&report.sweep));
     }
-    let mut human =
-        format!("{} cells; graph {} genes / {} edges", report.cells, report.graph_genes, report.graph_edges);
+    let mut human = format!(
+        "{} cells; graph {} genes ({} with an edge) / {} edges",
+        report.cells, report.graph_genes, report.graph_genes_with_edges, report.graph_edges
+    );
     if let Some(n) = report.pmi_pairs {
         human.push_str(&format!("; {n} PMI-linked pairs"));
     }

@@ -61,10 +61,13 @@ pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     };
     let s = corrflow::embed::embed(&req)?;
     let what = s.genes.map_or_else(String::new, |g| format!("{g} genes from "));
-    let human = format!(
+    let mut human = format!(
         "embed ({}): {what}{} cells ({} dropped: no vocabulary gene) -> {} ({}-dim, layer {}) in {:.2}s ({:.0} cells/s)",
         s.encoder, s.cells, s.dropped, s.out, s.dim, s.layer, s.seconds, s.cells_per_s
     );
+    for w in &s.warnings {
+        human.push_str(&format!("\nwarning: {w}"));
+    }
     print_summary(json, &human, &s)
 }
 
@@ -120,6 +123,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         max_cells,
         body_timeout_s,
         token,
+        allow_normalized,
     } = args;
     if !addr.ip().is_loopback() && token.is_none() {
         tracing::warn!("serving on {addr} (not loopback) without --token: anyone who can reach it can use it");
@@ -139,6 +143,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         max_cells_per_request: max_cells,
         bearer_token: token,
         body_timeout: std::time::Duration::from_secs(body_timeout_s),
+        allow_normalized,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let s = rt.block_on(corrflow::server::serve(options, corrflow::server::shutdown_signal(), |a| {

@@ -16,6 +16,7 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         strategy,
         lambda,
         max_steps,
+        epochs,
         seed,
         device,
         restart,
@@ -41,6 +42,7 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         .output_opt("--dump-batches", dump_batches.as_deref())
         .check()?;
     train.max_steps = max_steps.unwrap_or(train.max_steps);
+    train.epochs = epochs.unwrap_or(train.epochs);
     train.device = device.unwrap_or(train.device);
     mask.strategy = strategy.unwrap_or(mask.strategy);
     mask.lambda = lambda.unwrap_or(mask.lambda);
@@ -63,11 +65,12 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
     };
     let s = corrflow::train::train_on_device(&req)?;
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
-    let human = format!(
-        "train: {} of {} steps ({}), {} parameters, loss {} -> {}, eval loss {} accuracy {} (unigram baseline {}), {:.0} tokens/s -> {}",
+    let mut human = format!(
+        "train: {} of {} steps ({}; {}), {} parameters, loss {} -> {}, eval loss {} accuracy {} (unigram baseline {}), {:.0} tokens/s -> {}",
         s.steps,
         s.total_steps,
         s.resumed_from.map_or("fresh".into(), |r| format!("resumed at {r}")),
+        s.limit.describe(),
         s.parameters,
         fmt(s.first_loss),
         fmt(s.last_loss),
@@ -77,6 +80,9 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
         s.tokens_per_s,
         s.checkpoint.as_deref().unwrap_or("-")
     );
+    for w in s.warnings() {
+        human.push_str(&format!("\nwarning: {w}"));
+    }
     print_summary(json, &human, &s)
 }
 

@@ -48,7 +48,7 @@ impl GeneSums {
 
 pub(super) fn embed_genes(req: &EmbedRequest, encoder: &mut dyn Encoder, start: Instant) -> Result<EmbedSummary> {
     let (_scratch, index, ingest) =
-        tokenize_input(&req.input, &req.read, req.allow_normalized, req.transform, encoder)?;
+        tokenize_input(&req.input, &req.read, req.allow_normalized, req.transform, encoder, req.progress)?;
     let vocab = encoder.vocab().clone();
     let dim = encoder.dim();
     let mut sums = GeneSums::new(vocab.len(), dim);

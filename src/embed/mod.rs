@@ -81,6 +81,10 @@ pub struct EmbedSummary {
     /// `embed --genes`: genes written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub genes: Option<usize>,
+    /// What the reader should not miss: cells without an embedding (and where they are NaN),
+    /// genes matched by symbol where a column of ids would match more.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// corrflow's layer number (`--layer`: 1..=layers, 0 = embeddings, −1 = last) of Geneformer's
@@ -139,7 +143,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
         return genes::embed_genes(req, encoder.as_mut(), start);
     }
     let (_scratch, index, ingest) =
-        tokenize_input(&req.input, &req.read, req.allow_normalized, req.transform, encoder.as_ref())?;
+        tokenize_input(&req.input, &req.read, req.allow_normalized, req.transform, encoder.as_ref(), req.progress)?;
     let bar = progress_bar(req.progress, index.cells, "embed");
     let dim = encoder.dim();
     let classes = encoder.classes().to_vec();
@@ -149,7 +153,7 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let keep_all = req.h5ad_out.is_some();
     for shard in &index.shards {
         for_each_shard_batch(&shard.path, |rb| {
-            let rows = embed_rows(encoder.as_mut(), rb, &shard.path, req.token_budget, req.batch_size)?;
+            let rows = embed_rows(encoder.as_mut(), rb, &shard.path, (req.token_budget, req.batch_size), &bar)?;
             let (emb, probs) = split_probabilities(rows, dim, classes.len());
             let batch = with_embedding(rb, &emb, dim, &shard.path, &classes, &probs)?;
             out.write(&batch)?;
@@ -158,7 +162,6 @@ pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
                 all_ids.extend((0..ids.len()).map(|i| ids.value(i).to_string()));
                 all_emb.extend_from_slice(&emb);
             }
-            bar.inc(rb.num_rows() as u64);
             Ok(())
         })?;
     }
@@ -180,6 +183,23 @@ impl EmbedSummary {
         genes: Option<usize>,
     ) -> Self {
         let seconds = start.elapsed().as_secs_f64();
+        let mut warnings = ingest.warnings.clone();
+        let empty = ingest.dropped.no_vocabulary_genes;
+        if empty > 0 && genes.is_none() {
+            let mut w = format!(
+                "{empty} of {} cells express no gene of the model's vocabulary: they have no embedding and are not in {}",
+                ingest.cells_read,
+                req.out.display()
+            );
+            if let Some(h5) = &req.h5ad_out {
+                w.push_str(&format!(
+                    "; their rows of obsm['X_corrflow'] in {} are NaN (scanpy's neighbors refuses NaN: keep the \
+                     others with adata = adata[~np.isnan(adata.obsm['X_corrflow']).any(axis=1)])",
+                    h5.display()
+                ));
+            }
+            warnings.push(w);
+        }
         Self {
             command: if genes.is_some() { "embed --genes" } else { "embed" }.into(),
             encoder: encoder.name().into(),
@@ -191,18 +211,15 @@ impl EmbedSummary {
             seconds,
             cells_per_s: ingest.cells_kept as f64 / seconds.max(1e-9),
             genes,
+            warnings,
         }
     }
 }
 
 /// A progress bar over `cells` (hidden without `show`).
 pub(crate) fn progress_bar(show: bool, cells: u64, what: &str) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
     let template = format!("{what} {{bar:40}} {{pos}}/{{len}} cells ({{per_sec}}, eta {{eta}})");
-    indicatif::ProgressBar::new(cells)
-        .with_style(indicatif::ProgressStyle::with_template(&template).expect("static template"))
+    corrflow_io::util::progress::bar(show, cells, what, "cells", &template)
 }
 
 /// The input tokenized with the encoder's vocabulary and layout into a scratch corpus (the same
@@ -213,6 +230,7 @@ pub(crate) fn tokenize_input(
     allow_normalized: bool,
     transform: ValueTransform,
     encoder: &dyn Encoder,
+    progress: bool,
 ) -> Result<(tempfile::TempDir, CorpusIndex, corrflow_io::ingest::IngestSummary)> {
     let scratch =
         tempfile::Builder::new().prefix(".corrflow-embed-").tempdir_in(std::env::temp_dir()).at(std::env::temp_dir())?;
@@ -227,7 +245,7 @@ pub(crate) fn tokenize_input(
         shard_cells: 50_000,
         zstd_level: 1,
         restart: true,
-        show_progress: false,
+        show_progress: progress,
         cancel: Default::default(),
         cell_types: None,
     })?;
@@ -237,16 +255,21 @@ pub(crate) fn tokenize_input(
 
 /// Embeddings of a shard record batch, in its row order, each followed by the class
 /// probabilities of a cell classifier: row-major `rows × (dim + classes)`.
+/// The bar moves with each model batch: a shard's record batch can hold every cell of the input.
 fn embed_rows(
     encoder: &mut dyn Encoder,
     rb: &RecordBatch,
     path: &Path,
-    token_budget: usize,
-    max_rows: usize,
+    (token_budget, max_rows): (usize, usize),
+    bar: &indicatif::ProgressBar,
 ) -> Result<Vec<f32>> {
     let cells = InputIds::of(rb, path)?.cells()?;
     let (width, pad) = (encoder.dim() + encoder.classes().len(), encoder.vocab().pad);
-    encode_in_batches(&cells, pad, width, token_budget, max_rows, |batch| encoder.encode_with_probabilities(batch))
+    encode_in_batches(&cells, pad, width, token_budget, max_rows, |batch| {
+        let rows = encoder.encode_with_probabilities(batch);
+        bar.inc(batch.rows as u64);
+        rows
+    })
 }
 
 /// `cell_id`, `embedding` (fixed-size list of f32), with a cell classifier `predicted_label`,

@@ -113,7 +113,7 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         read.obs_columns = vec![col.clone()];
     }
     let (_scratch, index, _) =
-        tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref())?;
+        tokenize_input(&req.input, &read, req.allow_normalized, req.transform, encoder.as_ref(), false)?;
     let layout = encoder.layout();
     // Expression counts only serve the matched random sets: without them, no pass over the cells.
     let sets = if req.random_sets > 0 {

@@ -9,6 +9,7 @@ bad/   truncated.h5ad wrong_encoding.h5ad shape_mismatch.h5ad negative.h5ad nan.
        truncated.mtx/, and the unclear-message cases of issue 28: tenx_no_barcodes.h5,
        no_x.h5ad (counts only in raw/X), not_anndata.h5, tenx_short_feature_type.h5, obs_short.h5ad, extra_entries.mtx/,
        damaged_gzip.mtx/ (garbage that still inflates, caught by the CRC)
+hints/ lognorm_raw.h5ad counts_layer.h5ad zero_cell.h5ad tenx_gene_id.h5 unknown_genes.mtx/ (issue 44)
 """
 import gzip
 import shutil
@@ -237,3 +238,33 @@ stored[at] = ord("x") if stored[at] != ord("x") else ord("y")
 shutil.copy(mtx / "features.tsv.gz", dg / "features.tsv.gz")
 shutil.copy(mtx / "barcodes.tsv.gz", dg / "barcodes.tsv.gz")
 print("fixtures written to", out)
+
+# Issue 44's hints: files whose hints used to name the wrong fix.
+hints = out / "hints"
+hints.mkdir(exist_ok=True)
+# Log-normalised values in raw.X as well as in X (`adata.raw = adata` after sc.pp.log1p).
+ln = r.copy()
+del ln.layers["counts"]
+ln.raw = ln.copy()
+ln.write_h5ad(hints / "lognorm_raw.h5ad")
+# Raw counts only in layers/counts, log-normalised X, no raw.
+cl = r.copy()
+cl.raw = None
+cl.write_h5ad(hints / "counts_layer.h5ad")
+# One cell (the first) without any count: no token, so no embedding.
+zc = a.copy()
+zc.X = (sp.diags(np.r_[0.0, np.ones(zc.n_obs - 1)]) @ zc.X).tocsr().astype(np.float32)
+zc.X.eliminate_zeros()
+zc.write_h5ad(hints / "zero_cell.h5ad")
+# Space Ranger 2.1's 10x file: features/gene_id beside id and name.
+shutil.copy(good / "tenx_v3.h5", hints / "tenx_gene_id.h5")
+with h5py.File(hints / "tenx_gene_id.h5", "r+") as f:
+    f["matrix/features/gene_id"] = f["matrix/features/id"][:]
+# A MatrixMarket folder none of whose feature ids or names is a known gene.
+mu = hints / "unknown_genes.mtx"
+mu.mkdir(exist_ok=True)
+shutil.copy(mtx / "matrix.mtx.gz", mu / "matrix.mtx.gz")
+shutil.copy(mtx / "barcodes.tsv.gz", mu / "barcodes.tsv.gz")
+with gzip.open(mu / "features.tsv.gz", "wt") as f:
+    for i in range(a.n_vars):
+        f.write(f"NOTAGENE{i}\tfake{i}\tGene Expression\n")

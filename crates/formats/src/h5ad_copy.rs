@@ -7,6 +7,14 @@ use crate::error::{Error, IoContext, Result};
 
 /// Refuses, before any work, an input whose copy cannot take results (`--h5ad-out`).
 pub fn check_editable(input: &Path) -> Result<()> {
+    let name = input.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    if input.is_dir() || name.ends_with(".mtx") || name.ends_with(".mtx.gz") {
+        return Err(Error::format(
+            input,
+            "--h5ad-out writes obsm into a copy of an AnnData (.h5ad) file; this is a MatrixMarket matrix, which has \
+             no obsm: use the Parquet of --out (cell_id is the barcode)",
+        ));
+    }
     let file = super::h5::open(input)?;
     // The obs index name is a string attribute: the read that crashes libhdf5 on damaged files.
     let bytes = std::fs::metadata(input).map_or(0, |m| m.len());
@@ -19,6 +27,13 @@ pub fn check_editable(input: &Path) -> Result<()> {
 /// The obs group and the name of its index column: AnnData ≥ 0.7 only.
 fn obs_index(input: &Path, file: &hdf5::File) -> Result<(hdf5::Group, String)> {
     let legacy = || {
+        if file.link_exists("matrix") && !file.link_exists("obs") {
+            return Error::format(
+                input,
+                "--h5ad-out writes obsm into a copy of an AnnData (.h5ad) file; this is a 10x HDF5 matrix, which has \
+                 no obsm: use the Parquet of --out (cell_id is the barcode), or convert the file to h5ad first",
+            );
+        }
         Error::format(
             input,
             "--h5ad-out needs an AnnData ≥ 0.7 file (obs as a group with an _index attribute); this one is an \

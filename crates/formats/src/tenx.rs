@@ -123,8 +123,18 @@ fn gene_table(
         (true, "name" | "gene_symbols") => strings("features/name")?,
         (false, "id" | "gene_ids") => strings("genes")?,
         (false, "name" | "gene_symbols") => strings("gene_names")?,
+        // Any other per-feature column (Space Ranger ≥ 2.1 writes features/gene_id, for one).
+        (true, other) if !other.contains('/') && g.link_exists(&format!("features/{other}")) => {
+            strings(&format!("features/{other}"))?
+        }
         (_, other) => {
-            return Err(Error::format(path, format!("10x files have gene columns 'id' and 'name', not '{other}'")))
+            let mut have = vec!["id".to_string(), "name".to_string()];
+            if v3 {
+                let more = g.group("features").and_then(|f| f.member_names()).unwrap_or_default();
+                have.extend(more.into_iter().filter(|c| !c.starts_with('_') && c != "id" && c != "name"));
+            }
+            let msg = format!("--gene-column '{other}': this 10x file's gene columns are {}", have.join(", "));
+            return Err(Error::format(path, msg));
         }
     };
     if ids.len() != n_features {

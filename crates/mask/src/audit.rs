@@ -138,7 +138,10 @@ pub struct AuditReport {
     pub corpus: String,
     pub graph: String,
     pub cells: u64,
+    /// The graph's genes (its vocabulary, as `graph build` and `graph show` count them).
     pub graph_genes: usize,
+    /// Of those, the genes with at least one edge: the only ones structural masking can pair.
+    pub graph_genes_with_edges: usize,
     pub graph_edges: usize,
     pub pmi_pairs: Option<usize>,
     pub rows: Vec<AuditRow>,
@@ -161,16 +164,16 @@ pub fn audit_command(req: &AuditRequest) -> Result<AuditReport> {
     let index = corpus.index(&req.atlases)?;
     let (info, vocab) = (&corpus.info, &corpus.vocab);
     let with_pmi = req.strategies.iter().any(|s| s.needs_pmi());
-    let base = MaskContext::open(info, vocab, &index, &req.graph, req.params.clone(), with_pmi)?;
+    let graph = corrflow_io::graph_files::read_graph(&req.graph)?;
+    let base = MaskContext::load(info, vocab, &index, Some(&graph), &req.graph, req.params.clone(), with_pmi)?;
     let runs = req.strategies.len() + req.sweep.len();
-    let bar = if req.progress {
-        indicatif::ProgressBar::new(index.cells * runs as u64).with_style(
-            indicatif::ProgressStyle::with_template("masking {bar:40} {pos}/{len} cells ({per_sec}, eta {eta})")
-                .expect("static template"),
-        )
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = corrflow_io::util::progress::bar(
+        req.progress,
+        index.cells * runs as u64,
+        "mask audit",
+        "cells",
+        "masking {bar:40} {pos}/{len} cells ({per_sec}, eta {eta})",
+    );
     let mut dump = req.dump.as_deref().map(MaskDumpWriter::create).transpose()?;
     let mut rows = Vec::new();
     for &s in &req.strategies {
@@ -192,7 +195,8 @@ pub fn audit_command(req: &AuditRequest) -> Result<AuditReport> {
         corpus: req.corpus.display().to_string(),
         graph: req.graph.display().to_string(),
         cells: index.cells,
-        graph_genes: base.graph.genes(),
+        graph_genes: graph.info.genes,
+        graph_genes_with_edges: base.graph.genes(),
         graph_edges: base.graph.edges(),
         pmi_pairs: base.pmi.as_ref().map(|p| p.pairs()),
         rows,

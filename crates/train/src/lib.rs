@@ -8,6 +8,7 @@ pub mod finetune;
 pub mod hce;
 mod held_out;
 mod init_from;
+pub mod length;
 mod metrics;
 pub mod optim;
 mod run;

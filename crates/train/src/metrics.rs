@@ -44,15 +44,8 @@ pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
 }
 
 pub(crate) fn progress_bar(name: &str, show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total).with_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{name} {{bar:30}} {{pos}}/{{len}} steps {{msg}} (eta {{eta}})"
-        ))
-        .expect("valid template"),
-    );
+    let template = format!("{name} {{bar:30}} {{pos}}/{{len}} steps {{msg}} (eta {{eta}})");
+    let bar = corrflow_io::util::progress::bar(show, total, name, "steps", &template);
     bar.set_position(pos);
     bar
 }

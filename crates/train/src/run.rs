@@ -28,6 +28,7 @@ use corrflow_model::{learning_rate, CellEncoder, FusedOps, InitModel, ModelConfi
 use serde::{Deserialize, Serialize};
 
 use crate::held_out::{evaluate, EvalSet};
+use crate::length::RunLength;
 use crate::metrics::{progress_bar, truncate_metrics, BatchDump};
 use crate::optim::FlatAdamW;
 use crate::step::StepPhases;
@@ -84,6 +85,16 @@ pub struct TrainSummary {
     pub tokens_per_s: f64,
     pub seconds: f64,
     pub checkpoint: Option<String>,
+    /// The run's epochs, their steps, and which bound ends it.
+    #[serde(default)]
+    pub limit: RunLength,
+}
+
+impl TrainSummary {
+    /// A `max_steps` the epochs do not reach; a held-out accuracy not above the unigram baseline.
+    pub fn warnings(&self) -> Vec<String> {
+        crate::length::summary_warnings(&self.limit, self.eval_accuracy, self.unigram_accuracy)
+    }
 }
 
 type Rec = BinFileRecorder<FullPrecisionSettings>;
@@ -105,6 +116,7 @@ struct RunSetup {
     plan: DataPlan,
     /// `is_special[t]`: token `t` is not a gene.
     is_special: Vec<bool>,
+    length: RunLength,
     /// The objective's per-cell labels, when it has a label column.
     labels: Option<CellLabels>,
     /// Optimiser steps of the whole run (the learning-rate schedule's length).
@@ -154,10 +166,11 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
         bytes,
         "model sizes, train.batch_size, train.max_len, train.shuffle_buffer or train.group_batches",
     )?;
-    let mut total = plan.batches_per_epoch() * t.epochs as u64;
-    if t.max_steps > 0 {
-        total = total.min(t.max_steps);
+    let length = RunLength::new(t.epochs, plan.batches_per_epoch(), t.max_steps);
+    if let Some(w) = length.unreached_max_steps() {
+        tracing::warn!("{w}");
     }
+    let total = length.total();
     if total == 0 {
         return Err(Error::format(&corpus, "no training cells (corpus empty or all held out)"));
     }
@@ -172,7 +185,7 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
         })?),
         (labels, _) => labels,
     };
-    let setup = RunSetup { vocab, layout: info.layout, graph, graph_dir, ctx, plan, is_special, labels, total };
+    let setup = RunSetup { vocab, layout: info.layout, graph, graph_dir, ctx, plan, is_special, labels, total, length };
     Ok((setup, objective))
 }
 
@@ -323,6 +336,7 @@ impl TrainSummary {
             tokens_per_s: 0.0,
             seconds: 0.0,
             checkpoint: None,
+            limit: RunLength::default(),
         }
     }
 }
@@ -398,6 +412,7 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     let metrics_path = req.out.join("metrics.jsonl");
     let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
     let mut summary = TrainSummary::started(&req.out, format!("{device:?}"), setup.total, &trainee);
+    summary.limit = setup.length.clone();
     let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
     let mut dump = req.dump_batches.as_deref().map(BatchDump::create).transpose()?;
     for batch in batches {

@@ -59,6 +59,10 @@ pub struct InputFile {
     pub bytes: u64,
     pub cells: u64,
     pub genes: MappingStats,
+    /// The input's content hash (a folder: its files), by which an input ingested again under
+    /// another atlas name is recognised; absent in manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// The manifest of a finished atlas, written last: its presence marks the atlas complete.

@@ -1,6 +1,8 @@
 //! The jobs that read single-cell files: `ingest` (files → tokens → a corpus atlas, through a
 //! streaming pipeline) and `vocab build` (files → a new vocabulary's medians).
 
+mod duplicates;
+mod hints;
 mod pipeline;
 mod request;
 mod run;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::corpus::DropCounts;
 use crate::formats::{CellSource, ObsField, ObsKind, ReadOptions};
 use crate::ontology::map::{CellTypeMapping, CL_ID_COLUMN};
-use crate::tokenize::{GeneMapper, TokenizeOptions};
+use crate::tokenize::{GeneMapper, MappingStats, TokenizeOptions};
 use crate::util::Cancel;
 use crate::vocab::Vocabulary;
 
@@ -52,6 +52,13 @@ pub struct IngestSummary {
     /// What `--cell-type-map` did, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cell_types: Option<CellTypeReport>,
+    /// How the inputs' genes matched the vocabulary (by id, unversioned id or symbol), summed.
+    #[serde(default)]
+    pub genes: MappingStats,
+    /// What the reader should not miss: genes matched by symbol where a var column of ids
+    /// matches more, inputs already in the corpus under another atlas name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Cells per outcome of `--cell-type-map` over the atlas.

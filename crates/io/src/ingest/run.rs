@@ -10,11 +10,12 @@ use sha2::{Digest, Sha256};
 
 use super::pipeline::pipeline;
 use super::request::{CellTypeReport, IngestRequest, IngestSummary, Opened};
+use super::{duplicates, hints};
 use crate::corpus::{self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo, DropCounts, InputFile, ShardOptions};
 use crate::error::{Error, Result};
 use crate::formats::{open, ReadOptions};
 use crate::ontology::map::{CellTypeMapping, CL_ID_COLUMN};
-use crate::tokenize::GeneMapper;
+use crate::tokenize::{GeneMapper, MappingStats};
 use crate::util::lock::DirLock;
 
 const FORMAT_VERSION: u32 = 1;
@@ -71,19 +72,33 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     // A new corpus also gets the vocabulary's tables: written beside the pipeline into the
     // staging directory (gone with it on failure), moved into place at the end.
     let staged_vocab = writer.staged_vocab_dir();
-    let (result, vocab_staged) = std::thread::scope(|s| {
+    let (result, vocab_staged, hashes) = std::thread::scope(|s| {
         let vocab_job = writer.new_corpus().then(|| s.spawn(|| req.vocab.write_dir(&staged_vocab).is_ok()));
+        // The inputs' content hashes, beside the pipeline (one core; reading from the page
+        // cache the pipeline fills), to recognise an input ingested twice.
+        let hash_job = s.spawn(|| req.inputs.iter().map(|p| duplicates::content_sha256(p).ok()).collect::<Vec<_>>());
         let result = pipeline(req, &mut opened, &mut writer, &bar);
-        (result, vocab_job.is_some_and(|j| j.join().unwrap_or(false)))
+        let hashes = hash_job.join().unwrap_or_default();
+        (result, vocab_job.is_some_and(|j| j.join().unwrap_or(false)), hashes)
     });
     if let Err(e) = result {
         writer.abandon();
-        return Err(e);
+        return Err(hints::with_counts_hint(e, &req.read.counts));
     }
     bar.finish_and_clear();
 
     // All shards are in place: write the manifest, then publish the atlas directory.
-    let manifest = manifest_template(req, info, &read, &opened);
+    let mut manifest = manifest_template(req, info, &read, &opened);
+    for (input, sha) in manifest.inputs.iter_mut().zip(hashes) {
+        input.sha256 = sha;
+    }
+    let mut warnings = duplicates::duplicate_inputs(&req.corpus, &req.atlas, &manifest.inputs);
+    let mut genes = MappingStats::default();
+    for o in &opened {
+        genes.add(&o.mapper.stats);
+        let column = req.read.gene_column.as_deref();
+        warnings.extend(hints::gene_column_hint(o.source.path(), column, &o.mapper.stats, &req.vocab));
+    }
     drop(opened);
     let manifest = writer.publish(manifest, &req.vocab, vocab_staged)?;
 
@@ -105,6 +120,8 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         mb_per_s: input_bytes as f64 / 1e6 / seconds.max(1e-9),
         peak_rss_mb: crate::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
         cell_types: req.cell_types.as_ref().map(|m| cell_type_report(req, m)).transpose()?,
+        genes,
+        warnings,
     })
 }
 
@@ -144,6 +161,7 @@ fn manifest_template(req: &IngestRequest, info: CorpusInfo, read: &ReadOptions, 
                 bytes: o.bytes,
                 cells: o.source.n_cells() as u64,
                 genes: o.mapper.stats.clone(),
+                sha256: None,
             })
             .collect(),
         cells_read: 0,
@@ -166,16 +184,7 @@ fn open_inputs(req: &IngestRequest, read: &ReadOptions) -> Result<Vec<Opened>> {
         }
         let mapper = GeneMapper::new(&req.vocab, source.gene_ids());
         if mapper.n_matched() == 0 {
-            let column = read.gene_column.as_deref().unwrap_or("the var index");
-            return Err(Error::format(
-                path,
-                format!(
-                    "none of the {} genes in {column} is in vocabulary '{}' (tried Ensembl ids, unversioned ids and symbols); \
-                     pick the column with gene ids using --gene-column",
-                    source.gene_ids().len(),
-                    req.vocab.name()
-                ),
-            ));
+            return Err(no_gene_matched(req, read, source.as_ref()));
         }
         if opened.first().is_some_and(|first| first.source.obs_fields() != source.obs_fields()) {
             return Err(Error::format(path, "obs columns have different types than in the first input"));
@@ -186,17 +195,30 @@ fn open_inputs(req: &IngestRequest, read: &ReadOptions) -> Result<Vec<Opened>> {
     Ok(opened)
 }
 
+/// The error for an input none of whose genes is in the vocabulary, naming the gene column read
+/// as the format calls it (10x and MatrixMarket files have features, not a var index) and the
+/// columns `--gene-column` can pick there.
+fn no_gene_matched(req: &IngestRequest, read: &ReadOptions, source: &dyn crate::formats::CellSource) -> Error {
+    let features = matches!(source.format(), "10x h5" | "MatrixMarket");
+    let (column, choice) = match (read.gene_column.as_deref(), features) {
+        (Some(c), _) => (format!("gene column '{c}'"), "another column"),
+        (None, true) => ("the features' 'id' column".to_string(), "'name' (symbols)"),
+        (None, false) => ("the var index".to_string(), "the var column with gene ids or symbols"),
+    };
+    Error::format(
+        source.path(),
+        format!(
+            "none of the {} genes in {column} is in vocabulary '{}' (tried Ensembl ids, unversioned ids and \
+             symbols); pick {choice} with --gene-column",
+            source.gene_ids().len(),
+            req.vocab.name()
+        ),
+    )
+}
+
 fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} ingest [{bar:30}] {pos}/{len} cells {per_sec} eta {eta}")
-            .expect("static template") // ok: invariant
-            .progress_chars("=> "),
-    );
-    bar
+    let template = "{spinner} ingest [{bar:30}] {pos}/{len} cells {per_sec} eta {eta}";
+    crate::util::progress::bar(show, total, "ingest", "cells", template)
 }
 
 /// The bytes of an input: a file's size, or every file under a directory (a MatrixMarket

@@ -61,5 +61,22 @@ impl GeneMapper {
     }
 }
 
+impl MappingStats {
+    /// The counts of several files together.
+    pub fn add(&mut self, o: &Self) {
+        self.genes_in_file += o.genes_in_file;
+        self.matched_by_id += o.matched_by_id;
+        self.matched_by_unversioned_id += o.matched_by_unversioned_id;
+        self.matched_by_symbol += o.matched_by_symbol;
+        self.not_in_vocabulary += o.not_in_vocabulary;
+        self.duplicate_columns += o.duplicate_columns;
+    }
+
+    /// Genes matched by any route.
+    pub fn matched(&self) -> usize {
+        self.matched_by_id + self.matched_by_unversioned_id + self.matched_by_symbol
+    }
+}
+
 /// Token of a column that is not in the vocabulary, in [`GeneMapper`]'s column table.
 pub(super) const UNMAPPED: u32 = u32::MAX;

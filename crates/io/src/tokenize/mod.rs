@@ -170,14 +170,26 @@ pub fn cell_counts(
     Ok(n_counts)
 }
 
+/// Non-integer values below this look like `log1p` of counts (a count of e^20 is beyond any cell).
+const LOG_SCALE: f64 = 20.0;
+
+/// The start of the message of a non-integer value that was not allowed: ingest adds where the
+/// file's raw counts may be ([`crate::ingest`]).
+pub const NON_INTEGER: &str = "a non-integer count";
+
 /// The error naming the file, the cell and the gene of an invalid value.
 fn invalid_value(path: &Path, chunk: &CellChunk, i: usize, gene_ids: &[String], col: u32, raw: f64, v: f64) -> Error {
     let what = if !v.is_finite() {
         "a non-finite value"
     } else if v < 0.0 {
         "a negative count"
+    } else if v < LOG_SCALE {
+        // log1p of a count below e^20: what `sc.pp.log1p` leaves. `--log1p` restores the
+        // scaled counts (and their exact tokens); `--allow-normalized` would rank the logs.
+        "a non-integer count (these look log-transformed: pass --log1p if they are log1p of (normalized) counts, \
+         or --allow-normalized to rank them as they are)"
     } else {
-        "a non-integer count (normalized data? pass --allow-normalized, or read raw counts with --counts raw)"
+        "a non-integer count (normalized data? pass --allow-normalized)"
     };
     let cell = chunk.first_cell + i;
     let id = chunk.cell_ids.get(i).map_or("", String::as_str);

@@ -22,8 +22,15 @@ pub fn candidates() -> impl Iterator<Item = (String, PathBuf)> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/corrflow")))
         .map(|c| ("corrflow cache".to_string(), c.join("onnxruntime").join(ORT_VERSION).join("libonnxruntime.so")));
     let python = std::iter::once_with(|| {
-        ["python3", "python"].into_iter().find_map(|python| {
-            let lib = capi_library(&python_package_dir(python)?.join("capi"))?;
+        // Inside the Python package the process is the interpreter itself (a venv's python run by
+        // path need not be the `python3` on PATH): its onnxruntime is the one `pip install` put
+        // beside corrflow.
+        let this = std::env::current_exe()
+            .ok()
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python")))
+            .map(|p| p.display().to_string());
+        this.into_iter().chain(["python3".to_string(), "python".to_string()]).find_map(|python| {
+            let lib = capi_library(&python_package_dir(&python)?.join("capi"))?;
             Some((format!("{python} onnxruntime package"), lib))
         })
     })
@@ -79,8 +86,9 @@ pub fn environment() -> Result<(&'static Path, &'static ort::environment::Enviro
                 report.push("  ORT_DYLIB_PATH: not set".into());
             }
             Err(format!(
-                "cannot load ONNX Runtime (libonnxruntime.so); tried:\n{}\nrun scripts/fetch-onnxruntime.sh \
-             (or `make deps`), or set ORT_DYLIB_PATH to a libonnxruntime.so {ORT_VERSION}",
+                "cannot load ONNX Runtime (libonnxruntime.so); tried:\n{}\ninstall it with `pip install \
+             onnxruntime=={ORT_VERSION}` (into the Python environment that runs corrflow), or in a corrflow clone run \
+             scripts/fetch-onnxruntime.sh (or `make deps`), or set ORT_DYLIB_PATH to a libonnxruntime.so {ORT_VERSION}",
                 report.join("\n")
             ))
         });

@@ -89,6 +89,7 @@ mod tests {
             max_cells_per_request: 1,
             bearer_token: None,
             body_timeout: std::time::Duration::from_secs(1),
+            allow_normalized: false,
         }
     }
 

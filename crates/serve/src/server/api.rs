@@ -115,6 +115,9 @@ pub struct InputRules {
     pub max_positions: usize,
     /// Most cells per request.
     pub max_cells: usize,
+    /// Accept non-integer counts (`serve --allow-normalized`), as `ingest --allow-normalized`
+    /// does; by default they are refused as ingest refuses them.
+    pub allow_normalized: bool,
 }
 
 /// A validated request: one token sequence per cell.
@@ -141,13 +144,13 @@ pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) 
     let mut parsed = ParsedRequest::default();
     if let Some(cells) = body.cells {
         for (i, c) in cells.iter().enumerate() {
+            if !rules.allow_normalized {
+                check_integer_counts(i, c)?;
+            }
             let t = tokenize_named_cell(vocab, &rules.layout, &c.genes, &c.counts)
                 .map_err(|e| ApiError::invalid(format!("cell {i}: {e}")))?;
             if t.tokens.is_empty() {
-                return Err(ApiError::invalid(format!(
-                    "cell {i}: no expressed gene is in the model's vocabulary ({} unknown genes)",
-                    t.unknown_genes
-                )));
+                return Err(ApiError::invalid(no_tokens(i, c, t.unknown_genes)));
             }
             parsed.cells.push(t.tokens);
             parsed.unknown_genes.push(t.unknown_genes);
@@ -184,13 +187,45 @@ pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) 
     Ok(parsed)
 }
 
+/// Counts must be whole numbers unless the server was started with `--allow-normalized`:
+/// requests are tokenized as `ingest` tokenizes files, and ingest refuses normalized values.
+fn check_integer_counts(i: usize, c: &CellInput) -> Result<(), ApiError> {
+    match c.genes.iter().zip(&c.counts).find(|(_, v)| v.is_finite() && v.fract() != 0.0) {
+        Some((g, v)) => Err(ApiError::invalid(format!(
+            "cell {i}, gene '{g}': a non-integer count ({v}); send raw counts (ingest refuses normalized values too), \
+             or start the server with --allow-normalized"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Why a cell has no token: none of its genes is in the vocabulary, or none of its vocabulary
+/// genes has a count above 0.
+fn no_tokens(i: usize, c: &CellInput, unknown: usize) -> String {
+    let known = c.genes.len() - unknown;
+    if known == 0 {
+        format!("cell {i}: none of its {} genes is in the model's vocabulary", c.genes.len())
+    } else {
+        format!(
+            "cell {i}: no gene has a count above 0 ({known} of its genes are in the model's vocabulary, all with \
+             count 0; {unknown} unknown genes)"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use corrflow_io::vocab::BUILTIN;
 
     fn rules() -> InputRules {
-        InputRules { layout: SequenceLayout::v1(), vocab_size: 100, max_positions: 8, max_cells: 3 }
+        InputRules {
+            layout: SequenceLayout::v1(),
+            vocab_size: 100,
+            max_positions: 8,
+            max_cells: 3,
+            allow_normalized: false,
+        }
     }
 
     fn parse(body: &str) -> Result<ParsedRequest, ApiError> {
@@ -204,6 +239,15 @@ mod tests {
         assert_eq!(p.cells.len(), 1);
         assert_eq!(p.cells[0].len(), 2);
         assert_eq!(p.unknown_genes, vec![1]);
+    }
+
+    #[test]
+    fn normalized_counts_are_accepted_only_when_the_server_allows_them() {
+        let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+        let body = br#"{"cells":[{"genes":["TSPAN6","CD74"],"counts":[1.5,2]}]}"#;
+        assert!(parse_embed_request(body, &vocab, &rules()).unwrap_err().message.contains("--allow-normalized"));
+        let lenient = InputRules { allow_normalized: true, ..rules() };
+        assert_eq!(parse_embed_request(body, &vocab, &lenient).unwrap().cells.len(), 1);
     }
 
     #[test]
@@ -226,7 +270,13 @@ mod tests {
             (r#"{"input_ids":[[]]}"#, 422, "0 tokens"),
             (r#"{"cells":[{"genes":["TSPAN6"],"counts":[1,2]}]}"#, 422, "cell 0: 1 genes but 2 counts"),
             (r#"{"cells":[{"genes":["TSPAN6"],"counts":[-2]}]}"#, 422, "finite"),
-            (r#"{"cells":[{"genes":["nope"],"counts":[2]}]}"#, 422, "no expressed gene"),
+            (r#"{"cells":[{"genes":["nope"],"counts":[2]}]}"#, 422, "none of its 1 genes is in the model's vocabulary"),
+            (r#"{"cells":[{"genes":["TSPAN6","CD74"],"counts":[0,0]}]}"#, 422, "no gene has a count above 0"),
+            (
+                r#"{"cells":[{"genes":["TSPAN6","CD74"],"counts":[1.5,2]}]}"#,
+                422,
+                "gene 'TSPAN6': a non-integer count (1.5)",
+            ),
             (r#"{"cells":[{"genes":["TSPAN6"],"counts":[2],"extra":1}]}"#, 422, "unknown field"),
         ] {
             let e = parse(body).unwrap_err();

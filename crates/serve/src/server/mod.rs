@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub bearer_token: Option<String>,
     /// A request's head, and then its whole body, must arrive within this (408 / closed after).
     pub body_timeout: std::time::Duration,
+    /// Accept non-integer counts in `cells` (as `ingest --allow-normalized`).
+    pub allow_normalized: bool,
 }
 
 /// The most bytes of a refused body read and dropped so that its client can read the answer,
@@ -198,6 +200,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             "max_cells_per_request": options.max_cells_per_request,
             "body_timeout_s": options.body_timeout.as_secs_f64(),
         },
+        "allow_normalized": options.allow_normalized,
         "version": env!("CARGO_PKG_VERSION"),
     });
     Ready {
@@ -208,6 +211,7 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             vocab_size: meta.vocab_size,
             max_positions: meta.model.max_positions,
             max_cells: options.max_cells_per_request,
+            allow_normalized: options.allow_normalized,
         },
         dim: meta.model.hidden,
         classes: encoder.classes().to_vec(),

@@ -169,6 +169,9 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
     let Some(ready) = s.ready.get() else {
         return Err(error(503, "the model is still loading; retry shortly"));
     };
+    if let Some(refused) = unsupported_encoding(req.headers()) {
+        return Err(refused);
+    }
     // Admission before the body is read: a full server answers at once and holds no body.
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
@@ -216,6 +219,19 @@ async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&super::Read
     }
 }
 
+/// Bodies are plain JSON: a compressed one (any `Content-Encoding` but identity) gets 415 with
+/// `Accept-Encoding: identity` (RFC 7694), not a parse error about its bytes.
+fn unsupported_encoding(headers: &axum::http::HeaderMap) -> Option<Response> {
+    let value = headers.get(header::CONTENT_ENCODING)?;
+    let name = value.to_str().unwrap_or("(not text)").trim();
+    if name.is_empty() || name.eq_ignore_ascii_case("identity") {
+        return None;
+    }
+    let mut r = error(415, format!("Content-Encoding '{name}' is not supported: send the JSON body uncompressed"));
+    r.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    Some(r)
+}
+
 /// 429 with `Retry-After`.
 fn too_many(message: &str) -> Response {
     let mut r = error(429, message);
@@ -250,4 +266,38 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The document says OpenAPI 3.0.3, so it may use only 3.0's schema keywords: 3.1's
+    /// `{"type": "null"}` and type arrays make openapi-spec-validator and client generators
+    /// reject it (nullable values are `nullable: true`). python/tests/test_errors.py runs the
+    /// validator itself on the served document.
+    #[test]
+    fn the_openapi_document_uses_only_openapi_3_0_schemas() {
+        fn walk(v: &serde_json::Value, at: &str, bad: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    match m.get("type") {
+                        Some(serde_json::Value::String(t)) if t == "null" => bad.push(format!("{at}: type null")),
+                        Some(serde_json::Value::Array(_)) => bad.push(format!("{at}: a type array")),
+                        _ => {}
+                    }
+                    for (k, x) in m {
+                        walk(x, &format!("{at}/{k}"), bad);
+                    }
+                }
+                serde_json::Value::Array(a) => {
+                    a.iter().enumerate().for_each(|(i, x)| walk(x, &format!("{at}/{i}"), bad))
+                }
+                _ => {}
+            }
+        }
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        assert_eq!(doc["openapi"], "3.0.3");
+        let mut bad = Vec::new();
+        walk(&doc, "", &mut bad);
+        assert!(bad.is_empty(), "OpenAPI 3.1-only constructs in a 3.0.3 document: {bad:?}");
+    }
 }

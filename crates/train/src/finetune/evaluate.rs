@@ -33,6 +33,10 @@ pub struct Scores {
     pub macro_f1: f64,
     pub macro_auroc: Option<f64>,
     pub classes: Vec<ClassMetrics>,
+    /// Set when the classifier predicts about one class only, or scores near always predicting
+    /// the largest class (`finetune` prints it as a warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collapse: Option<String>,
 }
 
 /// A part's scores; for gene classification also per gene.
@@ -124,11 +128,13 @@ fn scores(truth: &[usize], probs: &[f32], classes: &[String]) -> Scores {
         })
         .collect();
     let defined: Vec<f64> = aurocs.iter().flatten().copied().collect();
+    let macro_f1 = macro_mean(&f1);
     Scores {
+        collapse: super::collapse::collapse_warning(truth, &pred, k, classes, macro_f1),
         items: n,
         loss,
         accuracy: truth.iter().zip(&pred).filter(|(a, b)| a == b).count() as f64 / n.max(1) as f64,
-        macro_f1: macro_mean(&f1),
+        macro_f1,
         macro_auroc: (!defined.is_empty()).then(|| defined.iter().sum::<f64>() / defined.len() as f64),
         classes: (0..k)
             .map(|c| ClassMetrics {

@@ -16,6 +16,7 @@
 //! While running, the latest and the best checkpoints are kept; when finished, only the best.
 
 mod batches;
+mod collapse;
 mod config;
 mod evaluate;
 mod labels;

@@ -224,7 +224,7 @@ fn bases(i: &Inputs) -> Vec<Base> {
             args: v(&["import", "hf", "--model", &i.hf, "--out", "{out}"]),
             numbers: vec![],
             inputs: vec!["--model"],
-            choices: vec!["--version"],
+            choices: vec!["--model-version"],
         },
         Base {
             name: "serve",

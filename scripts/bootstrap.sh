@@ -9,6 +9,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v unzip >/dev/null || need+=(unzip)
 # Mesa's software Vulkan driver (lavapipe): the CubeCL kernels' gradient checks run on it.
 [ -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ] || need+=(mesa-vulkan-drivers libvulkan1)
+# iproute2's `ip netns`: the cluster tests' hosts are network namespaces (tests/cluster.rs).
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}" >&2
   sudo_cmd=""

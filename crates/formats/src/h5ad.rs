@@ -197,7 +197,7 @@ impl CellSource for H5adSource {
 /// The h5ad format's entry in the registry.
 pub struct H5ad;
 
-impl crate::registry::CellFormat for H5ad {
+impl crate::CellFormat for H5ad {
     fn name(&self) -> &'static str {
         "h5ad"
     }
@@ -206,11 +206,11 @@ impl crate::registry::CellFormat for H5ad {
         "an AnnData HDF5 file with X, obs and var"
     }
 
-    fn detect(&self, input: &crate::registry::Input) -> bool {
+    fn detect(&self, input: &crate::Input) -> bool {
         input.hdf5.is_some()
     }
 
-    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+    fn open(&self, input: &crate::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         Ok(Box::new(H5adSource::open(&input.path, input.hdf5_file()?, opts)?))
     }
 }

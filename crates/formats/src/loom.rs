@@ -305,7 +305,7 @@ impl CellSource for LoomSource {
 /// The loom format's entry in the registry.
 pub struct Loom;
 
-impl crate::registry::CellFormat for Loom {
+impl crate::CellFormat for Loom {
     fn name(&self) -> &'static str {
         "loom"
     }
@@ -314,11 +314,11 @@ impl crate::registry::CellFormat for Loom {
         "an HDF5 file with matrix, row_attrs and col_attrs (loompy 3)"
     }
 
-    fn detect(&self, input: &crate::registry::Input) -> bool {
+    fn detect(&self, input: &crate::Input) -> bool {
         input.hdf5.as_ref().is_some_and(is_loom)
     }
 
-    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+    fn open(&self, input: &crate::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         Ok(Box::new(LoomSource::open(&input.path, input.hdf5_file()?, opts)?))
     }
 }

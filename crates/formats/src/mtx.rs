@@ -273,7 +273,7 @@ impl CellSource for MtxSource {
 /// The MatrixMarket format's entry in the registry.
 pub struct Mtx;
 
-impl crate::registry::CellFormat for Mtx {
+impl crate::CellFormat for Mtx {
     fn name(&self) -> &'static str {
         "MatrixMarket"
     }
@@ -282,7 +282,7 @@ impl crate::registry::CellFormat for Mtx {
         "a directory with matrix.mtx[.gz], features.tsv[.gz] and barcodes.tsv[.gz], or the .mtx[.gz] file"
     }
 
-    fn detect(&self, input: &crate::registry::Input) -> bool {
+    fn detect(&self, input: &crate::Input) -> bool {
         if input.is_dir {
             find(&input.path, &["matrix.mtx"]).is_some()
         } else {
@@ -291,7 +291,7 @@ impl crate::registry::CellFormat for Mtx {
         }
     }
 
-    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+    fn open(&self, input: &crate::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         Ok(Box::new(MtxSource::open(&input.path, opts)?))
     }
 }

@@ -228,7 +228,7 @@ impl CellSource for TenxSource {
 /// The 10x HDF5 format's entry in the registry.
 pub struct Tenx;
 
-impl crate::registry::CellFormat for Tenx {
+impl crate::CellFormat for Tenx {
     fn name(&self) -> &'static str {
         "10x HDF5"
     }
@@ -237,11 +237,11 @@ impl crate::registry::CellFormat for Tenx {
         "an HDF5 file with matrix/ (barcodes, data, indices, indptr, shape)"
     }
 
-    fn detect(&self, input: &crate::registry::Input) -> bool {
+    fn detect(&self, input: &crate::Input) -> bool {
         input.hdf5.as_ref().is_some_and(is_tenx)
     }
 
-    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+    fn open(&self, input: &crate::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         Ok(Box::new(TenxSource::open(&input.path, input.hdf5_file()?, opts)?))
     }
 }

@@ -322,7 +322,7 @@ impl CellSource for ZarrSource {
 /// The AnnData zarr format's entry in the registry.
 pub struct Zarr;
 
-impl crate::registry::CellFormat for Zarr {
+impl crate::CellFormat for Zarr {
     fn name(&self) -> &'static str {
         "AnnData zarr"
     }
@@ -331,11 +331,11 @@ impl crate::registry::CellFormat for Zarr {
         "a directory with zarr.json or .zgroup, from adata.write_zarr"
     }
 
-    fn detect(&self, input: &crate::registry::Input) -> bool {
+    fn detect(&self, input: &crate::Input) -> bool {
         input.is_dir && is_zarr(&input.path)
     }
 
-    fn open(&self, input: &crate::registry::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
+    fn open(&self, input: &crate::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         Ok(Box::new(ZarrSource::open(&input.path, opts)?))
     }
 }

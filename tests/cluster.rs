@@ -106,7 +106,8 @@ fn all_ok(outs: &[Output]) {
 }
 
 fn same_files(a: &Path, b: &Path) {
-    let mut names: Vec<String> = std::fs::read_dir(a).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(a).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
     names.sort();
     for name in names {
         let (x, y) = (a.join(&name), b.join(&name));
@@ -121,8 +122,28 @@ fn same_files(a: &Path, b: &Path) {
 /// Two atlases of the bundled cells (the second a half) and the one-process build of both.
 fn corpus(dir: &Path) -> PathBuf {
     let c = dir.join("corpus");
-    ok_json(&corrflow(&["ingest", "--json", "--atlas", "a", "--gene-column", "gene_ids", "--out", s(&c), s(&bundled())]));
-    ok_json(&corrflow(&["ingest", "--json", "--atlas", "b", "--gene-column", "gene_ids", "--out", s(&c), s(&bundled())]));
+    ok_json(&corrflow(&[
+        "ingest",
+        "--json",
+        "--atlas",
+        "a",
+        "--gene-column",
+        "gene_ids",
+        "--out",
+        s(&c),
+        s(&bundled()),
+    ]));
+    ok_json(&corrflow(&[
+        "ingest",
+        "--json",
+        "--atlas",
+        "b",
+        "--gene-column",
+        "gene_ids",
+        "--out",
+        s(&c),
+        s(&bundled()),
+    ]));
     c
 }
 
@@ -141,7 +162,10 @@ fn the_graph_on_2_and_4_namespace_hosts_is_the_one_process_graph_byte_for_byte()
     for (hosts, name) in [(&two, "two"), (&four, "four")] {
         let out = tmp.path().join(name);
         let t = Instant::now();
-        let outs = hosts.run(&[&BUILD[..], &[s(&c), "--atlas", "a", "--json", "--out", s(&out)]].concat(), &hosts.hostfile(tmp.path(), 7411));
+        let outs = hosts.run(
+            &[&BUILD[..], &[s(&c), "--atlas", "a", "--json", "--out", s(&out)]].concat(),
+            &hosts.hostfile(tmp.path(), 7411),
+        );
         all_ok(&outs);
         eprintln!("graph build --incremental: 1 process {t_one:?}, {name} hosts {:?}", t.elapsed());
         same_files(&one, &out);
@@ -151,7 +175,10 @@ fn the_graph_on_2_and_4_namespace_hosts_is_the_one_process_graph_byte_for_byte()
         copy_dir(&one, &upd_hosts);
         let add = c.join("atlases/b");
         ok_json(&corrflow(&["graph", "update", "--json", "--graph", s(&upd_one), "--add", s(&add)]));
-        all_ok(&hosts.run(&["graph", "update", "--json", "--graph", s(&upd_hosts), "--add", s(&add)], &hosts.hostfile(tmp.path(), 7412)));
+        all_ok(&hosts.run(
+            &["graph", "update", "--json", "--graph", s(&upd_hosts), "--add", s(&add)],
+            &hosts.hostfile(tmp.path(), 7412),
+        ));
         same_files(&upd_one, &upd_hosts);
     }
 }

@@ -110,7 +110,8 @@ fn bases(i: &Inputs) -> Vec<Base> {
     vec![
         Base {
             name: "embed",
-            args: [v(&["embed", "--checkpoint", &i.run, "--input", &i.cells]), v(&read), v(&["--out", "{out}"])].concat(),
+            args: [v(&["embed", "--checkpoint", &i.run, "--input", &i.cells]), v(&read), v(&["--out", "{out}"])]
+                .concat(),
             numbers: vec![
                 ("--threads", vec!["-1", "100000"]),
                 ("--max-batch-cells", vec!["0", "-1", "2000000"]),
@@ -158,7 +159,17 @@ fn bases(i: &Inputs) -> Vec<Base> {
         },
         Base {
             name: "finetune",
-            args: v(&["finetune", "--checkpoint", &i.run, "--corpus", &i.corpus, "--label", "cell_type", "--out", "{out}"]),
+            args: v(&[
+                "finetune",
+                "--checkpoint",
+                &i.run,
+                "--corpus",
+                &i.corpus,
+                "--label",
+                "cell_type",
+                "--out",
+                "{out}",
+            ]),
             numbers: vec![
                 ("--lr", vec!["0", "-1", "-0.001"]),
                 ("--epochs", vec!["0", "-1", "1000001"]),
@@ -258,7 +269,8 @@ fn cases(i: &Inputs) -> Vec<Case> {
     for (b, base) in bases(i).into_iter().enumerate() {
         let with = |flag: &str, value: &str, k: usize| -> Vec<String> {
             let o = i.p(&format!("out-{b}-{k}"));
-            let mut args: Vec<String> = base.args.iter().map(|a| if a == "{out}" { o.clone() } else { a.clone() }).collect();
+            let mut args: Vec<String> =
+                base.args.iter().map(|a| if a == "{out}" { o.clone() } else { a.clone() }).collect();
             match args.iter().position(|a| a == flag) {
                 Some(at) => args[at + 1] = value.to_string(),
                 None => args.extend([flag.to_string(), value.to_string()]),
@@ -345,7 +357,9 @@ fn check(case: &Case, out_dir: &Path) -> Option<String> {
         Some(0) => Some(format!("{}: accepted (exit 0)", case.name)),
         Some(c) if c != 1 && c != 2 => Some(format!("{}: exit {c}; stderr: {err}", case.name)),
         _ if err.contains("panicked") || err.contains("RUST_BACKTRACE") => Some(format!("{}: panic: {err}", case.name)),
-        _ if !err.contains(&case.needle) => Some(format!("{}: message does not name '{}': {err}", case.name, case.needle)),
+        _ if !err.contains(&case.needle) => {
+            Some(format!("{}: message does not name '{}': {err}", case.name, case.needle))
+        }
         _ if !leftovers.is_empty() => Some(format!("{}: left {leftovers:?} behind", case.name)),
         _ => None,
     }
@@ -356,8 +370,9 @@ fn every_hostile_case_is_refused_clearly_and_loses_nothing() {
     let Some(inputs) = Inputs::new() else { return };
     let cases = cases(&inputs);
     assert!(cases.len() >= 250, "the suite generates {} cases", cases.len());
-    let watched = [&inputs.cells, &inputs.run, &inputs.onnx, &inputs.corpus, &inputs.embeddings, &inputs.labels, &inputs.hf]
-        .map(|p| p.as_str());
+    let watched =
+        [&inputs.cells, &inputs.run, &inputs.onnx, &inputs.corpus, &inputs.embeddings, &inputs.labels, &inputs.hf]
+            .map(|p| p.as_str());
     let before = snapshot(&watched);
     // Two workers: most cases end in milliseconds, the ones that load a model in about a second.
     let next = std::sync::atomic::AtomicUsize::new(0);

@@ -121,7 +121,8 @@ fn train_says_why_it_ends_and_takes_epochs() {
     assert!(stderr(&o).contains(&format!("pass --epochs {epochs}")), "{}", stderr(&o));
     assert!(stdout(&o).contains("ends after 1 epoch of") && stdout(&o).contains("warning: train.max_steps"));
     // --epochs reaches it.
-    let j = ok_json(&train("run-b", &["--json", "--max-steps", "400", "--epochs", &epochs, "--stop-at-step", "1"], &[]));
+    let j =
+        ok_json(&train("run-b", &["--json", "--max-steps", "400", "--epochs", &epochs, "--stop-at-step", "1"], &[]));
     assert_eq!((j["total_steps"].as_u64(), &j["limit"]["ends_at"]), (Some(400), &serde_json::json!("max_steps")));
     assert_eq!(j["limit"]["epochs"].as_u64().unwrap().to_string(), epochs);
     // Off a terminal, progress comes as rate-limited log lines with the rate and time left.

@@ -135,7 +135,9 @@ where
 }
 
 /// The workers' results: process 0's first worker's, or the first error.
-fn collect<R>(guards: std::result::Result<timely::communication::WorkerGuards<Result<Option<R>>>, String>) -> Result<Option<R>>
+fn collect<R>(
+    guards: std::result::Result<timely::communication::WorkerGuards<Result<Option<R>>>, String>,
+) -> Result<Option<R>>
 where
     R: Send + 'static,
 {

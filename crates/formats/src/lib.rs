@@ -116,7 +116,8 @@ pub struct ReadOptions {
     pub obs_columns: Vec<String>,
     /// Cells per chunk; readers that transpose bucket cells by this size.
     pub chunk_cells: usize,
-    /// Where out-of-core transposes keep their temporary buckets.
+    /// Where out-of-core transposes keep their temporary buckets. Readers write here on first
+    /// read, never at open: ingest opens its inputs before it clears this directory.
     pub scratch_dir: PathBuf,
     /// 10x files of several genomes: the genome to read (a v2 file's matrix group, or the v3
     /// features of that genome).

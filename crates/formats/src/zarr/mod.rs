@@ -36,10 +36,24 @@ struct Csr {
     nnz: usize,
 }
 
+/// A gene-compressed matrix's arrays, transposed into row buckets on first read. Not at open:
+/// ingest opens its inputs before it clears its staging directory, the transpose's scratch.
+struct Csc {
+    key: String,
+    data: ZArray,
+    indices: ZArray,
+    indptr: ZArray,
+    n_rows: usize,
+    n_cols: usize,
+    chunk_cells: usize,
+    scratch: PathBuf,
+    buckets: Option<RowBuckets>,
+}
+
 enum Matrix {
     Rows(Box<Csr>),
     Dense(ZArray),
-    Cols { buckets: RowBuckets },
+    Cols(Box<Csc>),
 }
 
 pub struct ZarrSource {
@@ -188,9 +202,17 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
     }
     let matrix = match enc.as_str() {
         "csr_matrix" => Matrix::Rows(Box::new(Csr { data, indices, indptr, n_cols, nnz })),
-        "csc_matrix" => {
-            Matrix::Cols { buckets: transpose(path, key, (&data, &indices, &indptr), n_rows, n_cols, opts)? }
-        }
+        "csc_matrix" => Matrix::Cols(Box::new(Csc {
+            key: key.to_string(),
+            data,
+            indices,
+            indptr,
+            n_rows,
+            n_cols,
+            chunk_cells: opts.chunk_cells,
+            scratch: opts.scratch_dir.clone(),
+            buckets: None,
+        })),
         other => {
             return Err(Error::format(
                 path,
@@ -201,40 +223,44 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
     Ok((matrix, n_rows, n_cols))
 }
 
-/// Transposes a gene-compressed matrix into row buckets on disk, whole columns at a time.
-fn transpose(
-    path: &Path,
-    key: &str,
-    (data, indices, indptr): (&ZArray, &ZArray, &ZArray),
-    n_rows: usize,
-    n_cols: usize,
-    opts: &ReadOptions,
-) -> Result<RowBuckets> {
-    tracing::info!(file = %path.display(), "transposing gene-compressed {key} out of core");
-    let ptr = indptr.read_i64(None)?;
-    let nnz = data.len();
-    if ptr.windows(2).any(|w| w[1] < w[0]) || ptr[0] < 0 || ptr[n_cols] as usize > nnz {
-        return Err(Error::format(path, format!("{key}/indptr is not non-decreasing within 0..={nnz}")));
-    }
-    let mut writer = BucketWriter::new(&opts.scratch_dir, n_rows, opts.chunk_cells)?;
-    let mut col = 0usize;
-    while col < n_cols {
-        let start = ptr[col] as usize;
-        let mut end_col = col + 1;
-        while end_col < n_cols && (ptr[end_col + 1] as usize) - start <= TRANSPOSE_BLOCK {
-            end_col += 1;
+impl Csc {
+    /// Transposes the matrix into row buckets on disk, whole columns at a time.
+    fn transpose(&self, path: &Path) -> Result<RowBuckets> {
+        let Self { key, data, indices, indptr, n_rows, n_cols, .. } = self;
+        let (n_rows, n_cols) = (*n_rows, *n_cols);
+        tracing::info!(file = %path.display(), "transposing gene-compressed {key} out of core");
+        let ptr = indptr.read_i64(None)?;
+        let nnz = data.len();
+        if ptr.windows(2).any(|w| w[1] < w[0]) || ptr[0] < 0 || ptr[n_cols] as usize > nnz {
+            return Err(Error::format(path, format!("{key}/indptr is not non-decreasing within 0..={nnz}")));
         }
-        let range = start..ptr[end_col] as usize;
-        let values = data.read_f64(Some(range.clone()))?;
-        let rows = indices.read_indices(range, n_rows)?;
-        for c in col..end_col {
-            for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
-                writer.push(rows[k], c as u32, values[k])?;
+        let mut writer = BucketWriter::new(&self.scratch, n_rows, self.chunk_cells)?;
+        let mut col = 0usize;
+        while col < n_cols {
+            let start = ptr[col] as usize;
+            let mut end_col = col + 1;
+            while end_col < n_cols && (ptr[end_col + 1] as usize) - start <= TRANSPOSE_BLOCK {
+                end_col += 1;
             }
+            let range = start..ptr[end_col] as usize;
+            let values = data.read_f64(Some(range.clone()))?;
+            let rows = indices.read_indices(range, n_rows)?;
+            for c in col..end_col {
+                for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
+                    writer.push(rows[k], c as u32, values[k])?;
+                }
+            }
+            col = end_col;
         }
-        col = end_col;
+        writer.finish()
     }
-    writer.finish()
+
+    fn read(&mut self, path: &Path, rows: Range<usize>) -> Result<SparseRowsData> {
+        if self.buckets.is_none() {
+            self.buckets = Some(self.transpose(path)?);
+        }
+        self.buckets.as_mut().expect("transposed above").read(rows) // ok: invariant
+    }
 }
 
 impl Matrix {
@@ -271,7 +297,7 @@ impl Matrix {
                 }
                 Ok(out)
             }
-            Self::Cols { buckets } => buckets.read(rows),
+            Self::Cols(csc) => csc.read(path, rows),
         }
     }
 }
@@ -314,7 +340,7 @@ impl CellSource for ZarrSource {
         match self.matrix {
             Matrix::Rows(_) => "zarr (csr)",
             Matrix::Dense(_) => "zarr (dense)",
-            Matrix::Cols { .. } => "zarr (csc)",
+            Matrix::Cols(_) => "zarr (csc)",
         }
     }
 }

@@ -18,6 +18,23 @@ use pyo3::types::PyDict;
 
 use crate::py_err;
 
+/// Rows yielded between two trims of the heap (a trim costs milliseconds: every 384 rows it
+/// halved the loader's speed).
+const TRIM_ROWS: usize = 16_384;
+
+/// Returns the free memory of glibc's arenas to the system. Batches are allocated on the masking
+/// threads and freed by NumPy on the consumer's, in sizes that vary with each length group;
+/// glibc then keeps more and more freed memory (and raises its mmap threshold after the first
+/// large frees), so without trims the loader's RSS crept up over an epoch and with the corpus
+/// (BENCHMARKS.md, "Python loader memory").
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim is thread-safe and frees nothing in use.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// An iterator over one epoch's masked batches (of one rank's shard) as dicts of NumPy arrays:
 /// `input_ids`, `attention_mask`, `labels` (int64, `[rows, len]`; labels −100 where nothing is
 /// predicted) and `cell_index` (int64: the cells' corpus keys).
@@ -26,6 +43,7 @@ pub(crate) struct MaskedBatches {
     inner: Option<FixedGraphBatches>,
     len: usize,
     yielded: usize,
+    untrimmed_rows: usize,
 }
 
 #[pymethods]
@@ -85,8 +103,9 @@ impl MaskedBatches {
             .map_err(py_err)?;
         let per_epoch = plan.batches_per_epoch() as usize;
         let len = per_epoch.div_ceil(world_size);
-        let inner = FixedGraphBatches::spawn(Arc::new(ctx), plan.shard_feed(epoch, rank, world_size), workers, 64);
-        Ok(Self { inner: Some(inner), len, yielded: 0 })
+        // Queued batches are memory; 32 keep a Python consumer as fast as 64 did (BENCHMARKS.md).
+        let inner = FixedGraphBatches::spawn(Arc::new(ctx), plan.shard_feed(epoch, rank, world_size), workers, 32);
+        Ok(Self { inner: Some(inner), len, yielded: 0, untrimmed_rows: 0 })
     }
 
     /// Batches this rank gets in the epoch (the same on every rank).
@@ -100,7 +119,16 @@ impl MaskedBatches {
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(inner) = self.inner.as_mut() else { return Ok(None) };
-        let next = py.detach(|| inner.next().map(|b| b.map(Columns::of)));
+        let trim = self.untrimmed_rows >= TRIM_ROWS;
+        if trim {
+            self.untrimmed_rows = 0;
+        }
+        let next = py.detach(|| {
+            if trim {
+                trim_heap();
+            }
+            inner.next().map(|b| b.map(Columns::of))
+        });
         py.check_signals()?;
         match next {
             None => {
@@ -113,6 +141,7 @@ impl MaskedBatches {
             }
             Some(Ok(c)) => {
                 self.yielded += 1;
+                self.untrimmed_rows += c.rows;
                 Ok(Some(c.into_dict(py)?))
             }
         }

@@ -18,8 +18,11 @@ use crate::dataflow::{Feed, FeedSource};
 use crate::MaskContext;
 use corrflow_io::error::{Error, Result};
 
-/// Planned batches masked at once: enough to keep every thread busy between hand-offs.
+/// Planned batches masked at once: enough to keep every thread busy between hand-offs, and few
+/// enough cells that the batches in flight (four groups and the consumer's queue) stay well
+/// under a small corpus' size, so the loader's memory does not grow with the corpus.
 const GROUP: usize = 32;
+const GROUP_CELLS: usize = 1024;
 
 /// The masked batches of a feed, in feed order, masked on `threads` threads.
 pub struct FixedGraphBatches {
@@ -78,11 +81,17 @@ fn run(
             }
         });
         let mut group: Vec<PlannedBatch> = Vec::with_capacity(GROUP);
+        let mut cells = 0;
         let mut unsupported = false;
         source(&mut |feed| match feed {
             Feed::Batch(b) => {
+                cells += b.cells.len();
                 group.push(b);
-                group.len() < GROUP || groups_tx.send(std::mem::replace(&mut group, Vec::with_capacity(GROUP))).is_ok()
+                if group.len() < GROUP && cells < GROUP_CELLS {
+                    return true;
+                }
+                cells = 0;
+                groups_tx.send(std::mem::replace(&mut group, Vec::with_capacity(GROUP))).is_ok()
             }
             Feed::Graph(_) => {
                 unsupported = true;

@@ -16,6 +16,11 @@ use corrflow_io::error::Result;
 
 use crate::dataflow::{EdgeChange, Feed, FeedSource};
 
+/// Cells decoded per block while reading an epoch. With two blocks per thread decoding and two
+/// waiting for the planner, the cells read ahead stay a few thousand, well under the shuffle
+/// buffer, however large the shards: the loader's memory does not grow with the corpus.
+const READ_CELLS: usize = 512;
+
 /// How cells become planned batches.
 #[derive(Clone, Debug)]
 pub struct DataPlan {
@@ -221,7 +226,7 @@ impl DataPlan {
     fn read_training_cells(&self, shards: &[usize], tx: &crossbeam_channel::Sender<Result<Vec<(u64, Vec<u32>)>>>) {
         for &s in shards {
             let mut gone = false;
-            let read = self.index.for_each_block_parallel(s, self.vocab_size, |b| {
+            let read = self.index.for_each_block_parallel(s, self.vocab_size, READ_CELLS, |b| {
                 let cells = (0..b.len())
                     .map(|i| (b.first_key + i as u64, i))
                     .filter(|&(key, _)| !self.is_eval(key))

@@ -88,20 +88,22 @@ impl CorpusIndex {
         shard.check_cells(key - shard.first_key)
     }
 
-    /// [`Self::for_each_block`] with the shard's row groups decoded in parallel on the rayon pool
-    /// (a few blocks of about 8,192 cells ahead), `f` still called in key order: for readers
-    /// that decoding would otherwise hold up, such as the training data plan.
+    /// [`Self::for_each_block`] with the shard's row groups decoded in parallel on the rayon pool,
+    /// `f` still called in key order: for readers that decoding would otherwise hold up, such as
+    /// the training data plan. Blocks hold whole row groups of about `rows` cells, and two per
+    /// thread are decoded at once, so the memory held is set by `rows`, not by the shard.
     pub fn for_each_block_parallel(
         &self,
         i: usize,
         vocab_size: usize,
+        rows: usize,
         mut f: impl FnMut(&CellBlock) -> Result<()>,
     ) -> Result<()> {
         use rayon::prelude::*;
         let shard = &self.shards[i];
         let p = &shard.path;
         super::verify_shard(p, shard.bytes, &shard.sha256)?;
-        let ranges = row_group_ranges(p, 8192)?;
+        let ranges = row_group_ranges(p, rows.max(1))?;
         let mut cells = 0u64;
         for window in ranges.chunks(2 * rayon::current_num_threads().max(1)) {
             let decoded: Vec<Result<Vec<CellBlock>>> = window

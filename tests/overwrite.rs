@@ -181,3 +181,27 @@ fn two_spellings_of_a_new_output_are_one_file() {
     refused(&s, &[&["perturb"][..], &model, &outs].concat(), &["--genes-out and --out are the same file"]);
     assert!(!Path::new(&s.s("new.parquet")).exists());
 }
+
+/// `--config` is an input of every command, and an existing file inside an input directory is
+/// part of that input (a checkpoint's model.bin, a corpus' shard).
+#[test]
+fn the_config_and_files_inside_input_directories_are_never_written_over() {
+    let s = Scratch::new();
+    std::fs::write(s.p("cfg.toml"), b"# the user's settings: must survive\n").unwrap();
+    let model = ["--config", "@cfg.toml", "--checkpoint", "@ckpt", "--input", "@cells.h5ad"];
+    refused(&s, &[&["embed"][..], &model, &["--out", "@cfg.toml"]].concat(), &["--out and --config are the same file"]);
+    let args = [&["perturb"][..], &model, &["--delete", "B2M", "--out", "@e.parquet", "--genes-out", "@./cfg.toml"]].concat();
+    refused(&s, &args, &["--genes-out and --config are the same file"]);
+    let args = ["--config", "@cfg.toml", "train", "--corpus", "@corpus", "--out", "@run", "--dump-batches", "@cfg.toml"];
+    refused(&s, &args, &["--dump-batches and --config are the same file"]);
+
+    const INSIDE: &str = "refusing to write over part of an input";
+    let model = ["--checkpoint", "@ckpt", "--input", "@cells.h5ad"];
+    let args = [&["embed"][..], &model, &["--out", "@ckpt/keep.json"]].concat();
+    refused(&s, &args, &["--out", "inside the directory of --checkpoint", INSIDE]);
+    let args = [&["annotate"][..], &model, &["--out", "@ckpt/./keep.json"]].concat();
+    refused(&s, &args, &["inside the directory of --checkpoint", INSIDE]);
+    refused(&s, &["export", "onnx", "--checkpoint", "@ckpt", "--out", "@ckpt/keep.json"], &[INSIDE]);
+    let args = ["train", "--corpus", "@corpus", "--out", "@run", "--dump-batches", "@corpus/keep.json"];
+    refused(&s, &args, &["--dump-batches", "inside the directory of --corpus", INSIDE]);
+}

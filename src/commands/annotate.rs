@@ -4,7 +4,6 @@
 use anyhow::Result;
 use corrflow::config::Config;
 use corrflow::ontology::{self, map};
-use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::ontology::{AnnotateArgs, OntologyCommand};
@@ -12,7 +11,7 @@ use crate::cli::ontology::{AnnotateArgs, OntologyCommand};
 pub(crate) fn ontology(cfg: &Config, cmd: OntologyCommand, json: bool) -> Result<()> {
     match cmd {
         OntologyCommand::Map { ontology: path, labels, column, out, read } => {
-            Overlap::new().input("--ontology", &path).input("--labels", &labels).output("--out", &out).check()?;
+            super::overlap().input("--ontology", &path).input("--labels", &labels).output("--out", &out).check()?;
             let loaded = ontology::load(&path)?;
             let counts = map::count_labels(&labels, &read.read_options(cfg, Vec::new()), &column)?;
             let proposed = map::propose(&loaded, &column, &counts);
@@ -85,7 +84,7 @@ pub(crate) fn ontology(cfg: &Config, cmd: OntologyCommand, json: bool) -> Result
 pub(crate) fn annotate(cfg: &Config, a: AnnotateArgs, json: bool) -> Result<()> {
     anyhow::ensure!((0.0..=1.0).contains(&a.threshold), "--threshold must be in [0, 1] (got {})", a.threshold);
     let model = a.source.source();
-    super::serve::model_inputs(&model, Overlap::new().input("--input", &a.input))
+    super::serve::model_inputs(&model, super::overlap().input("--input", &a.input))
         .input_opt("--ontology", a.ontology.as_deref())
         .input_opt("--truth-map", a.truth_map.as_deref())
         .output("--out", &a.out)

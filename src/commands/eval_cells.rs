@@ -7,7 +7,6 @@ use anyhow::{Context, Result};
 use corrflow::config::Config;
 use corrflow::embed::ModelSource;
 use corrflow::eval::cells::{self, CellEvalOptions, CellEvalRequest, NamedEmbeddings};
-use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use super::serve::model_inputs;
@@ -20,7 +19,7 @@ pub(crate) fn eval_cells(cfg: &Config, a: EvalCellsArgs, json: bool) -> Result<(
         .map(|m| ModelSource::Onnx(m.clone()))
         .chain(a.checkpoint.iter().map(|c| ModelSource::Checkpoint(c.clone())))
         .collect();
-    let mut overlap = Overlap::new().input("--input", &a.input);
+    let mut overlap = super::overlap().input("--input", &a.input);
     for e in &a.embeddings {
         overlap = overlap.input("--embeddings", e);
     }

@@ -3,13 +3,12 @@
 use anyhow::Result;
 use corrflow::config::Config;
 use corrflow::train::finetune::{FinetuneRequest, FinetuneTask, SplitMetrics};
-use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::finetune::FinetuneArgs;
 
 pub(crate) fn finetune(cfg: &Config, a: FinetuneArgs, json: bool) -> Result<()> {
-    Overlap::new()
+    super::overlap()
         .input("--checkpoint", &a.checkpoint)
         .input("--corpus", &a.corpus)
         .input_opt("--gene-labels", a.gene_labels.as_deref())

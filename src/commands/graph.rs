@@ -2,7 +2,6 @@
 
 use anyhow::Result;
 use corrflow::config::Config;
-use corrflow::util::paths::Overlap;
 use corrflow::vocab::Vocabulary;
 
 use super::print_summary;
@@ -11,7 +10,7 @@ use crate::cli::GraphCommand;
 pub(crate) fn graph(cfg: &Config, cmd: GraphCommand, json: bool) -> Result<()> {
     match cmd {
         GraphCommand::Build { corpus, out, atlas, n_sub, seed, max_genes, incremental, cluster, .. } => {
-            Overlap::new().input("--corpus", &corpus).replaced_dir("--out", &out).check()?;
+            super::overlap().input("--corpus", &corpus).replaced_dir("--out", &out).check()?;
             let mut params = cfg.graph.clone();
             params.n_sub = n_sub.unwrap_or(params.n_sub);
             params.seed = seed.unwrap_or(params.seed);
@@ -49,7 +48,7 @@ pub(crate) fn graph(cfg: &Config, cmd: GraphCommand, json: bool) -> Result<()> {
             print_summary(json, &human, &s)
         }
         GraphCommand::Update { graph, add, retract, cluster, .. } => {
-            Overlap::new().input_opt("--add", add.as_deref()).replaced_dir("--graph", &graph).check()?;
+            super::overlap().input_opt("--add", add.as_deref()).replaced_dir("--graph", &graph).check()?;
             let cluster = cluster.cluster()?;
             let s = match (add, retract) {
                 (Some(dir), _) => corrflow::graph::update_add(&graph, &dir, &cluster)?,

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 
@@ -31,7 +30,7 @@ pub(crate) fn import_hf(
     json: bool,
 ) -> Result<()> {
     let vocab = import_vocab(model, vocab);
-    super::ingest::vocab_input(Overlap::new().input("--model", model), &vocab).output_dir("--out", out).check()?;
+    super::ingest::vocab_input(super::overlap().input("--model", model), &vocab).output_dir("--out", out).check()?;
     let vocab = corrflow::vocab::Vocabulary::resolve(&vocab)?;
     let vocab = if version == corrflow::config::ModelVersion::V2 { vocab.with_v2_specials() } else { vocab };
     let s = corrflow::model::import::import_hf(model, &vocab, out)?;
@@ -49,7 +48,7 @@ pub(crate) fn import_hf(
 }
 
 pub(crate) fn export_hf_model(checkpoint: PathBuf, out: PathBuf, json: bool) -> Result<()> {
-    Overlap::new().input("--checkpoint", &checkpoint).replaced_dir("--out", &out).check()?;
+    super::overlap().input("--checkpoint", &checkpoint).replaced_dir("--out", &out).check()?;
     let s = corrflow::export::hf::export_hf_model(&corrflow::export::hf::HfModelRequest { checkpoint, out })?;
     let mut human = format!(
         "exported step {} as {} ({} layers, hidden {}, {} parameters, vocabulary {} of {} tokens) -> {}: {}",

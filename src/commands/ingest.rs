@@ -18,7 +18,7 @@ use crate::cli::{IngestArgs, VocabCommand};
 pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
     let progress = !json;
     let version = a.version.unwrap_or(cfg.ingest.version);
-    let overlap = Overlap::new()
+    let overlap = super::overlap()
         .inputs("FILE", &a.inputs)
         .input_opt("--cell-type-map", a.cell_type_map.as_deref())
         .output_dir("--out", &a.out);
@@ -96,7 +96,7 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
 
 pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
     let VocabCommand::Build { out, name, alpha, min_cells, read, ignore_filter_pass, inputs } = cmd;
-    Overlap::new().inputs("FILE", &inputs).replaced_dir("--out", &out).check()?;
+    super::overlap().inputs("FILE", &inputs).replaced_dir("--out", &out).check()?;
     let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
     let opts = VocabBuildOptions {
         name,
@@ -121,7 +121,7 @@ pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
 }
 
 pub(crate) fn export_hf(corpus: PathBuf, atlas: Vec<String>, out: PathBuf, json: bool) -> Result<()> {
-    Overlap::new().input("--corpus", &corpus).replaced_dir("--out", &out).check()?;
+    super::overlap().input("--corpus", &corpus).replaced_dir("--out", &out).check()?;
     let names = if atlas.is_empty() { corrflow::corpus::list_atlases(&corpus) } else { atlas };
     anyhow::ensure!(!names.is_empty(), "{}: no finished atlas in this corpus", corpus.display());
     let dirs: Vec<_> = names.iter().map(|n| corrflow::corpus::atlas_dir(&corpus, n)).collect();

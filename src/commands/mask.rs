@@ -2,7 +2,6 @@
 
 use anyhow::Result;
 use corrflow::config::Config;
-use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::MaskCommand;
@@ -10,7 +9,7 @@ use crate::cli::MaskCommand;
 pub(crate) fn mask(cfg: &Config, cmd: MaskCommand, json: bool) -> Result<()> {
     let progress = !json;
     let MaskCommand::Audit { corpus, graph, strategy, lambda, p, seed, epoch, atlas, dump, sweep, plot } = cmd;
-    Overlap::new()
+    super::overlap()
         .input("--corpus", &corpus)
         .input("--graph", &graph)
         .output_opt("--dump", dump.as_deref())

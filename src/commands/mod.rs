@@ -13,8 +13,12 @@ mod serve;
 pub(crate) mod synth;
 mod train;
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use anyhow::Result;
 use corrflow::config::Config;
+use corrflow::util::paths::Overlap;
 use serde::Serialize;
 
 use crate::cli::{Cli, Command, ExportCommand, ImportCommand};
@@ -28,9 +32,25 @@ fn print_summary<T: Serialize>(json: bool, human: &str, summary: &T) -> Result<(
     Ok(())
 }
 
+/// The `--config` file, an input of every command.
+static CONFIG: OnceLock<PathBuf> = OnceLock::new();
+
+/// The check of a command's inputs and outputs (before any work), with `--config` among the
+/// inputs: no command writes over its own configuration.
+fn overlap() -> Overlap {
+    let o = Overlap::new();
+    match CONFIG.get() {
+        Some(config) => o.input("--config", config),
+        None => o,
+    }
+}
+
 pub(crate) fn run(cli: Cli) -> Result<()> {
     let cfg = match &cli.config {
-        Some(p) => Config::load(p)?,
+        Some(p) => {
+            let _ = CONFIG.set(p.clone());
+            Config::load(p)?
+        }
         None => Config::default(),
     };
     let json = cli.json;

@@ -39,7 +39,7 @@ pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
     } = args;
     let layer = layer_or_emb_layer(layer, emb_layer)?;
     let model = source.source();
-    model_inputs(&model, Overlap::new().input("--input", &input))
+    model_inputs(&model, super::overlap().input("--input", &input))
         .output("--out", &out)
         .output_opt("--h5ad-out", h5ad_out.as_deref())
         .check()?;
@@ -90,7 +90,7 @@ pub(crate) fn export_onnx(
     layer: i64,
     json: bool,
 ) -> Result<()> {
-    Overlap::new()
+    super::overlap()
         .input("--checkpoint", &checkpoint)
         .output("--out", &out)
         .replaced_dir("--out's vocabulary", corrflow::model_meta::vocab_sidecar(&out))
@@ -155,7 +155,7 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
 
 pub(crate) fn perturb(cfg: &Config, a: PerturbArgs, json: bool) -> Result<()> {
     let model = a.source.source();
-    model_inputs(&model, Overlap::new().input("--input", &a.input))
+    model_inputs(&model, super::overlap().input("--input", &a.input))
         .input_opt("--module", a.module.as_deref())
         .output("--out", &a.out)
         .output_opt("--genes-out", a.genes_out.as_deref())

@@ -2,7 +2,6 @@
 
 use anyhow::Result;
 use corrflow::config::Config;
-use corrflow::util::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::{EvalCommand, TrainArgs};
@@ -33,7 +32,7 @@ pub(crate) fn train(cfg: &Config, args: TrainArgs, json: bool) -> Result<()> {
     let mut mask = cfg.mask.clone();
     train.corpus = corpus.or(train.corpus);
     train.graph = graph.or(train.graph);
-    Overlap::new()
+    super::overlap()
         .input_opt("--corpus", train.corpus.as_deref())
         .input_opt("--graph", train.graph.as_deref())
         .input_opt("--init-from", init_from.as_deref())

@@ -126,14 +126,31 @@ impl Overlap {
     }
 
     /// `Err(Usage)` naming both flags and the path when an output is an input or another
-    /// output, an input lies inside a directory that is replaced whole, or an output directory
-    /// is a file.
+    /// output, an output is an existing file inside an input directory, an input lies inside a
+    /// directory that is replaced whole, or an output directory is a file.
     pub fn check(&self) -> Result<()> {
         let ins: Vec<Identity> = self.inputs.iter().map(|n| identity(&n.path)).collect();
         let outs: Vec<Identity> = self.outputs.iter().map(|n| identity(&n.path)).collect();
         for (o, oid) in self.outputs.iter().zip(&outs) {
             if let Some((i, _)) = self.inputs.iter().zip(&ins).find(|(_, iid)| *iid == oid) {
                 return Err(same_file(o, i, "refusing to write over an input"));
+            }
+        }
+        // An existing file inside an input directory is part of that input (a shard, a
+        // checkpoint's model.bin): writing it would change the input.
+        for (o, oid) in self.outputs.iter().zip(&outs) {
+            if !matches!(oid, Identity::Inode(..)) || o.path.is_dir() {
+                continue;
+            }
+            let file = canonical(&o.path);
+            if let Some(i) = self.inputs.iter().find(|i| i.path.is_dir() && file.starts_with(canonical(&i.path))) {
+                return Err(Error::Usage(format!(
+                    "{} {} is a file inside the directory of {} {}: refusing to write over part of an input; choose a path outside it",
+                    o.flag,
+                    o.path.display(),
+                    i.flag,
+                    i.path.display()
+                )));
             }
         }
         for (a, (o, oid)) in self.outputs.iter().zip(&outs).enumerate() {
@@ -234,5 +251,17 @@ mod tests {
         let e = err(&Overlap::new().output_dir("--out", &input));
         assert!(e.contains("existing file"), "{e}");
         Overlap::new().input("--corpus", dir.path()).output_dir("--out", dir.path().join("run")).check().unwrap();
+    }
+
+    #[test]
+    fn an_existing_file_inside_an_input_directory_is_refused_a_new_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("ckpt");
+        std::fs::create_dir(&ckpt).unwrap();
+        std::fs::write(ckpt.join("model.bin"), b"x").unwrap();
+        let e = err(&Overlap::new().input("--checkpoint", &ckpt).output("--out", ckpt.join(".").join("model.bin")));
+        assert!(e.contains("--out") && e.contains("inside the directory of --checkpoint"), "{e}");
+        Overlap::new().input("--checkpoint", &ckpt).output("--out", ckpt.join("emb.parquet")).check().unwrap();
+        Overlap::new().input("--checkpoint", &ckpt).output("--out", dir.path().join("model.bin")).check().unwrap();
     }
 }

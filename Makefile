@@ -4,7 +4,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/corrflow/target
 CARGO ?= cargo
 TEST_FEATURES ?= corrflow/failpoints corrflow/wgpu corrflow/cuda
 
-.PHONY: demo test deps data pyenv build bench
+.PHONY: demo test deps data pyenv build bench wheel
 
 deps:
 	@scripts/bootstrap.sh
@@ -39,6 +39,10 @@ test: deps data pyenv
 		$(CARGO) test --release --workspace --features "$(TEST_FEATURES)" --lib --bins --tests
 	# The Python package (python/): built into the test venv, tested against the CLI just built.
 	$$(scripts/python-package.sh) -m pytest -q python/tests
+
+# The wheel one would upload: dist/corrflow-*-cp39-abi3-manylinux_2_34_x86_64.whl (HDF5 bundled).
+wheel: deps pyenv
+	@scripts/wheel.sh dist
 
 bench: build data
 	benches/ingest.sh

@@ -8,7 +8,10 @@
 # (--dump-batches); benches/train_replay.py replays them in transformers.BertForMaskedLM (hf) and
 # in the same model decoding only the masked positions (masked). Each round runs every corrflow
 # binary and both PyTorch modes one after the other, so machine drift hits all alike. The first
-# SKIP (default 2) steps of every run are not timed. Results: OUT/results.jsonl and a table on
+# SKIP (default 2) steps of every run are not timed. When the venv has the corrflow package,
+# `python -m corrflow.pretrain` (the same model in PyTorch, fed by corrflow.MaskedBatches and
+# masking on the fly) runs too: against the replay of pre-made batches it shows what the loader
+# costs. Results: OUT/results.jsonl and a table on
 # stdout. PyTorch goes into a venv (TORCH_VENV, default ~/.cache/corrflow/torch-venv; ~6 GB with
 # its CUDA libraries, made on first use). Also records the machine's f32 GEMM peak (gemm crate
 # and torch.mm).
@@ -42,11 +45,27 @@ path, skip, label, config, rnd = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys
 rows = [json.loads(l) for l in open(path) if '"tokens"' in l][skip:]
 secs = sum(r["tokens"] / r["tokens_per_s"] for r in rows)
 # A phase a binary does not time (clipping is inside the optimizer step since session 21) is 0.
-ph = lambda k: statistics.median(r["phase_ms"].get(k, 0.0) for r in rows)
+ph = lambda k: statistics.median(r.get("phase_ms", {}).get(k, 0.0) for r in rows)
 print(json.dumps({"impl": label, "config": config, "round": int(rnd), "steps": len(rows),
     "tokens_per_s": sum(r["tokens"] for r in rows) / secs,
     "phase_ms": {"fwd": ph("forward"), "bwd": ph("backward"), "opt": ph("clip") + ph("optimizer")},
     "first_loss": rows[0]["loss"] if rows else None}))
+PY
+}
+
+pretrain_run() { # round: corrflow.pretrain (PyTorch's engine fed by corrflow.MaskedBatches, CorrMask
+    # masked on the fly), when the venv has the corrflow package (scripts/python-package.sh PYTHON)
+    "$VENV/bin/python" -c "import corrflow.pretrain" 2>/dev/null || return 0
+    rm -rf "$OUT/run-pretrain"
+    "$VENV/bin/python" -m corrflow.pretrain --config "$OUT/$CONFIG.toml" --corpus "$CORPUS" --graph "$GRAPH" \
+        --out "$OUT/run-pretrain" --max-steps "$STEPS" --device cpu > "$OUT/pretrain-$1.log" 2>&1
+    python3 - "$OUT/run-pretrain/metrics.jsonl" "$SKIP" "$CONFIG" "$1" <<'PY' | tee -a "$OUT/results.jsonl"
+import json, sys
+path, skip, config, rnd = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rows = [json.loads(l) for l in open(path) if '"tokens"' in l][skip:]
+secs = sum(r["tokens"] / r["tokens_per_s"] for r in rows)
+print(json.dumps({"impl": "corrflow.pretrain", "config": config, "round": int(rnd), "steps": len(rows),
+    "tokens_per_s": sum(r["tokens"] for r in rows) / secs, "first_loss": rows[0]["loss"] if rows else None}))
 PY
 }
 
@@ -69,6 +88,7 @@ for round in $(seq 1 "$ROUNDS"); do
     done
     torch_run hf "$round"
     torch_run masked "$round"
+    pretrain_run "$round"
 done
 
 # The machine's f32 GEMM peak, both libraries, 2 threads.

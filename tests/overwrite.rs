@@ -190,9 +190,11 @@ fn the_config_and_files_inside_input_directories_are_never_written_over() {
     std::fs::write(s.p("cfg.toml"), b"# the user's settings: must survive\n").unwrap();
     let model = ["--config", "@cfg.toml", "--checkpoint", "@ckpt", "--input", "@cells.h5ad"];
     refused(&s, &[&["embed"][..], &model, &["--out", "@cfg.toml"]].concat(), &["--out and --config are the same file"]);
-    let args = [&["perturb"][..], &model, &["--delete", "B2M", "--out", "@e.parquet", "--genes-out", "@./cfg.toml"]].concat();
+    let args =
+        [&["perturb"][..], &model, &["--delete", "B2M", "--out", "@e.parquet", "--genes-out", "@./cfg.toml"]].concat();
     refused(&s, &args, &["--genes-out and --config are the same file"]);
-    let args = ["--config", "@cfg.toml", "train", "--corpus", "@corpus", "--out", "@run", "--dump-batches", "@cfg.toml"];
+    let args =
+        ["--config", "@cfg.toml", "train", "--corpus", "@corpus", "--out", "@run", "--dump-batches", "@cfg.toml"];
     refused(&s, &args, &["--dump-batches and --config are the same file"]);
 
     const INSIDE: &str = "refusing to write over part of an input";

@@ -202,25 +202,44 @@ def ingest(
     zstd_level: int = 1,
     restart: bool = False,
     ignore_filter_pass: bool = False,
+    value_filter: Optional[str] = None,
+    measurement: str = "RNA",
 ) -> Dict[str, Any]:
-    """``corrflow ingest``: h5ad / AnnData zarr / loom / 10x h5 / Matrix Market files streamed
+    """``corrflow ingest``: h5ad / AnnData zarr / loom / 10x h5 / Matrix Market files, and
+    TileDB-SOMA experiments (CELLxGENE Census is one; needs the ``tiledbsoma`` package), streamed
     into atlas ``atlas`` of ``corpus`` (bounded memory, shards committed atomically). Cells whose
     obs column (loom: column attribute) ``filter_pass`` is not 1 are left out, as Geneformer's
     tokenizer does, unless ``ignore_filter_pass``. Returns the summary the CLI's ``--json``
-    prints. A Ctrl-C stops it after the chunk being read; calling it again resumes."""
+    prints. A Ctrl-C stops it after the chunk being read; calling it again resumes.
+
+    For a SOMA experiment: ``value_filter`` selects cells by ``obs`` as tiledbsoma takes it
+    (``"cell_type == 'B cell' and is_primary_data == True"``); ``measurement`` (default "RNA");
+    ``counts`` "X" takes the measurement's only X layer, or "raw" (Census' counts) among several,
+    ``"layer:NAME"`` names one, "raw" reads tiledbsoma's ``raw`` measurement; ``gene_column``
+    defaults to var's ``var_id`` (``tiledbsoma.io.from_h5ad``) or ``feature_id`` (Census)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    summary = _native.ingest(
-        [os.fspath(p) for p in paths], os.fspath(corpus), atlas, vocab=vocab, version=version,
-        max_genes=max_genes, counts=counts, gene_column=gene_column, obs_columns=list(obs_columns),
-        allow_normalized=allow_normalized, log1p=log1p, chunk_cells=chunk_cells,
-        shard_cells=shard_cells, zstd_level=zstd_level, restart=restart,
-        ignore_filter_pass=ignore_filter_pass,
-    )
+    paths = [os.fspath(p) for p in paths]
+    from . import _soma
+
+    if value_filter is not None and not any(_is_soma(p) for p in paths):
+        raise ValueError("value_filter selects cells of a TileDB-SOMA experiment; none of the inputs is one")
+    with _soma.using(value_filter=value_filter, measurement=measurement):
+        summary = _native.ingest(
+            paths, os.fspath(corpus), atlas, vocab=vocab, version=version,
+            max_genes=max_genes, counts=counts, gene_column=gene_column, obs_columns=list(obs_columns),
+            allow_normalized=allow_normalized, log1p=log1p, chunk_cells=chunk_cells,
+            shard_cells=shard_cells, zstd_level=zstd_level, restart=restart,
+            ignore_filter_pass=ignore_filter_pass,
+        )
     summary = json.loads(summary)
     for w in summary.get("warnings", []):
         warnings.warn(w, stacklevel=2)
     return summary
+
+
+def _is_soma(path: str) -> bool:
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, "__tiledb_group.tdb"))
 
 
 class Corpus:

@@ -16,6 +16,7 @@ mod eval;
 mod graph;
 mod interrupt;
 mod matrix;
+mod soma;
 mod tokenize;
 
 pyo3::create_exception!(_native, CorrflowError, pyo3::exceptions::PyException, "An error from corrflow's library: bad input, a corrupt file, a refused write. The message names the file and the problem.");
@@ -32,6 +33,7 @@ pub(crate) fn py_err(e: corrflow_io::Error) -> PyErr {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorrflowError", m.py().get_type::<CorrflowError>())?;
+    soma::register();
     m.add_function(wrap_pyfunction!(tokenize::tokenize_csr, m)?)?;
     m.add_function(wrap_pyfunction!(tokenize::vocabulary_genes, m)?)?;
     m.add_function(wrap_pyfunction!(corpus::ingest, m)?)?;

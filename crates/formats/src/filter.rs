@@ -67,6 +67,10 @@ impl CellSource for FilterPass {
         self.inner.obs_fields()
     }
 
+    fn selection(&self) -> Option<String> {
+        self.inner.selection()
+    }
+
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
         if rows.end > self.kept.len() {
             return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.kept.len())));

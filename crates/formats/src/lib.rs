@@ -22,6 +22,7 @@ mod obs;
 pub mod obs_write;
 pub mod obsm;
 pub mod registry;
+pub mod soma;
 mod tenx;
 mod transpose;
 mod values;
@@ -161,6 +162,12 @@ pub trait CellSource: Send {
     /// (formats without cell annotations: 10x, MatrixMarket). Used for `filter_pass`.
     fn read_obs_column(&mut self, _name: &str) -> Result<Option<ObsValues>> {
         Ok(None)
+    }
+    /// Which of the input's cells are read, when not all of them (a SOMA experiment's obs value
+    /// filter): part of what identifies the input when an ingest resumes, and recorded in the
+    /// atlas manifest.
+    fn selection(&self) -> Option<String> {
+        None
     }
 }
 

@@ -42,8 +42,14 @@ pub trait CellFormat: Sync {
 
 /// The built-in formats, in the order they are tried (the first that detects a path reads
 /// it; h5ad last: it takes any other HDF5 file and names what is missing).
-pub const BUILTIN: [&dyn CellFormat; 5] =
-    [&crate::zarr::Zarr, &crate::mtx::Mtx, &crate::tenx::Tenx, &crate::loom::Loom, &crate::h5ad::H5ad];
+pub const BUILTIN: [&dyn CellFormat; 6] = [
+    &crate::zarr::Zarr,
+    &crate::soma::Soma,
+    &crate::mtx::Mtx,
+    &crate::tenx::Tenx,
+    &crate::loom::Loom,
+    &crate::h5ad::H5ad,
+];
 
 /// Formats registered at run time (by code outside this crate); tried before the built-in ones.
 static REGISTERED: RwLock<Vec<&'static dyn CellFormat>> = RwLock::new(Vec::new());

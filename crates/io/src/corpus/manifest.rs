@@ -63,6 +63,9 @@ pub struct InputFile {
     /// another atlas name is recognised; absent in manifests written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The cells read when not all of the input's (a SOMA experiment's obs value filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<String>,
 }
 
 /// The manifest of a finished atlas, written last: its presence marks the atlas complete.

@@ -50,6 +50,11 @@ pub(super) fn duplicate_inputs(corpus: &Path, atlas: &str, inputs: &[InputFile])
         for theirs in &manifest.inputs {
             for ours in inputs {
                 let Some(sha) = &ours.sha256 else { continue };
+                // The same store read with different selections (SOMA value filters) is not
+                // the same cells.
+                if theirs.selection != ours.selection {
+                    continue;
+                }
                 let same = match &theirs.sha256 {
                     Some(s) => s == sha,
                     None => {

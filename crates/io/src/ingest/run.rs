@@ -162,6 +162,7 @@ fn manifest_template(req: &IngestRequest, info: CorpusInfo, read: &ReadOptions, 
                 cells: o.source.n_cells() as u64,
                 genes: o.mapper.stats.clone(),
                 sha256: None,
+                selection: o.source.selection(),
             })
             .collect(),
         cells_read: 0,
@@ -250,7 +251,12 @@ fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
         .zip(opened)
         .map(|(p, o)| {
             let mtime = std::fs::metadata(p).and_then(|m| m.modified()).ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-            serde_json::json!({"path": p.display().to_string(), "bytes": o.bytes, "mtime": mtime.map(|d| d.as_nanos().to_string())})
+            let mut input = serde_json::json!({"path": p.display().to_string(), "bytes": o.bytes, "mtime": mtime.map(|d| d.as_nanos().to_string())});
+            // Only when there is one, so that interrupted ingests of files still resume.
+            if let Some(selection) = o.source.selection() {
+                input["selection"] = selection.into();
+            }
+            input
         })
         .collect();
     let key = serde_json::json!({

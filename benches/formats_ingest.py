@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Ingest of the same cells from each format corrflow reads (issue 44): Kang ctrl as h5ad, AnnData
-zarr v3 (sharded where this anndata can shard) and loom, by `corrflow ingest` (wall time and
-peak RSS, `/usr/bin/time`), against what a user would otherwise run: anndata's own reader
-(`read_h5ad` / `read_zarr` / `read_loom`) then `corrflow.tokenize` of the AnnData in memory
-(the tokens are the same; the reader is the difference). Rounds interleave every format and
-both ways, each in a fresh process.
+zarr v3 (sharded where this anndata can shard), loom and a TileDB-SOMA experiment, by
+`corrflow ingest` (wall time and peak RSS, `/usr/bin/time`; SOMA: `corrflow.ingest` in Python,
+the only way corrflow reads it), against what a user would otherwise run: the format's own
+reader into an AnnData in memory (`anndata.read_h5ad` / `read_zarr` / `read_loom`,
+`tiledbsoma.io.to_anndata`) then `corrflow.tokenize` (the tokens are the same; the reading is
+the difference). Rounds interleave every format and both ways, each in a fresh process.
 
 Usage: benches/formats_ingest.py CORRFLOW_BIN KANG_H5AD WORKDIR [ROUNDS] [--json OUT]
-Run it with a Python that has corrflow, anndata and loompy (the test venv). The conversions are
+Run it with a Python that has corrflow, anndata, loompy and tiledbsoma (the test venv). The conversions are
 written once into WORKDIR (by anndata and loompy) and reused.
 """
 import argparse
@@ -25,7 +26,11 @@ import json, resource, sys, time
 import anndata as ad, corrflow
 fmt, path = sys.argv[1:3]
 t = time.perf_counter()
-if fmt == "loom":
+if fmt == "soma":
+    import tiledbsoma, tiledbsoma.io
+    with tiledbsoma.Experiment.open(path) as exp:
+        a = tiledbsoma.io.to_anndata(exp, measurement_name="RNA", X_layer_name="data")
+elif fmt == "loom":
     # Geneformer's attributes: genes by ensembl_id, counts genes x cells in /matrix.
     a = ad.read_loom(path, sparse=True, var_names="ensembl_id", obs_names="CellID")
 else:
@@ -40,8 +45,9 @@ print(json.dumps({"cells": a.n_obs, "kept": len(tokens) - tokens.null_count, "re
 
 def convert(h5ad, work):
     """Kang as zarr v3 (sharded when anndata can) and loom, with Geneformer's loom attributes."""
-    files = {"h5ad": h5ad, "zarr": os.path.join(work, "kang.zarr"), "loom": os.path.join(work, "kang.loom")}
-    if not os.path.exists(files["zarr"]) or not os.path.exists(files["loom"]):
+    files = {"h5ad": h5ad, "zarr": os.path.join(work, "kang.zarr"), "loom": os.path.join(work, "kang.loom"),
+             "soma": os.path.join(work, "kang.soma")}
+    if not all(os.path.exists(f) for f in files.values()):
         script = r"""
 import sys, anndata as ad, loompy, numpy as np, scipy.sparse as sp
 h5ad, zarr_path, loom_path = sys.argv[1:4]
@@ -54,15 +60,35 @@ if sharded:
 a.write_zarr(zarr_path)
 loompy.create(loom_path, a.X.T.tocsr().astype(np.float32),
               {"ensembl_id": np.asarray(a.var_names, dtype=str)}, {"CellID": np.asarray(a.obs_names, dtype=str)})
+import tiledbsoma.io
+tiledbsoma.io.from_h5ad(sys.argv[4], h5ad, measurement_name="RNA")
 print("sharded" if sharded else "unsharded")
 """
-        out = subprocess.run([sys.executable, "-c", script, h5ad, files["zarr"], files["loom"]], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-c", script, h5ad, files["zarr"], files["loom"], files["soma"]],
+                             capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(out.stderr)
     return files
 
 
+SOMA_INGEST = r"""
+import json, resource, sys, time
+import corrflow, tiledbsoma  # imported before the clock starts, as the baseline's readers are
+path, corpus = sys.argv[1:3]
+t = time.perf_counter()
+s = corrflow.ingest([path], corpus, "a")
+print(json.dumps({"cells": s["cells_read"], "kept": s["cells_kept"], "seconds": time.perf_counter() - t,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
 def corrflow_ingest(bin_, fmt, path):
+    if fmt == "soma":
+        with tempfile.TemporaryDirectory() as d:
+            out = subprocess.run([sys.executable, "-c", SOMA_INGEST, path, os.path.join(d, "c")], capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"{fmt}: {out.stderr}")
+            return json.loads(out.stdout)
     with tempfile.TemporaryDirectory() as d:
         cmd = ["/usr/bin/time", "-f", "%e %M", bin_, "ingest", "--json", "--atlas", "a", "--out", os.path.join(d, "c"), path]
         out = subprocess.run(cmd, capture_output=True, text=True)

@@ -69,6 +69,10 @@ def _kind(arrow_type) -> str:
     raise ValueError(f"obs column of type {arrow_type}: corrflow stores strings, numbers and booleans")
 
 
+# Cells read from TileDB per query: a few tens of MB of counts at Census' density.
+BLOCK = 2048
+
+
 class SomaSource:
     """The selected cells of one SOMA experiment, read a chunk at a time."""
 
@@ -96,10 +100,11 @@ class SomaSource:
         self.X = ms.X[layer]
         var_columns = [f.name for f in ms.var.schema]
         if gene_column is None:
-            # tiledbsoma.io.from_h5ad keeps AnnData's var index as var_id; Census has feature_id.
-            gene_column = next((c for c in ("var_id", "feature_id") if c in var_columns), None)
+            # tiledbsoma.io.from_h5ad keeps AnnData's var index as var_id (a named index under its
+            # name: the first string column); Census has feature_id.
+            gene_column = next((c for c in ("var_id", "feature_id") if c in var_columns), None) or _first_string(ms.var.schema)
             if gene_column is None:
-                raise ValueError(f"no var_id or feature_id column in var: pick the gene column with gene_column= (columns: {', '.join(var_columns)})")
+                raise ValueError(f"no string column in var to take genes from (columns: {', '.join(var_columns)})")
         elif gene_column not in var_columns:
             raise ValueError(f"var has no column '{gene_column}' (columns: {', '.join(var_columns)})")
         var = ms.var.read(column_names=["soma_joinid", gene_column]).concat()
@@ -114,7 +119,9 @@ class SomaSource:
             raise ValueError(f"obs has no column {', '.join(map(repr, missing))} (columns: {', '.join(obs_schema)})")
         self.obs_columns = list(obs_columns)
         self.obs_fields: List[Tuple[str, str]] = [(c, _kind(obs_schema[c])) for c in obs_columns]
-        self.cell_id_column = next((c for c in ("obs_id", "observation_joinid") if c in obs_schema), None)
+        self.cell_id_column = next((c for c in ("obs_id", "observation_joinid") if c in obs_schema), None) or _first_string(
+            self.exp.obs.schema
+        )
         value_filter = opts.get("value_filter")
         try:
             query = self.exp.axis_query(measurement, obs_query=soma.AxisQuery(value_filter=value_filter))
@@ -133,16 +140,32 @@ class SomaSource:
 
     def read(self, start: int, end: int):
         """Cells start..end of the selection as CSR arrays (genes by var soma_joinid), cell ids
-        and the requested obs columns as lists."""
+        and the requested obs columns as lists. Read from TileDB a block of BLOCK cells at a
+        time (one query per block instead of one per chunk: 4x faster on Kang)."""
+        block = getattr(self, "_block", None)
+        if block is None or not (block[0] <= start and end <= block[1]):
+            b_end = min(max(end, start + BLOCK), self.n_cells)
+            block = (start, b_end, self._read(start, b_end))
+            self._block = block
+        b_start, _, (indptr, indices, data, cell_ids, values) = block
+        lo, hi = start - b_start, end - b_start
+        a, z = indptr[lo], indptr[hi]
+        return (indptr[lo:hi + 1] - a, indices[a:z], data[a:z], cell_ids[lo:hi], [v[lo:hi] for v in values])
+
+    def _read(self, start: int, end: int):
         ids = self.cells[start:end]
         coo = self.X.read(coords=(ids, slice(None))).tables().concat()
         rows = np.searchsorted(ids, coo.column("soma_dim_0").to_numpy())
         cols = coo.column("soma_dim_1").to_numpy()
-        order = np.lexsort((cols, rows))
+        data = coo.column("soma_data").to_numpy()
+        key = rows.astype(np.int64) * (len(self.gene_ids) + 1) + cols
+        if len(key) > 1 and not (key[1:] >= key[:-1]).all():  # TileDB returns cells in no set order
+            order = np.argsort(key, kind="stable")
+            rows, cols, data = rows[order], cols[order], data[order]
         indptr = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=len(ids)), out=indptr[1:])
-        indices = np.ascontiguousarray(cols[order], dtype=np.uint32)
-        data = np.ascontiguousarray(coo.column("soma_data").to_numpy()[order], dtype=np.float64)
+        indices = np.ascontiguousarray(cols, dtype=np.uint32)
+        data = np.ascontiguousarray(data, dtype=np.float64)
         wanted = ([self.cell_id_column] if self.cell_id_column else []) + self.obs_columns
         obs = self._obs(ids, list(dict.fromkeys(wanted)))
         cell_ids = obs.column(self.cell_id_column).to_pylist() if self.cell_id_column else [str(i) for i in ids]
@@ -155,6 +178,13 @@ class SomaSource:
             return None
         col = self._obs(self.cells, [name]).column(name)
         return _kind(self.obs_schema[name]), _values(col)
+
+
+def _first_string(schema) -> Optional[str]:
+    """The first string column of a SOMA dataframe: where from_h5ad keeps a named index."""
+    import pyarrow as pa
+
+    return next((f.name for f in schema if f.name != "soma_joinid" and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))), None)
 
 
 def _values(column) -> list:

@@ -11,7 +11,8 @@
 # SKIP (default 2) steps of every run are not timed. When the venv has the corrflow package,
 # `python -m corrflow.pretrain` (the same model in PyTorch, fed by corrflow.MaskedBatches and
 # masking on the fly) runs too: against the replay of pre-made batches it shows what the loader
-# costs. Results: OUT/results.jsonl and a table on
+# costs. With accelerate there too, transformers' Trainer (benches/hf_trainer.py) runs over the
+# corpus exported to a Hugging Face dataset: what a Geneformer user would run. Results: OUT/results.jsonl and a table on
 # stdout. PyTorch goes into a venv (TORCH_VENV, default ~/.cache/corrflow/torch-venv; ~6 GB with
 # its CUDA libraries, made on first use). Also records the machine's f32 GEMM peak (gemm crate
 # and torch.mm).
@@ -29,6 +30,9 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch, transfo
 fi
 mkdir -p "$OUT"
 : > "$OUT/results.jsonl"
+# The corpus as a Hugging Face dataset, for the Trainer baseline.
+first_bin=${1#*=}
+[ -d "$OUT/hf-dataset" ] || "$first_bin" export hf --corpus "$CORPUS" --out "$OUT/hf-dataset" > /dev/null
 sed -e 's/^log_every = .*/log_every = 1/' -e 's/^eval_every = .*/eval_every = 100000/' \
     -e 's/^checkpoint_every = .*/checkpoint_every = 100000/' -e 's/^eval_cells = .*/eval_cells = 8/' \
     "$ROOT/configs/$CONFIG.toml" > "$OUT/$CONFIG.toml"
@@ -69,6 +73,14 @@ print(json.dumps({"impl": "corrflow.pretrain", "config": config, "round": int(rn
 PY
 }
 
+trainer_run() { # round: transformers' Trainer over the corpus exported to a Hugging Face dataset,
+    # DataCollatorForLanguageModeling and length-grouped batches (benches/hf_trainer.py)
+    "$VENV/bin/python" -c "import corrflow.pretrain, accelerate" 2>/dev/null || return 0
+    "$VENV/bin/python" "$HERE/hf_trainer.py" --dataset "$OUT/hf-dataset" --corpus "$CORPUS" --config "$OUT/$CONFIG.toml" \
+        --steps "$STEPS" --skip "$SKIP" > "$OUT/trainer-$2.log" 2>&1
+    tail -1 "$OUT/trainer-$2.log" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['round']=$2; d['config']='$CONFIG'; print(json.dumps(d))" | tee -a "$OUT/results.jsonl"
+}
+
 torch_run() { # mode round
     "$VENV/bin/python" "$HERE/train_replay.py" --batches "$OUT/batches.jsonl" --corpus "$CORPUS" \
         --config "$CONFIG" --mode "$1" --skip "$SKIP" > "$OUT/torch-$1-$2.log" 2>&1
@@ -89,6 +101,7 @@ for round in $(seq 1 "$ROUNDS"); do
     torch_run hf "$round"
     torch_run masked "$round"
     pretrain_run "$round"
+    trainer_run "$1" "$round"
 done
 
 # The machine's f32 GEMM peak, both libraries, 2 threads.

@@ -3,7 +3,7 @@
 # stripped, with the HDF5 library it links (and what that library links) copied into
 # `corrflow.libs/` by PyPA's auditwheel, so that installing it needs neither a compiler nor the
 # system's libhdf5. ONNX Runtime is not bundled: `corrflow.embed` loads it from the
-# `onnxruntime` package (the `embed` extra).
+# `onnxruntime` package, a dependency.
 # Usage: scripts/wheel.sh [OUT_DIR]   (default: dist/). Prints the wheel's path.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"

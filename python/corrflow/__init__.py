@@ -145,6 +145,40 @@ def _prepare(adata: Any, counts: str, gene_column: Optional[str]):
     return indptr, indices, data, genes, cells
 
 
+# Rows of a backed (on-disk) matrix read per block.
+_BACKED_ROWS = 8192
+
+
+def _is_backed(matrix: Any) -> bool:
+    """A matrix left on disk: anndata's backed sparse datasets, h5py or zarr arrays."""
+    import scipy.sparse as sp
+
+    return matrix is not None and not (sp.issparse(matrix) or isinstance(matrix, np.ndarray)) \
+        and hasattr(matrix, "shape") and hasattr(matrix, "__getitem__")
+
+
+def _blocks(adata: Any, counts: str, gene_column: Optional[str]):
+    """The cells as CSR arrays: all at once for an in-memory AnnData; for a backed one
+    (``read_h5ad(path, backed="r")``), blocks of rows read from disk one after the other, so the
+    matrix is never whole in memory. Yields (indptr, indices, data, genes, cells)."""
+    matrix, genes = _counts_and_genes(adata, counts, gene_column)
+    if not _is_backed(matrix):
+        yield _prepare(adata, counts, gene_column)
+        return
+    if getattr(matrix, "format", None) == "csc":
+        raise TypeError(
+            "a backed AnnData whose matrix is stored by gene (CSC) cannot be read by cells without "
+            "reading all of it: call corrflow.ingest on the file (it transposes out of core)"
+        )
+    names = [str(c) for c in adata.obs_names]
+    n = matrix.shape[0]
+    for start in range(0, max(n, 1), _BACKED_ROWS):
+        indptr, indices, data, shape = _csr_arrays(matrix[start:start + _BACKED_ROWS])
+        if shape[1] != len(genes):
+            raise ValueError(f"the matrix has {shape[1]} genes but var has {len(genes)}")
+        yield indptr, indices, data, genes, names[start:start + shape[0]]
+
+
 def tokenize(
     adata: Any,
     vocab: str = "geneformer-v1",
@@ -157,7 +191,8 @@ def tokenize(
     log1p: bool = False,
     as_lists: bool = False,
 ) -> Union[pa.ListArray, List[Optional[List[int]]]]:
-    """Rank-value tokens of every cell of an in-memory AnnData, as ``corrflow ingest`` makes them.
+    """Rank-value tokens of every cell of an AnnData, as ``corrflow ingest`` makes them. A backed
+    AnnData (``read_h5ad(path, backed="r")``) is read from disk in blocks of 8,192 cells.
 
     The matrix may be CSR, CSC or dense (``counts``: ``"X"``, ``"raw"`` or ``"layer:NAME"``);
     genes are the var index or ``gene_column`` (Ensembl ids or symbols). Returns a pyarrow
@@ -165,11 +200,20 @@ def tokenize(
     without a copy); a cell with no vocabulary gene expressed, which ``ingest`` drops, is null.
     ``as_lists=True`` gives Python lists instead.
     """
-    indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
-    offsets, tokens, kept, _stats = _native.tokenize_csr(
-        indptr, indices, data, genes, cells, vocab=vocab, version=version, max_genes=max_genes,
-        allow_normalized=allow_normalized, log1p=log1p,
-    )
+    parts = [
+        _native.tokenize_csr(
+            indptr, indices, data, genes, cells, vocab=vocab, version=version, max_genes=max_genes,
+            allow_normalized=allow_normalized, log1p=log1p,
+        )[:3]
+        for indptr, indices, data, genes, cells in _blocks(adata, counts, gene_column)
+    ]
+    if len(parts) == 1:
+        offsets, tokens, kept = parts[0]
+    else:  # a backed AnnData's blocks, joined
+        shift = np.cumsum([0] + [len(p[1]) for p in parts[:-1]])
+        offsets = np.concatenate([parts[0][0][:1]] + [p[0][1:] + s for p, s in zip(parts, shift)])
+        tokens = np.concatenate([p[1] for p in parts])
+        kept = np.concatenate([p[2] for p in parts])
     array = _list_array(offsets, tokens, kept)
     return array.to_pylist() if as_lists else array
 
@@ -532,12 +576,15 @@ def embed(
     exported at (``corrflow export onnx --layer N`` or ``--emb-layer N``); ``layer`` (corrflow's
     numbering, -1 = last) or ``emb_layer`` (Geneformer's, 0 = last, -1 = second to last), if
     given, must name that layer, and the error says how to export another."""
-    indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
-    out = _native.embed_csr(
-        indptr, indices, data, genes, cells, os.fspath(model), pooling=pooling,
-        batch_size=batch_size, token_budget=token_budget, threads=threads,
-        allow_normalized=allow_normalized, log1p=log1p, layer=layer, emb_layer=emb_layer,
-    )
+    parts = [
+        _native.embed_csr(
+            indptr, indices, data, genes, cells, os.fspath(model), pooling=pooling,
+            batch_size=batch_size, token_budget=token_budget, threads=threads,
+            allow_normalized=allow_normalized, log1p=log1p, layer=layer, emb_layer=emb_layer,
+        )
+        for indptr, indices, data, genes, cells in _blocks(adata, counts, gene_column)
+    ]
+    out = parts[0] if len(parts) == 1 else np.ascontiguousarray(np.vstack(parts))
     empty = np.isnan(out).any(axis=1) if out.size else np.zeros(out.shape[0], dtype=bool)
     if empty.any():
         if drop_empty:
@@ -588,12 +635,20 @@ def annotate(
     to ``adata.uns[f"{key}_ontology"]``."""
     import pandas as pd
 
-    indptr, indices, data, genes, cells = _prepare(adata, counts, gene_column)
-    out = _native.annotate_csr(
-        indptr, indices, data, genes, cells, os.fspath(model), threshold=threshold,
-        batch_size=batch_size, token_budget=token_budget, threads=threads,
-        allow_normalized=allow_normalized, log1p=log1p,
-    )
+    parts = [
+        _native.annotate_csr(
+            indptr, indices, data, genes, cells, os.fspath(model), threshold=threshold,
+            batch_size=batch_size, token_budget=token_budget, threads=threads,
+            allow_normalized=allow_normalized, log1p=log1p,
+        )
+        for indptr, indices, data, genes, cells in _blocks(adata, counts, gene_column)
+    ]
+    out = parts[0]
+    if len(parts) > 1:  # a backed AnnData's blocks, joined
+        out = dict(out)
+        for c in _CALL_COLUMNS:
+            out[c] = np.concatenate([np.asarray(p[c]) for p in parts])
+        out["probabilities"] = np.ascontiguousarray(np.vstack([p["probabilities"] for p in parts]))
     frame = pd.DataFrame({c: out[c] for c in _CALL_COLUMNS}, index=adata.obs_names)
     if key is not None:
         for c in _CALL_COLUMNS:

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use hdf5::Dataset;
 
 use super::h5::{self, NumKind};
-use super::transpose::{BucketWriter, RowBuckets, SparseRowsData};
+use super::transpose::{transpose_columns, RowBuckets, SparseRowsData};
 use crate::error::{Error, Result};
 
 /// Entries read per HDF5 call when streaming a gene-compressed matrix or a dense slab.
@@ -109,7 +109,6 @@ pub struct SparseCols {
     indptr: Dataset,
     kind: NumKind,
     n_rows: usize,
-    n_cols: usize,
     nnz: usize,
     chunk_cells: usize,
     scratch: PathBuf,
@@ -138,7 +137,6 @@ impl SparseCols {
             indptr,
             kind,
             n_rows,
-            n_cols,
             nnz,
             chunk_cells,
             scratch: scratch.to_path_buf(),
@@ -150,29 +148,11 @@ impl SparseCols {
         let (path, what) = (self.path.as_path(), self.what.as_str());
         tracing::info!(file = %path.display(), "transposing gene-compressed {what} out of core");
         let ptr = h5::read_i64(path, &self.indptr, &format!("{what}/indptr"), None)?;
-        if ptr.windows(2).any(|w| w[1] < w[0]) || ptr[0] < 0 || ptr[self.n_cols] as usize > self.nnz {
-            return Err(Error::format(path, format!("{what}/indptr is not non-decreasing within 0..={}", self.nnz)));
-        }
-        let mut writer = BucketWriter::new(&self.scratch, self.n_rows, self.chunk_cells)?;
-        let mut col = 0usize;
-        while col < self.n_cols {
-            // A block of whole columns with about BLOCK_ENTRIES entries.
-            let start = ptr[col] as usize;
-            let mut end_col = col + 1;
-            while end_col < self.n_cols && (ptr[end_col + 1] as usize) - start <= BLOCK_ENTRIES {
-                end_col += 1;
-            }
-            let range = start..ptr[end_col] as usize;
+        transpose_columns(path, what, &ptr, self.n_rows, self.nnz, (&self.scratch, self.chunk_cells), |range| {
             let values = h5::read_f64(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
             let rows = h5::read_indices(path, &self.indices, &format!("{what}/indices"), Some(range), self.n_rows)?;
-            for c in col..end_col {
-                for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
-                    writer.push(rows[k], c as u32, values[k])?;
-                }
-            }
-            col = end_col;
-        }
-        writer.finish()
+            Ok((rows, values))
+        })
     }
 
     pub fn read(&mut self, rows: Range<usize>) -> Result<SparseRowsData> {

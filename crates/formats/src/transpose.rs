@@ -58,6 +58,46 @@ impl BucketWriter {
     }
 }
 
+/// Entries of a gene-compressed matrix read per block while transposing it.
+const BLOCK_ENTRIES: usize = 1 << 22;
+
+/// Transposes a matrix compressed by column (`ptr`: its indptr, `n_cols + 1` offsets) into row
+/// buckets under `scratch`, reading blocks of whole columns of about `BLOCK_ENTRIES` entries
+/// with `read(entries) -> (row indices, values)`. `what` names the matrix in errors. The one
+/// loop behind h5ad's and zarr's CSC readers.
+pub fn transpose_columns(
+    path: &Path,
+    what: &str,
+    ptr: &[i64],
+    n_rows: usize,
+    nnz: usize,
+    (scratch, chunk_cells): (&Path, usize),
+    mut read: impl FnMut(Range<usize>) -> Result<(Vec<u32>, Vec<f64>)>,
+) -> Result<RowBuckets> {
+    let n_cols = ptr.len().saturating_sub(1);
+    let bad = |p: Option<&i64>| p.is_none_or(|&p| p < 0 || p as usize > nnz);
+    if ptr.windows(2).any(|w| w[1] < w[0]) || bad(ptr.first()) || bad(ptr.last()) {
+        return Err(Error::format(path, format!("{what}/indptr is not non-decreasing within 0..={nnz}")));
+    }
+    let mut writer = BucketWriter::new(scratch, n_rows, chunk_cells)?;
+    let mut col = 0usize;
+    while col < n_cols {
+        let start = ptr[col] as usize;
+        let mut end_col = col + 1;
+        while end_col < n_cols && (ptr[end_col + 1] as usize) - start <= BLOCK_ENTRIES {
+            end_col += 1;
+        }
+        let (rows, values) = read(start..ptr[end_col] as usize)?;
+        for c in col..end_col {
+            for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
+                writer.push(rows[k], c as u32, values[k])?;
+            }
+        }
+        col = end_col;
+    }
+    writer.finish()
+}
+
 /// Sparse rows of one row range: offsets, columns, values.
 #[derive(Debug, Default)]
 pub struct SparseRowsData {

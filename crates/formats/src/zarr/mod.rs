@@ -16,11 +16,8 @@ use zarrs::filesystem::FilesystemStore;
 
 use crate::error::{Error, Result};
 use crate::obs::Column;
-use crate::transpose::{BucketWriter, RowBuckets, SparseRowsData};
+use crate::transpose::{transpose_columns, RowBuckets, SparseRowsData};
 use crate::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions};
-
-/// Entries of a gene-compressed matrix read per block while transposing it.
-const TRANSPOSE_BLOCK: usize = 1 << 22;
 
 /// Whether `path` is a zarr store (a directory with the root group's metadata).
 pub fn is_zarr(path: &Path) -> bool {
@@ -44,7 +41,6 @@ struct Csc {
     indices: ZArray,
     indptr: ZArray,
     n_rows: usize,
-    n_cols: usize,
     chunk_cells: usize,
     scratch: PathBuf,
     buckets: Option<RowBuckets>,
@@ -208,7 +204,6 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
             indices,
             indptr,
             n_rows,
-            n_cols,
             chunk_cells: opts.chunk_cells,
             scratch: opts.scratch_dir.clone(),
             buckets: None,
@@ -226,33 +221,13 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
 impl Csc {
     /// Transposes the matrix into row buckets on disk, whole columns at a time.
     fn transpose(&self, path: &Path) -> Result<RowBuckets> {
-        let Self { key, data, indices, indptr, n_rows, n_cols, .. } = self;
-        let (n_rows, n_cols) = (*n_rows, *n_cols);
+        let Self { key, data, indices, indptr, n_rows, .. } = self;
         tracing::info!(file = %path.display(), "transposing gene-compressed {key} out of core");
         let ptr = indptr.read_i64(None)?;
-        let nnz = data.len();
-        if ptr.windows(2).any(|w| w[1] < w[0]) || ptr[0] < 0 || ptr[n_cols] as usize > nnz {
-            return Err(Error::format(path, format!("{key}/indptr is not non-decreasing within 0..={nnz}")));
-        }
-        let mut writer = BucketWriter::new(&self.scratch, n_rows, self.chunk_cells)?;
-        let mut col = 0usize;
-        while col < n_cols {
-            let start = ptr[col] as usize;
-            let mut end_col = col + 1;
-            while end_col < n_cols && (ptr[end_col + 1] as usize) - start <= TRANSPOSE_BLOCK {
-                end_col += 1;
-            }
-            let range = start..ptr[end_col] as usize;
+        transpose_columns(path, key, &ptr, *n_rows, data.len(), (&self.scratch, self.chunk_cells), |range| {
             let values = data.read_f64(Some(range.clone()))?;
-            let rows = indices.read_indices(range, n_rows)?;
-            for c in col..end_col {
-                for k in ptr[c] as usize - start..ptr[c + 1] as usize - start {
-                    writer.push(rows[k], c as u32, values[k])?;
-                }
-            }
-            col = end_col;
-        }
-        writer.finish()
+            Ok((indices.read_indices(range, *n_rows)?, values))
+        })
     }
 
     fn read(&mut self, path: &Path, rows: Range<usize>) -> Result<SparseRowsData> {

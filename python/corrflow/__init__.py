@@ -136,15 +136,6 @@ def _check_dtype(dtype: np.dtype) -> None:
         raise TypeError(f"counts must be integers or floats, got dtype {dtype}")
 
 
-def _prepare(adata: Any, counts: str, gene_column: Optional[str]):
-    matrix, genes = _counts_and_genes(adata, counts, gene_column)
-    indptr, indices, data, shape = _csr_arrays(matrix)
-    if shape[1] != len(genes):
-        raise ValueError(f"the matrix has {shape[1]} genes but var has {len(genes)}")
-    cells = [str(c) for c in adata.obs_names]
-    return indptr, indices, data, genes, cells
-
-
 # Rows of a backed (on-disk) matrix read per block.
 _BACKED_ROWS = 8192
 
@@ -162,21 +153,26 @@ def _blocks(adata: Any, counts: str, gene_column: Optional[str]):
     (``read_h5ad(path, backed="r")``), blocks of rows read from disk one after the other, so the
     matrix is never whole in memory. Yields (indptr, indices, data, genes, cells)."""
     matrix, genes = _counts_and_genes(adata, counts, gene_column)
+    names = [str(c) for c in adata.obs_names]
     if not _is_backed(matrix):
-        yield _prepare(adata, counts, gene_column)
+        yield _block(matrix, genes, names)
         return
     if getattr(matrix, "format", None) == "csc":
         raise TypeError(
             "a backed AnnData whose matrix is stored by gene (CSC) cannot be read by cells without "
             "reading all of it: call corrflow.ingest on the file (it transposes out of core)"
         )
-    names = [str(c) for c in adata.obs_names]
-    n = matrix.shape[0]
-    for start in range(0, max(n, 1), _BACKED_ROWS):
-        indptr, indices, data, shape = _csr_arrays(matrix[start:start + _BACKED_ROWS])
-        if shape[1] != len(genes):
-            raise ValueError(f"the matrix has {shape[1]} genes but var has {len(genes)}")
-        yield indptr, indices, data, genes, names[start:start + shape[0]]
+    for start in range(0, max(matrix.shape[0], 1), _BACKED_ROWS):
+        block = matrix[start:start + _BACKED_ROWS]
+        yield _block(block, genes, names[start:start + block.shape[0]])
+
+
+def _block(matrix: Any, genes: List[str], cells: List[str]):
+    """One block's CSR arrays, genes and cell names, checked against var."""
+    indptr, indices, data, shape = _csr_arrays(matrix)
+    if shape[1] != len(genes):
+        raise ValueError(f"the matrix has {shape[1]} genes but var has {len(genes)}")
+    return indptr, indices, data, genes, cells
 
 
 def tokenize(
@@ -283,7 +279,8 @@ def ingest(
 
 
 def _is_soma(path: str) -> bool:
-    return os.path.isdir(path) and os.path.exists(os.path.join(path, "__tiledb_group.tdb"))
+    """The check of crates/formats/src/soma.rs: a TileDB group with a SOMA experiment's `ms`."""
+    return os.path.exists(os.path.join(path, "__tiledb_group.tdb")) and os.path.isdir(os.path.join(path, "ms"))
 
 
 class Corpus:

@@ -30,9 +30,9 @@ impl CellFormat for Soma {
 
     fn open(&self, input: &Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         let path = &input.path;
-        Python::attach(|py| SomaSource::open(py, path, opts))
+        Python::attach(|py| SomaSource::open(py, path, opts).map_err(|e| python_message(py, &e)))
             .map(|s| Box::new(s) as Box<dyn CellSource>)
-            .map_err(|e| Error::format(path, Python::attach(|py| python_message(py, &e))))
+            .map_err(|msg| Error::format(path, msg))
     }
 }
 
@@ -64,14 +64,10 @@ struct SomaSource {
     selection: String,
 }
 
+/// An obs kind by the name `corrflow._soma` gives it: `ObsKind`'s own serialized name.
 fn kind_of(name: &str) -> PyResult<ObsKind> {
-    Ok(match name {
-        "utf8" => ObsKind::Utf8,
-        "float64" => ObsKind::Float64,
-        "int64" => ObsKind::Int64,
-        "boolean" => ObsKind::Boolean,
-        other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown obs kind '{other}'"))),
-    })
+    serde_json::from_value(serde_json::Value::from(name))
+        .map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("unknown obs kind '{name}'")))
 }
 
 fn values_of(kind: &ObsKind, values: &Bound<'_, PyAny>) -> PyResult<ObsValues> {
@@ -161,14 +157,17 @@ impl CellSource for SomaSource {
     }
 
     fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
-        Python::attach(|py| -> PyResult<Option<ObsValues>> {
-            let out = self.source.bind(py).call_method1("obs_column", (name,))?;
-            if out.is_none() {
-                return Ok(None);
-            }
-            let (kind, values): (String, Bound<'_, PyAny>) = out.extract()?;
-            values_of(&kind_of(&kind)?, &values).map(Some)
+        Python::attach(|py| {
+            let column = || -> PyResult<Option<ObsValues>> {
+                let out = self.source.bind(py).call_method1("obs_column", (name,))?;
+                if out.is_none() {
+                    return Ok(None);
+                }
+                let (kind, values): (String, Bound<'_, PyAny>) = out.extract()?;
+                values_of(&kind_of(&kind)?, &values).map(Some)
+            };
+            column().map_err(|e| python_message(py, &e))
         })
-        .map_err(|e| Error::format(&self.path, Python::attach(|py| python_message(py, &e))))
+        .map_err(|msg| Error::format(&self.path, msg))
     }
 }

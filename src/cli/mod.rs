@@ -5,19 +5,20 @@ pub(crate) mod finetune;
 mod graph;
 mod ingest;
 pub(crate) mod ontology;
+mod serve;
 pub(crate) mod synth;
 mod values;
 
 pub(crate) use eval::EvalCellsArgs;
 pub(crate) use graph::{BatchArgs, GraphCommand};
 pub(crate) use ingest::{IngestArgs, ReadArgs, VocabCommand};
+pub(crate) use serve::{EmbedArgs, ModelSourceArgs, PerturbArgs, RuntimeArgs, ServeArgs};
 pub(crate) use values::{bounded, parse_threads};
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use corrflow::model::{Device, Pooling};
-use corrflow::runtime::RuntimeDevice;
 use corrflow_algorithms::mask::MaskStrategy;
 
 #[derive(Parser)]
@@ -106,70 +107,6 @@ pub(crate) enum Command {
     Annotate(ontology::AnnotateArgs),
 }
 
-/// Which model encodes the cells (`embed`, `perturb`).
-#[derive(Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["checkpoint", "model"])))]
-pub(crate) struct ModelSourceArgs {
-    /// Checkpoint directory, or a run directory (its latest checkpoint), run by burn.
-    #[arg(long, value_name = "CKPT")]
-    pub(crate) checkpoint: Option<PathBuf>,
-    /// A model written by `export onnx` (its FILE.vocab/ beside it), run by ONNX Runtime.
-    #[arg(long, value_name = "FILE.onnx")]
-    pub(crate) model: Option<PathBuf>,
-}
-
-impl ModelSourceArgs {
-    pub(crate) fn source(self) -> corrflow::embed::ModelSource {
-        match (self.checkpoint, self.model) {
-            (Some(c), _) => corrflow::embed::ModelSource::Checkpoint(c),
-            (None, Some(m)) => corrflow::embed::ModelSource::Onnx(m),
-            (None, None) => unreachable!("clap requires --checkpoint or --model"),
-        }
-    }
-}
-
-#[derive(Args)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["delete", "overexpress"])))]
-pub(crate) struct PerturbArgs {
-    #[command(flatten)]
-    pub(crate) source: ModelSourceArgs,
-    /// Cells to perturb: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) input: PathBuf,
-    /// Per-cell output (Parquet): cell_id, genes_present, cosine, shift.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) out: PathBuf,
-    /// Also every other gene's mean embedding shift over the perturbed cells (Parquet: gene_id,
-    /// symbol, token_id, n_cells, mean_shift), Geneformer's gene output.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) genes_out: Option<PathBuf>,
-    /// Genes to delete (Ensembl ids or symbols), comma-separated.
-    #[arg(long, value_delimiter = ',', value_name = "G1,G2")]
-    pub(crate) delete: Vec<String>,
-    /// Genes to overexpress (moved to the front of each cell).
-    #[arg(long, value_delimiter = ',', value_name = "G1,G2")]
-    pub(crate) overexpress: Vec<String>,
-    /// A dependency graph: perturb each gene together with its graph partners.
-    #[arg(long, value_name = "GRAPH")]
-    pub(crate) module: Option<PathBuf>,
-    /// Only cells whose obs column has this value (COL=VALUE).
-    #[arg(long, value_name = "COL=VALUE")]
-    pub(crate) cells_where: Option<String>,
-    /// Random gene sets of matched expression for the permutation test (0 to 10,000; each set
-    /// encodes every cell again).
-    #[arg(long, default_value_t = 20, value_parser = bounded::<0, 10_000>)]
-    pub(crate) random_sets: usize,
-    /// Seed of the random gene sets.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) seed: u64,
-    #[command(flatten)]
-    pub(crate) read: ReadArgs,
-    #[command(flatten)]
-    pub(crate) batching: BatchArgs,
-    #[command(flatten)]
-    pub(crate) runtime: RuntimeArgs,
-}
-
 #[derive(Subcommand)]
 pub(crate) enum ImportCommand {
     /// A Hugging Face BERT directory (config.json + model.safetensors: BertForMaskedLM,
@@ -193,87 +130,6 @@ pub(crate) enum ImportCommand {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
-}
-
-#[derive(Args)]
-pub(crate) struct EmbedArgs {
-    #[command(flatten)]
-    pub(crate) source: ModelSourceArgs,
-    /// Cells to embed: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) input: PathBuf,
-    /// Parquet: cell_id, embedding, the --obs-columns.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) out: PathBuf,
-    /// Also write a copy of the input with obsm["X_corrflow"].
-    #[arg(long, value_name = "FILE")]
-    pub(crate) h5ad_out: Option<PathBuf>,
-    #[command(flatten)]
-    pub(crate) read: ReadArgs,
-    /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
-    #[arg(long, value_delimiter = ',', value_name = "A,B")]
-    pub(crate) obs_columns: Vec<String>,
-    /// mean (over genes, Geneformer's cell mode; default) or cls. ONNX models pool as exported.
-    #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls")]
-    pub(crate) pooling: Option<Pooling>,
-    /// Layer whose states are pooled: 1..=layers, 0 = embeddings, −1 = last (default), −2 =
-    /// second to last. See --emb-layer for Geneformer's numbering.
-    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
-    pub(crate) layer: i64,
-    /// The layer in Geneformer's `emb_layer` numbering: 0 = last, −1 = second to last
-    /// (Geneformer's default), −k = k layers before the last. Same as --layer (EMB_LAYER − 1).
-    #[arg(long, allow_hyphen_values = true, conflicts_with = "layer", value_name = "EMB_LAYER")]
-    pub(crate) emb_layer: Option<i64>,
-    /// Gene embeddings instead: each gene's token state averaged over the cells it is expressed
-    /// in (Geneformer's gene mode): Parquet with gene_id, symbol, token_id, n_cells, embedding.
-    #[arg(long, conflicts_with_all = ["h5ad_out", "obs_columns"])]
-    pub(crate) genes: bool,
-    #[command(flatten)]
-    pub(crate) batching: BatchArgs,
-    #[command(flatten)]
-    pub(crate) runtime: RuntimeArgs,
-}
-
-#[derive(Args)]
-pub(crate) struct ServeArgs {
-    /// A model written by `export onnx` (its FILE.vocab/ beside it).
-    #[arg(long, value_name = "FILE.onnx")]
-    pub(crate) model: PathBuf,
-    /// Address to bind (loopback by default; port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub(crate) addr: std::net::SocketAddr,
-    #[command(flatten)]
-    pub(crate) runtime: RuntimeArgs,
-    #[command(flatten)]
-    pub(crate) batching: BatchArgs,
-    /// How long a partly filled batch waits for more requests (ms, at most 60,000).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=60_000))]
-    pub(crate) batch_wait_ms: u64,
-    /// Requests waiting for the batcher before new ones get 429 (1 to 1,048,576).
-    #[arg(long, default_value_t = 256, value_parser = bounded::<1, 1_048_576>)]
-    pub(crate) max_queue: usize,
-    /// Larger bodies get 413 (1 byte to 4 GiB).
-    #[arg(long, default_value_t = 16 << 20, value_parser = bounded::<1, 4_294_967_296>)]
-    pub(crate) max_body_bytes: usize,
-    /// Request bodies held at once (MiB, declared lengths; at least one largest body): a request
-    /// that would pass it gets 429 before its body is read. 1 to 1,048,576.
-    #[arg(long, default_value_t = 256, value_parser = bounded::<1, 1_048_576>)]
-    pub(crate) max_inflight_mb: usize,
-    /// Most cells in one request (more: 413; 1 to 1,048,576).
-    #[arg(long, default_value_t = 1024, value_parser = bounded::<1, 1_048_576>)]
-    pub(crate) max_cells: usize,
-    /// Seconds a client has to send a request's headers, and then its whole body (1 to 3,600):
-    /// a stalled upload gets 408 and its connection is closed; a refused body is read and
-    /// dropped for at most this long.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub(crate) body_timeout_s: u64,
-    /// Require `Authorization: Bearer TOKEN` (all routes but /health).
-    #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// Accept non-integer counts (normalized data), as `ingest --allow-normalized` does;
-    /// without it such a request gets 422, as ingest refuses such a file.
-    #[arg(long)]
-    pub(crate) allow_normalized: bool,
 }
 
 #[derive(Args)]
@@ -331,23 +187,6 @@ pub(crate) struct TrainArgs {
     /// hierarchical head (same architecture and vocabulary).
     #[arg(long, value_name = "CKPT")]
     pub(crate) init_from: Option<PathBuf>,
-}
-
-/// ONNX Runtime settings (`--model`, `serve`).
-#[derive(Args, Clone)]
-pub(crate) struct RuntimeArgs {
-    /// ONNX Runtime intra-op threads (0 = one per core; at most 16 per core).
-    #[arg(long, default_value_t = 0, value_parser = parse_threads)]
-    pub(crate) threads: usize,
-    /// cpu, or cuda (CUDA execution provider; needs the onnxruntime-gpu library).
-    #[arg(long = "ort-device", value_parser = serde_enum::<RuntimeDevice>, value_name = "cpu|cuda", default_value = "cpu")]
-    pub(crate) device: RuntimeDevice,
-}
-
-impl RuntimeArgs {
-    pub(crate) fn options(&self) -> corrflow::runtime::RuntimeOptions {
-        corrflow::runtime::RuntimeOptions { threads: self.threads, device: self.device }
-    }
 }
 
 #[derive(Subcommand)]

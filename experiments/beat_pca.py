@@ -31,6 +31,8 @@ VARIANTS = {
     "wced-4x128-256": ("WCED, 4 layers x 128 (FFN 256), 256 genes",
                        [('objective = "mlm"', 'objective = "wced"'), ("max_len = 128", "max_len = 256"),
                         ("hidden = 64", "hidden = 128"), ("ffn = 128", "ffn = 256"), ("layers = 2", "layers = 4")], 4000),
+    "mlm-4x128": ("MLM, 4 layers x 128 (FFN 256), 128 genes",
+                  [("hidden = 64", "hidden = 128"), ("ffn = 128", "ffn = 256"), ("layers = 2", "layers = 4")], 4000),
 }
 
 

@@ -103,8 +103,8 @@ impl MaskedBatches {
             .map_err(py_err)?;
         let per_epoch = plan.batches_per_epoch() as usize;
         let len = per_epoch.div_ceil(world_size);
-        // Queued batches are memory; 32 keep a Python consumer as fast as 64 did (BENCHMARKS.md).
-        let inner = FixedGraphBatches::spawn(Arc::new(ctx), plan.shard_feed(epoch, rank, world_size), workers, 32);
+        // Queued batches are memory; 8 keep a Python consumer as fast as 32 and 64 did (BENCHMARKS.md).
+        let inner = FixedGraphBatches::spawn(Arc::new(ctx), plan.shard_feed(epoch, rank, world_size), workers, 8);
         Ok(Self { inner: Some(inner), len, yielded: 0, untrimmed_rows: 0 })
     }
 

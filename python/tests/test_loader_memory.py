@@ -1,10 +1,9 @@
 """The loader's memory does not grow with the corpus (issue 43 item 6): one epoch of
 `corrflow.MaskedBatches` (CorrMask, batch 64) over Kang ctrl ingested 1, 8 and 64 times (6,548 to
 419,072 cells), each in a fresh interpreter. The shuffle buffer (2,000 cells) is smaller than
-the 1× corpus, so every run holds a full buffer. At 1× the whole epoch (98 batches) fits in the
-masking pipeline, so the pipeline is only full from 8× on: the 1× peak is a lower bound, and
-flatness is checked from 8× to 64×. BENCHMARKS.md ("Python loader memory") has the numbers,
-with the default buffer too.
+the 1× corpus, so every run holds a full buffer. The issue's target: the peak at 64× within
+1.2× of the peak at 1×. BENCHMARKS.md ("Python loader memory") has the numbers, with the
+default buffer too.
 """
 
 import json
@@ -46,7 +45,7 @@ def kang_times(work):
     return corpora, graph
 
 
-def test_peak_rss_stays_flat_from_8x_to_64x_the_cells(kang_times):
+def test_peak_rss_at_64x_the_cells_is_within_1_2x_of_1x(kang_times):
     corpora, graph = kang_times
     # Two runs each, interleaved; the lower peak of each (page-cache and allocator noise).
     runs = {times: [] for times in corpora}
@@ -55,8 +54,8 @@ def test_peak_rss_stays_flat_from_8x_to_64x_the_cells(kang_times):
             runs[times].append(peak(corpus, graph))
     one, eight, many = (min(r["peak_mb"] for r in runs[t]) for t in (1, 8, 64))
     assert runs[64][0]["rows"] > 60 * runs[1][0]["rows"]
-    # Measured (session 30): 1x 121-123 MB, 8x 146-154, 64x 156-159. Before the bounded reads,
-    # the shorter queue and the heap trims: 1x 156, 8x 263-273 (1.69x). The bounds leave room
-    # for this machine's noise (about 8 MB between runs).
+    # Measured (session 31): 1x 116-119 MB, 8x 125, 64x 128-129 (1.09-1.11x). Session 30, reading
+    # 512-cell blocks two per thread ahead: 1x 121-123, 64x 156-159 (1.27-1.31x). Session 29, before
+    # bounded reads, a shorter queue and heap trims: 1x 156, 8x 263-273.
+    assert many <= 1.2 * one, f"peak RSS {one:.0f} MB at 1x, {many:.0f} MB at 64x"
     assert many <= 1.2 * eight, f"peak RSS {eight:.0f} MB at 8x, {many:.0f} MB at 64x"
-    assert many <= 1.5 * one, f"peak RSS {one:.0f} MB at 1x, {many:.0f} MB at 64x"

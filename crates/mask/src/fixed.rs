@@ -19,10 +19,10 @@ use crate::MaskContext;
 use corrflow_io::error::{Error, Result};
 
 /// Planned batches masked at once: enough to keep every thread busy between hand-offs, and few
-/// enough cells that the batches in flight (four groups and the consumer's queue) stay well
+/// enough cells that the batches in flight (three groups and the consumer's queue) stay well
 /// under a small corpus' size, so the loader's memory does not grow with the corpus.
 const GROUP: usize = 32;
-const GROUP_CELLS: usize = 1024;
+const GROUP_CELLS: usize = 512;
 
 /// The masked batches of a feed, in feed order, masked on `threads` threads.
 pub struct FixedGraphBatches {
@@ -60,7 +60,7 @@ fn run(
 ) -> Result<()> {
     // Planning (this thread) and masking (the pool, driven from a second thread) overlap: groups
     // of planned batches pass between them through a short channel.
-    let (groups_tx, groups_rx) = crossbeam_channel::bounded::<Vec<PlannedBatch>>(2);
+    let (groups_tx, groups_rx) = crossbeam_channel::bounded::<Vec<PlannedBatch>>(1);
     std::thread::scope(|scope| {
         scope.spawn(move || {
             let masker = ctx.masker();

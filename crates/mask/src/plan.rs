@@ -16,10 +16,12 @@ use corrflow_io::error::Result;
 
 use crate::dataflow::{EdgeChange, Feed, FeedSource};
 
-/// Cells decoded per block while reading an epoch. With two blocks per thread decoding and two
-/// waiting for the planner, the cells read ahead stay a few thousand, well under the shuffle
-/// buffer, however large the shards: the loader's memory does not grow with the corpus.
-const READ_CELLS: usize = 512;
+/// Cells decoded per block while reading an epoch (an ingested shard's row group). With one block
+/// per thread decoding and one waiting for the planner, the cells read ahead stay under a
+/// thousand, well under the shuffle buffer and a small corpus: the loader's memory does not grow
+/// with the corpus (BENCHMARKS.md, "Python loader memory"; 512-cell blocks, two per thread,
+/// made the peak at 64× Kang 1.3× the peak at 1×).
+const READ_CELLS: usize = 256;
 
 /// How cells become planned batches.
 #[derive(Clone, Debug)]
@@ -197,7 +199,7 @@ impl DataPlan {
         // Grows as cells arrive: a large buffer over a small corpus never fills.
         let mut buffer: Vec<(u64, Vec<u32>)> = Vec::with_capacity(self.shuffle_buffer.clamp(1, 1 << 16));
         std::thread::scope(|scope| {
-            let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<(u64, Vec<u32>)>>>(2);
+            let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<(u64, Vec<u32>)>>>(1);
             scope.spawn(move || self.read_training_cells(&order, &tx));
             for block in rx {
                 for (k, t) in block? {

@@ -90,8 +90,8 @@ impl CorpusIndex {
 
     /// [`Self::for_each_block`] with the shard's row groups decoded in parallel on the rayon pool,
     /// `f` still called in key order: for readers that decoding would otherwise hold up, such as
-    /// the training data plan. Blocks hold whole row groups of about `rows` cells, and two per
-    /// thread are decoded at once, so the memory held is set by `rows`, not by the shard.
+    /// the training data plan. Blocks hold whole row groups of about `rows` cells, and one per
+    /// thread is decoded at once, so the memory held is set by `rows`, not by the shard.
     pub fn for_each_block_parallel(
         &self,
         i: usize,
@@ -105,7 +105,7 @@ impl CorpusIndex {
         super::verify_shard(p, shard.bytes, &shard.sha256)?;
         let ranges = row_group_ranges(p, rows.max(1))?;
         let mut cells = 0u64;
-        for window in ranges.chunks(2 * rayon::current_num_threads().max(1)) {
+        for window in ranges.chunks(rayon::current_num_threads().max(1)) {
             let decoded: Vec<Result<Vec<CellBlock>>> = window
                 .par_iter()
                 .map(|(groups, first_row)| read_row_groups(p, groups, shard.first_key + first_row, vocab_size))

@@ -66,14 +66,17 @@ class MaskedLM(nn.Module):
         self.mlm = mlm
 
     def forward(self, input_ids, attention_mask, labels) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(mean loss over masked tokens, masked tokens, correct predictions)."""
+        """(mean loss over masked tokens, masked tokens, correct predictions). Predictions are
+        counted in eval mode only: the arg-max over the vocabulary is work a training step does
+        not need."""
         states = self.mlm.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         picked = labels != IGNORE
         targets = labels[picked]
         logits = self.mlm.cls(states[picked])
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         n = targets.numel()
-        correct = (logits.argmax(-1) == targets).sum()
+        correct = torch.zeros((), dtype=torch.long, device=loss.device) if self.training \
+            else (logits.argmax(-1) == targets).sum()
         # A batch with nothing masked gives 0 (and zero gradients), not NaN.
         return loss / max(n, 1), torch.tensor(n, device=loss.device), correct
 

@@ -83,7 +83,8 @@ pub struct PerturbSummary {
     pub seconds: f64,
 }
 
-pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
+/// Flag values and outputs checked before any work.
+fn validate(req: &PerturbRequest) -> Result<()> {
     corrflow_io::util::atomic::check_writable(&req.out)?;
     if let Some(g) = &req.genes_out {
         corrflow_io::util::atomic::check_writable(g)?;
@@ -94,14 +95,19 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
             req.random_sets
         )));
     }
-    let flag = flag_of(req.how);
     if let Some(i) = req.genes.iter().position(|g| g.trim().is_empty()) {
         return Err(Error::Usage(format!(
-            "{flag}: gene {} of {} is empty (Ensembl ids or symbols, comma-separated)",
+            "{}: gene {} of {} is empty (Ensembl ids or symbols, comma-separated)",
+            flag_of(req.how),
             i + 1,
             req.genes.len()
         )));
     }
+    Ok(())
+}
+
+pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
+    validate(req)?;
     let start = Instant::now();
     let mut encoder = open_encoder(&req.model, None, -1, &req.runtime)?;
     corrflow_io::encode::check_batch_memory(encoder.as_ref(), req.token_budget)?;
@@ -142,34 +148,54 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         writer.abandon();
         return Err(e);
     }
-    if tally.cells == 0 {
+    if let Some(e) = nothing_measured(req, &tally) {
         writer.abandon();
-        return Err(Error::Usage(match &req.cells_where {
+        return Err(e);
+    }
+    writer.finish(&req.out)?;
+    let genes_shifted = match (&tally.genes, &req.genes_out) {
+        (Some(g), Some(path)) => Some(g.write(&vocab, path)?),
+        _ => None,
+    };
+    Ok(summarize(req, tokens, partners, tally, genes_shifted, start))
+}
+
+/// Why a finished pass has nothing to report: no cell selected, or none the perturbation
+/// applies to.
+fn nothing_measured(req: &PerturbRequest, tally: &Tally) -> Option<Error> {
+    if tally.cells == 0 {
+        return Some(Error::Usage(match &req.cells_where {
             Some((c, v)) => format!("no cell has {c} = {v}"),
             None => format!("{}: no cell could be tokenized with the model's vocabulary", req.input.display()),
         }));
     }
-    if tally.sums[0].1 == 0 {
-        writer.abandon();
-        return Err(Error::Usage(format!(
-            "{flag} {}: none of the {} cells expresses {} (among its model input genes), so there is nothing to delete and no shift to measure",
+    (tally.sums[0].1 == 0).then(|| {
+        Error::Usage(format!(
+            "{} {}: none of the {} cells expresses {} (among its model input genes), so there is nothing to delete and no shift to measure",
+            flag_of(req.how),
             req.genes.join(","),
             tally.cells,
             if req.genes.len() == 1 { "this gene" } else { "any of these genes" }
-        )));
-    }
-    writer.finish(&req.out)?;
-    let (cells, sums, gene_shifts) = (tally.cells, tally.sums, tally.genes);
-    let genes_shifted = match (&gene_shifts, &req.genes_out) {
-        (Some(g), Some(path)) => Some(g.write(&vocab, path)?),
-        _ => None,
-    };
+        ))
+    })
+}
+
+/// The summary of a pass: the genes' mean shift against the random sets'.
+fn summarize(
+    req: &PerturbRequest,
+    tokens: Vec<u32>,
+    partners: usize,
+    tally: Tally,
+    genes_shifted: Option<usize>,
+    start: Instant,
+) -> PerturbSummary {
+    let (cells, sums) = (tally.cells, tally.sums);
     let mean = |(sum, n): (f64, u64)| if n == 0 { f64::NAN } else { sum / n as f64 };
     let mean_shift = mean(sums[0]);
     let random: Vec<f64> = sums[1..].iter().map(|&s| mean(s)).collect();
     let p_value = (!random.is_empty())
         .then(|| (1 + random.iter().filter(|&&r| r >= mean_shift).count()) as f64 / (1 + random.len()) as f64);
-    Ok(PerturbSummary {
+    PerturbSummary {
         command: "perturb".into(),
         how: format!("{:?}", req.how).to_lowercase(),
         genes: req.genes.clone(),
@@ -184,7 +210,7 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         out: req.out.display().to_string(),
         genes_shifted,
         seconds: start.elapsed().as_secs_f64(),
-    })
+    }
 }
 
 /// The most random gene sets `perturb` draws: each set encodes every selected cell once more.

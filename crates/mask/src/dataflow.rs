@@ -135,30 +135,8 @@ fn run(
     let result: Arc<Mutex<Result<()>>> = Arc::new(Mutex::new(Ok(())));
     let result_w = result.clone();
     let guards = timely::execute(timely::Config::process(workers), move |worker| {
-        let (ctx, tx, stop) = (ctx.clone(), tx.clone(), stop.clone());
-        let stop_op = stop.clone();
-        let (mut batches_in, mut edges_in, probe) = worker.dataflow::<u64, _, _>(|scope| {
-            let (edges_in, edges) = scope.new_collection::<(u32, u32), isize>();
-            let (batches_in, batches) = scope.new_input::<Vec<PlannedBatch>>();
-            let probe = batches
-                .binary_frontier::<_, timely::container::CapacityContainerBuilder<Vec<()>>, _, _, _, _>(
-                    edges.inner.broadcast(),
-                    Exchange::new(|b: &PlannedBatch| b.seq),
-                    Pipeline,
-                    "CorrMask",
-                    move |_cap, _info| {
-                        let mut op = MaskOperator::new(ctx);
-                        move |(batches, _), (edges, edge_frontier), _out| {
-                            batches.for_each(|_, data| op.waiting.append(data));
-                            edges.for_each(|_, data| op.changes.append(data));
-                            op.mask_ready(edge_frontier, &tx, &stop_op);
-                        }
-                    },
-                )
-                .probe()
-                .0;
-            (batches_in, edges_in, probe)
-        });
+        let stop = stop.clone();
+        let (mut batches_in, mut edges_in, probe) = masking_dataflow(worker, ctx.clone(), tx.clone(), stop.clone());
         if worker.index() != 0 {
             return; // inputs dropped: only worker 0 feeds; this worker masks its share.
         }
@@ -211,6 +189,44 @@ fn run(
         .into_iter()
         .try_for_each(|r| r.map_err(|e| Error::internal("masking dataflow", format!("worker failed: {e}"))))?;
     Arc::try_unwrap(result).map_or(Ok(()), |m| m.into_inner().unwrap_or(Ok(())))
+}
+
+/// One worker's masking dataflow: planned batches in (spread over the workers by sequence
+/// number) and edge changes in (broadcast to every worker); each worker masks a batch once the
+/// graph is complete up to the batch's time and sends it to `tx`.
+#[allow(clippy::type_complexity)]
+fn masking_dataflow(
+    worker: &mut timely::worker::Worker,
+    ctx: Arc<MaskContext>,
+    tx: Sender<TrainingBatch>,
+    stop: Arc<AtomicBool>,
+) -> (
+    timely::dataflow::InputHandle<u64, timely::container::CapacityContainerBuilder<Vec<PlannedBatch>>>,
+    differential_dataflow::input::InputSession<u64, (u32, u32), isize>,
+    timely::dataflow::ProbeHandle<u64>,
+) {
+    worker.dataflow::<u64, _, _>(|scope| {
+        let (edges_in, edges) = scope.new_collection::<(u32, u32), isize>();
+        let (batches_in, batches) = scope.new_input::<Vec<PlannedBatch>>();
+        let probe = batches
+            .binary_frontier::<_, timely::container::CapacityContainerBuilder<Vec<()>>, _, _, _, _>(
+                edges.inner.broadcast(),
+                Exchange::new(|b: &PlannedBatch| b.seq),
+                Pipeline,
+                "CorrMask",
+                move |_cap, _info| {
+                    let mut op = MaskOperator::new(ctx);
+                    move |(batches, _), (edges, edge_frontier), _out| {
+                        batches.for_each(|_, data| op.waiting.append(data));
+                        edges.for_each(|_, data| op.changes.append(data));
+                        op.mask_ready(edge_frontier, &tx, &stop);
+                    }
+                },
+            )
+            .probe()
+            .0;
+        (batches_in, edges_in, probe)
+    })
 }
 
 /// State of one worker's masking operator.

@@ -102,6 +102,18 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     drop(opened);
     let manifest = writer.publish(manifest, &req.vocab, vocab_staged)?;
 
+    summarize(req, &manifest, resumed, started, genes, warnings)
+}
+
+/// The summary of a finished ingest, from its published manifest.
+fn summarize(
+    req: &IngestRequest,
+    manifest: &AtlasManifest,
+    resumed_shards: usize,
+    started: Instant,
+    genes: MappingStats,
+    warnings: Vec<String>,
+) -> Result<IngestSummary> {
     let seconds = started.elapsed().as_secs_f64();
     let input_bytes: u64 = manifest.inputs.iter().map(|i| i.bytes).sum();
     Ok(IngestSummary {
@@ -113,7 +125,7 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         dropped: manifest.dropped.clone(),
         tokens: manifest.tokens,
         shards: manifest.shards.len(),
-        resumed_shards: resumed,
+        resumed_shards,
         input_bytes,
         seconds,
         cells_per_s: manifest.cells_read as f64 / seconds.max(1e-9),

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use corrflow_algorithms::SequenceLayout;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::model_meta::{ClassifierTask, HeadActivation, ModelConfig};
 use corrflow_io::util::atomic::publish_dir;
@@ -120,34 +121,11 @@ pub fn export_hf_model(req: &HfModelRequest) -> Result<HfModelSummary> {
             files.extend(p.file_name().map(|n| n.to_string_lossy().into_owned()));
         }
         if !heads.tensors.is_empty() {
-            write_safetensors(&stage.join(HEADS_FILE), &heads.tensors)?;
-            let listing = json!({
-                "format_version": CORRFLOW_SECTION_VERSION,
-                "file": HEADS_FILE,
-                "heads": head_list,
-                "model": cfg,
-            });
-            let text = serde_json::to_string_pretty(&listing).map_err(|e| Error::format(stage, e.to_string()))?;
-            std::fs::write(stage.join(HEADS_LISTING), text).at(stage.join(HEADS_LISTING))?;
+            write_heads(stage, &heads.tensors, &head_list, cfg)?;
             files.extend([HEADS_FILE.to_string(), HEADS_LISTING.to_string()]);
         }
         Ok(files)
     })?;
-    let mut notes = Vec::new();
-    if cfg.mlm_activation == HeadActivation::Gelu {
-        notes.push(
-            "the MLM head's transform was trained with GELU, and BertForMaskedLM applies hidden_act (relu) there: \
-             transformers' masked-token logits differ from corrflow's (the encoder's hidden states and embeddings are \
-             exact); `import hf` restores GELU from config.json's corrflow section"
-                .to_string(),
-        );
-    }
-    if state.layout.cls.is_some() {
-        notes.push(
-            "inputs are <cls> genes <eos> (Geneformer V2's layout); the cell embedding is the mean over the genes"
-                .into(),
-        );
-    }
     Ok(HfModelSummary {
         command: "export hf-model".into(),
         checkpoint: req.checkpoint.display().to_string(),
@@ -162,8 +140,41 @@ pub fn export_hf_model(req: &HfModelRequest) -> Result<HfModelSummary> {
         parameters,
         files,
         heads: head_list,
-        notes,
+        notes: notes(cfg, &state.layout),
     })
+}
+
+/// The heads BERT has no slot for, in a safetensors file of their own and its JSON listing.
+fn write_heads(stage: &Path, tensors: &[NamedTensor], heads: &[HeadSummary], cfg: &ModelConfig) -> Result<()> {
+    write_safetensors(&stage.join(HEADS_FILE), tensors)?;
+    let listing = json!({
+        "format_version": CORRFLOW_SECTION_VERSION,
+        "file": HEADS_FILE,
+        "heads": heads,
+        "model": cfg,
+    });
+    let text = serde_json::to_string_pretty(&listing).map_err(|e| Error::format(stage, e.to_string()))?;
+    std::fs::write(stage.join(HEADS_LISTING), text).at(stage.join(HEADS_LISTING))
+}
+
+/// What a transformers user should know about the export.
+fn notes(cfg: &ModelConfig, layout: &SequenceLayout) -> Vec<String> {
+    let mut notes = Vec::new();
+    if cfg.mlm_activation == HeadActivation::Gelu {
+        notes.push(
+            "the MLM head's transform was trained with GELU, and BertForMaskedLM applies hidden_act (relu) there: \
+             transformers' masked-token logits differ from corrflow's (the encoder's hidden states and embeddings are \
+             exact); `import hf` restores GELU from config.json's corrflow section"
+                .to_string(),
+        );
+    }
+    if layout.cls.is_some() {
+        notes.push(
+            "inputs are <cls> genes <eos> (Geneformer V2's layout); the cell embedding is the mean over the genes"
+                .into(),
+        );
+    }
+    notes
 }
 
 /// An existing `--out` is replaced whole: only when it is empty or a model directory (it has a
@@ -204,7 +215,7 @@ fn bert_config(cfg: &ModelConfig, vocab_size: usize, pad: u32, section: &Corrflo
     })
 }
 
-fn describe_heads(cfg: &ModelConfig, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<HeadSummary> {
+fn describe_heads(cfg: &ModelConfig, tensors: &[NamedTensor]) -> Vec<HeadSummary> {
     let pooled = "the mean of the final hidden states over gene tokens (corrflow embed's cell embedding)";
     ["cell_head", "label_head"]
         .into_iter()
@@ -250,9 +261,12 @@ fn describe_heads(cfg: &ModelConfig, tensors: &[(String, Vec<usize>, Vec<f32>)])
 }
 
 /// The export direction of the mapping: each slot read out under its file name.
+/// A tensor as written: its name, shape and values.
+type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
 struct ToFile {
     bert_prefix: bool,
-    tensors: Vec<(String, Vec<usize>, Vec<f32>)>,
+    tensors: Vec<NamedTensor>,
 }
 
 impl ToFile {
@@ -291,7 +305,7 @@ fn values(data: burn::tensor::TensorData) -> Vec<f32> {
     data.convert::<f32>().to_vec::<f32>().expect("f32 data")
 }
 
-fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) -> Result<()> {
+fn write_safetensors(path: &Path, tensors: &[NamedTensor]) -> Result<()> {
     let bytes: Vec<Vec<u8>> = tensors.iter().map(|t| t.2.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
     let views = tensors
         .iter()

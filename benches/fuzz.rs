@@ -106,6 +106,7 @@ fn request(n: Range<u64>) -> Tally {
         vocab_size: vocab.len(),
         max_positions: 2048,
         max_cells: 64,
+        allow_normalized: false,
     };
     let seeds = [
         r#"{"cells":[{"genes":["CD74","HLA-DRA","MS4A1","ENSG00000000419.12"],"counts":[12,7,3,1]}]}"#.as_bytes(),

@@ -5,10 +5,11 @@
 //! ingest streams a SOMA experiment as it streams an h5ad.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use corrflow_io::formats::{
     CellChunk, CellFormat, CellSource, ChunkValues, Error, Input, ObsField, ObsKind, ObsValues, ReadOptions, Result,
+    SourceMeta,
 };
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
@@ -56,11 +57,8 @@ fn python_message(py: Python<'_>, e: &PyErr) -> String {
 }
 
 struct SomaSource {
-    path: PathBuf,
+    meta: SourceMeta,
     source: Py<PyAny>,
-    n_cells: usize,
-    genes: Vec<String>,
-    obs_fields: Vec<ObsField>,
     selection: String,
 }
 
@@ -93,7 +91,8 @@ impl SomaSource {
             .map(|(name, kind)| Ok(ObsField { name, kind: kind_of(&kind)? }))
             .collect::<PyResult<_>>()?;
         let selection: String = source.getattr("selection")?.extract()?;
-        Ok(Self { path: path.to_path_buf(), source: source.unbind(), n_cells, genes, obs_fields, selection })
+        let meta = SourceMeta { path: path.to_path_buf(), n_cells, genes, obs_fields };
+        Ok(Self { meta, source: source.unbind(), selection })
     }
 
     fn chunk(&self, py: Python<'_>, rows: &Range<usize>) -> PyResult<CellChunk> {
@@ -106,7 +105,7 @@ impl SomaSource {
             Vec<Bound<'_, PyAny>>,
         ) = out.extract()?;
         let indptr: Vec<usize> = indptr.as_slice()?.iter().map(|&p| p as usize).collect();
-        let obs = self.obs_fields.iter().zip(&obs).map(|(f, v)| values_of(&f.kind, v)).collect::<PyResult<_>>()?;
+        let obs = self.meta.obs_fields.iter().zip(&obs).map(|(f, v)| values_of(&f.kind, v)).collect::<PyResult<_>>()?;
         Ok(CellChunk {
             first_cell: rows.start,
             indptr,
@@ -119,29 +118,17 @@ impl SomaSource {
 }
 
 impl CellSource for SomaSource {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn n_cells(&self) -> usize {
-        self.n_cells
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        &self.genes
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        &self.obs_fields
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
         let chunk = Python::attach(|py| self.chunk(py, &rows).map_err(|e| python_message(py, &e)))
-            .map_err(|msg| Error::format(&self.path, format!("cells {rows:?}: {msg}")))?;
-        let n_genes = self.genes.len() as u32;
+            .map_err(|msg| Error::format(&self.meta.path, format!("cells {rows:?}: {msg}")))?;
+        let n_genes = self.meta.genes.len() as u32;
         if chunk.n_cells() != rows.len() || chunk.genes.iter().any(|&g| g >= n_genes) {
             return Err(Error::format(
-                &self.path,
+                &self.meta.path,
                 format!("cells {rows:?}: the SOMA reader returned a malformed chunk"),
             ));
         }
@@ -168,6 +155,6 @@ impl CellSource for SomaSource {
             };
             column().map_err(|e| python_message(py, &e))
         })
-        .map_err(|msg| Error::format(&self.path, msg))
+        .map_err(|msg| Error::format(&self.meta.path, msg))
     }
 }

@@ -397,7 +397,7 @@ mod tests {
             &["corrflow", "ingest", "--version"],
             &["corrflow", "import", "hf", "--version"],
         ] {
-            let e = super::Cli::command().try_get_matches_from(args).err().expect("--version exits");
+            let e = super::Cli::command().try_get_matches_from(args).expect_err("--version exits");
             assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion, "{args:?}: {e}");
         }
     }

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::{CellChunk, CellSource, ChunkValues, ObsField, ObsKind, ObsValues};
+use crate::{CellChunk, CellSource, ChunkValues, ObsKind, ObsValues, SourceMeta};
 
 /// The obs column (loom: column attribute) Geneformer filters on.
 pub const FILTER_PASS: &str = "filter_pass";
@@ -23,7 +23,8 @@ pub fn honour_filter_pass(mut source: Box<dyn CellSource>, chunk_cells: usize) -
         of = source.n_cells(),
         "filter_pass: reading only the cells marked 1 (--ignore-filter-pass reads all)"
     );
-    Ok(Box::new(FilterPass { inner: source, kept, chunk_cells: chunk_cells.max(1) }))
+    let meta = SourceMeta { n_cells: kept.len(), ..source.meta().clone() };
+    Ok(Box::new(FilterPass { inner: source, meta, kept, chunk_cells: chunk_cells.max(1) }))
 }
 
 /// Indices of the cells whose value is 1 (missing values and anything else are left out).
@@ -45,26 +46,16 @@ fn kept_rows(path: &Path, values: &ObsValues) -> Result<Vec<usize>> {
 
 struct FilterPass {
     inner: Box<dyn CellSource>,
+    /// The inner source's, with the kept cells' count.
+    meta: SourceMeta,
     /// Rows of `inner` that pass, ascending.
     kept: Vec<usize>,
     chunk_cells: usize,
 }
 
 impl CellSource for FilterPass {
-    fn path(&self) -> &Path {
-        self.inner.path()
-    }
-
-    fn n_cells(&self) -> usize {
-        self.kept.len()
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        self.inner.gene_ids()
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        self.inner.obs_fields()
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn selection(&self) -> Option<String> {
@@ -143,6 +134,7 @@ fn append_values(to: &mut ChunkValues, from: &ChunkValues, r: Range<usize>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ObsField;
 
     #[test]
     fn only_cells_marked_one_pass_and_strings_are_refused() {
@@ -155,19 +147,10 @@ mod tests {
     }
 
     /// Cells `i` with one value `i`, readable only within chunks of 4 (as transposed sources).
-    struct Grid(usize, Vec<ObsField>);
+    struct Grid(usize, SourceMeta);
 
     impl CellSource for Grid {
-        fn path(&self) -> &Path {
-            Path::new("grid")
-        }
-        fn n_cells(&self) -> usize {
-            self.0
-        }
-        fn gene_ids(&self) -> &[String] {
-            &[]
-        }
-        fn obs_fields(&self) -> &[ObsField] {
+        fn meta(&self) -> &SourceMeta {
             &self.1
         }
         fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
@@ -193,7 +176,8 @@ mod tests {
     #[test]
     fn passing_cells_are_read_within_the_sources_chunks_with_their_values_and_obs() {
         let field = ObsField { name: "x".into(), kind: ObsKind::Int64 };
-        let mut f = honour_filter_pass(Box::new(Grid(20, vec![field])), 4).unwrap();
+        let meta = SourceMeta { path: "grid".into(), n_cells: 20, genes: Vec::new(), obs_fields: vec![field] };
+        let mut f = honour_filter_pass(Box::new(Grid(20, meta)), 4).unwrap();
         // Cells 1, 4, 7, 10, 13, 16, 19 pass.
         assert_eq!(f.n_cells(), 7);
         let c = f.read_chunk(1..6).unwrap();

@@ -1,23 +1,20 @@
 //! AnnData (`.h5ad`) files, current and legacy layouts.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::h5;
 use super::matrix::{CountsMatrix, DenseRows, SparseCols, SparseRows};
 use super::obs::{Column, ColumnReader};
-use super::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions};
+use super::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions, SourceMeta};
 use crate::error::{Error, Result};
 
 pub struct H5adSource {
-    path: PathBuf,
+    meta: SourceMeta,
     _file: hdf5::File,
     matrix: CountsMatrix,
-    n_cells: usize,
-    genes: Vec<String>,
     index: ColumnReader,
     obs: Vec<ColumnReader>,
-    obs_fields: Vec<ObsField>,
 }
 
 /// The error for an HDF5 file without the matrix to read: an AnnData file without `X` (its counts
@@ -104,7 +101,8 @@ impl H5adSource {
             .collect::<Result<Vec<_>>>()?;
         let obs_fields =
             opts.obs_columns.iter().zip(&obs).map(|(n, r)| ObsField { name: n.clone(), kind: r.kind() }).collect();
-        Ok(Self { path: path.to_path_buf(), _file: file, matrix, n_cells, genes, index, obs, obs_fields })
+        let meta = SourceMeta { path: path.to_path_buf(), n_cells, genes, obs_fields };
+        Ok(Self { meta, _file: file, matrix, index, obs })
     }
 }
 
@@ -150,20 +148,8 @@ fn open_matrix(path: &Path, file: &hdf5::File, at: &str, opts: &ReadOptions) -> 
 }
 
 impl CellSource for H5adSource {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn n_cells(&self) -> usize {
-        self.n_cells
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        &self.genes
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        &self.obs_fields
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
@@ -177,12 +163,12 @@ impl CellSource for H5adSource {
         // Current layouts: a member of the obs group; legacy ones: a field of the obs table.
         let present = match self._file.group("obs") {
             Ok(g) => g.link_exists(name),
-            Err(_) => ColumnReader::open(&self.path, &self._file, "obs", Column::Named(name)).is_ok(),
+            Err(_) => ColumnReader::open(&self.meta.path, &self._file, "obs", Column::Named(name)).is_ok(),
         };
         if !present {
             return Ok(None);
         }
-        ColumnReader::open(&self.path, &self._file, "obs", Column::Named(name))?.read(None).map(Some)
+        ColumnReader::open(&self.meta.path, &self._file, "obs", Column::Named(name))?.read(None).map(Some)
     }
 
     fn format(&self) -> &'static str {

@@ -146,14 +146,35 @@ impl Default for ReadOptions {
     }
 }
 
+/// What every reader knows once its file is open. A reader holds one and hands it out from
+/// [`CellSource::meta`], which the trait's accessors read.
+#[derive(Clone, Debug, Default)]
+pub struct SourceMeta {
+    pub path: PathBuf,
+    pub n_cells: usize,
+    /// Gene ids, one per column of the counts matrix.
+    pub genes: Vec<String>,
+    /// The requested obs columns, in request order.
+    pub obs_fields: Vec<ObsField>,
+}
+
 /// A file of cells that can be read chunk by chunk.
 pub trait CellSource: Send {
-    fn path(&self) -> &Path;
-    fn n_cells(&self) -> usize;
+    fn meta(&self) -> &SourceMeta;
+    fn path(&self) -> &Path {
+        &self.meta().path
+    }
+    fn n_cells(&self) -> usize {
+        self.meta().n_cells
+    }
     /// Gene ids, one per column of the counts matrix.
-    fn gene_ids(&self) -> &[String];
+    fn gene_ids(&self) -> &[String] {
+        &self.meta().genes
+    }
     /// The requested obs columns, in request order.
-    fn obs_fields(&self) -> &[ObsField];
+    fn obs_fields(&self) -> &[ObsField] {
+        &self.meta().obs_fields
+    }
     /// Reads cells `rows`; callers ask for `k*chunk_cells .. min((k+1)*chunk_cells, n)`.
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk>;
     /// Human-readable format name, for logs and manifests.

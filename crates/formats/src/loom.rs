@@ -11,7 +11,7 @@ use hdf5::Dataset;
 
 use crate::error::{Error, Result};
 use crate::h5::{self, NumKind};
-use crate::{CellChunk, CellSource, CountsSource, ObsField, ObsKind, ObsValues, ReadOptions};
+use crate::{CellChunk, CellSource, CountsSource, ObsField, ObsKind, ObsValues, ReadOptions, SourceMeta};
 
 /// Gene attributes tried, in order, when no `--gene-column` is given: Geneformer's, then the
 /// Ensembl ids velocyto and loompy's 10x import write, then the symbols.
@@ -130,15 +130,12 @@ fn unescape(s: &str) -> String {
 }
 
 pub struct LoomSource {
-    path: PathBuf,
+    meta: SourceMeta,
     _file: hdf5::File,
     matrix: Dataset,
-    n_cells: usize,
     n_genes: usize,
-    genes: Vec<String>,
     cell_ids: Option<Attr>,
     obs: Vec<Attr>,
-    obs_fields: Vec<ObsField>,
     layer: String,
 }
 
@@ -206,15 +203,12 @@ impl LoomSource {
         let obs_fields =
             opts.obs_columns.iter().zip(&obs).map(|(n, a)| ObsField { name: n.clone(), kind: a.obs_kind() }).collect();
         Ok(Self {
-            path: path.to_path_buf(),
+            meta: SourceMeta { path: path.to_path_buf(), n_cells, genes, obs_fields },
             _file: file,
             matrix,
-            n_cells,
             n_genes,
-            genes,
             cell_ids,
             obs,
-            obs_fields,
             layer,
         })
     }
@@ -234,25 +228,13 @@ fn layers(file: &hdf5::File) -> String {
 }
 
 impl CellSource for LoomSource {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn n_cells(&self) -> usize {
-        self.n_cells
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        &self.genes
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        &self.obs_fields
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
-        if rows.end > self.n_cells {
-            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.n_cells)));
+        if rows.end > self.meta.n_cells {
+            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.meta.n_cells)));
         }
         let width = rows.len();
         // Each cell's (gene, value) pairs, in gene order: gene blocks are read in order.
@@ -264,7 +246,7 @@ impl CellSource for LoomSource {
             let slab = self
                 .matrix
                 .read_slice_2d::<f64, _>(ndarray::s![g..g1, rows.clone()])
-                .map_err(|e| Error::hdf5(&self.path, format!("reading genes {g}..{g1} of {}", self.layer), e))?;
+                .map_err(|e| Error::hdf5(&self.meta.path, format!("reading genes {g}..{g1} of {}", self.layer), e))?;
             for (gi, row) in slab.rows().into_iter().enumerate() {
                 for (c, &v) in row.iter().enumerate() {
                     if v != 0.0 {
@@ -291,7 +273,7 @@ impl CellSource for LoomSource {
     }
 
     fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
-        match Attr::open(&self.path, &self._file, "col_attrs", name, self.n_cells)? {
+        match Attr::open(&self.meta.path, &self._file, "col_attrs", name, self.meta.n_cells)? {
             Some(a) => a.read(None).map(Some),
             None => Ok(None),
         }

@@ -8,13 +8,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::transpose::{BucketWriter, RowBuckets};
-use super::{CellChunk, CellSource, ObsField, ReadOptions};
+use super::{CellChunk, CellSource, ReadOptions, SourceMeta};
 use crate::error::{Error, IoContext, Result};
 
 pub struct MtxSource {
-    dir: PathBuf,
+    meta: SourceMeta,
     matrix: PathBuf,
-    genes: Vec<String>,
     /// New column index per feature row; `None` for non-gene features.
     remap: Vec<Option<u32>>,
     barcodes: Vec<String>,
@@ -137,10 +136,10 @@ impl MtxSource {
         if !opts.obs_columns.is_empty() {
             return Err(Error::format(&dir, "MatrixMarket directories have no obs columns to pass through"));
         }
+        let meta = SourceMeta { path: dir, n_cells: barcodes.len(), genes, obs_fields: Vec::new() };
         Ok(Self {
-            dir,
+            meta,
             matrix,
-            genes,
             remap,
             barcodes,
             genes_by_cells,
@@ -233,20 +232,8 @@ fn gzip_damage(path: &Path, reader: &mut dyn BufRead) -> Option<Error> {
 }
 
 impl CellSource for MtxSource {
-    fn path(&self) -> &Path {
-        &self.dir
-    }
-
-    fn n_cells(&self) -> usize {
-        self.barcodes.len()
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        &self.genes
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        &[]
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {

@@ -3,11 +3,11 @@
 //! Only "Gene Expression" features are kept (antibody or CRISPR features are not genes).
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::h5;
 use super::matrix::SparseRows;
-use super::{CellChunk, CellSource, ObsField, ReadOptions};
+use super::{CellChunk, CellSource, ReadOptions, SourceMeta};
 use crate::error::{Error, Result};
 
 /// Whether `file` looks like a 10x matrix rather than an AnnData file.
@@ -66,12 +66,10 @@ fn choose_group(path: &Path, groups: Vec<String>, genome: Option<&str>) -> Resul
 }
 
 pub struct TenxSource {
-    path: PathBuf,
+    meta: SourceMeta,
     _file: hdf5::File,
     matrix: SparseRows,
     barcodes: hdf5::Dataset,
-    n_cells: usize,
-    genes: Vec<String>,
     /// New column index of each stored feature; `None` for non-gene features.
     remap: Vec<Option<u32>>,
 }
@@ -99,7 +97,8 @@ impl TenxSource {
         if !opts.obs_columns.is_empty() {
             return Err(Error::format(path, "10x matrices have no obs columns to pass through"));
         }
-        Ok(Self { path: path.to_path_buf(), _file: file, matrix, barcodes, n_cells, genes, remap })
+        let meta = SourceMeta { path: path.to_path_buf(), n_cells, genes, obs_fields: Vec::new() };
+        Ok(Self { meta, _file: file, matrix, barcodes, remap })
     }
 }
 
@@ -188,20 +187,8 @@ fn gene_table(
 }
 
 impl CellSource for TenxSource {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn n_cells(&self) -> usize {
-        self.n_cells
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        &self.genes
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        &[]
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
@@ -216,7 +203,7 @@ impl CellSource for TenxSource {
             }
             chunk.indptr.push(chunk.genes.len());
         }
-        chunk.cell_ids = h5::read_strings(&self.path, &self.barcodes, "barcodes", Some(rows))?;
+        chunk.cell_ids = h5::read_strings(&self.meta.path, &self.barcodes, "barcodes", Some(rows))?;
         Ok(chunk)
     }
 

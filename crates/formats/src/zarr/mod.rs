@@ -17,7 +17,7 @@ use zarrs::filesystem::FilesystemStore;
 use crate::error::{Error, Result};
 use crate::obs::Column;
 use crate::transpose::{transpose_columns, RowBuckets, SparseRowsData};
-use crate::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions};
+use crate::{CellChunk, CellSource, CountsSource, ObsField, ObsValues, ReadOptions, SourceMeta};
 
 /// Whether `path` is a zarr store (a directory with the root group's metadata).
 pub fn is_zarr(path: &Path) -> bool {
@@ -53,14 +53,11 @@ enum Matrix {
 }
 
 pub struct ZarrSource {
-    path: PathBuf,
+    meta: SourceMeta,
     store: Store,
     matrix: Matrix,
-    n_cells: usize,
-    genes: Vec<String>,
     index: ZColumn,
     obs: Vec<ZColumn>,
-    obs_fields: Vec<ObsField>,
 }
 
 impl ZarrSource {
@@ -124,7 +121,8 @@ impl ZarrSource {
             .collect::<Result<Vec<_>>>()?;
         let obs_fields =
             opts.obs_columns.iter().zip(&obs).map(|(n, c)| ObsField { name: n.clone(), kind: c.kind() }).collect();
-        Ok(Self { path: path.to_path_buf(), store, matrix, n_cells, genes, index, obs, obs_fields })
+        let meta = SourceMeta { path: path.to_path_buf(), n_cells, genes, obs_fields };
+        Ok(Self { meta, store, matrix, index, obs })
     }
 }
 
@@ -278,37 +276,25 @@ impl Matrix {
 }
 
 impl CellSource for ZarrSource {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn n_cells(&self) -> usize {
-        self.n_cells
-    }
-
-    fn gene_ids(&self) -> &[String] {
-        &self.genes
-    }
-
-    fn obs_fields(&self) -> &[ObsField] {
-        &self.obs_fields
+    fn meta(&self) -> &SourceMeta {
+        &self.meta
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
-        if rows.end > self.n_cells {
-            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.n_cells)));
+        if rows.end > self.meta.n_cells {
+            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.meta.n_cells)));
         }
-        let m = self.matrix.read(&self.path, rows.clone())?;
+        let m = self.matrix.read(&self.meta.path, rows.clone())?;
         let cell_ids = self.index.read(Some(rows.clone()))?.into_strings();
         let obs = self.obs.iter().map(|c| c.read(Some(rows.clone()))).collect::<Result<_>>()?;
         Ok(CellChunk { first_cell: rows.start, indptr: m.indptr, genes: m.cols, values: m.values, cell_ids, obs })
     }
 
     fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
-        if !array::exists(&self.path, &format!("obs/{name}")) {
+        if !array::exists(&self.meta.path, &format!("obs/{name}")) {
             return Ok(None);
         }
-        ZColumn::open(&self.path, &self.store, "obs", Column::Named(name))?.read(None).map(Some)
+        ZColumn::open(&self.meta.path, &self.store, "obs", Column::Named(name))?.read(None).map(Some)
     }
 
     fn format(&self) -> &'static str {

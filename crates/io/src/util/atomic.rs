@@ -112,6 +112,11 @@ pub fn write_json_atomic<T: serde::Serialize>(target: &Path, value: &T) -> Resul
     write_atomic(target, &bytes)
 }
 
+/// Renames a finished temporary file into place and syncs the directory entry.
+pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
+    Ok(corrflow_formats::atomic::commit(tmp, target)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,9 +148,4 @@ mod tests {
             std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
         assert!(!names.iter().any(|n| n.ends_with(".old")), "{names:?}");
     }
-}
-
-/// Renames a finished temporary file into place and syncs the directory entry.
-pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
-    Ok(corrflow_formats::atomic::commit(tmp, target)?)
 }

@@ -14,10 +14,15 @@
 #       back with every result written so far (runs past it are cut or skipped, and say so).
 #   benches/gpu/on_device.sh all OUT [STEPS WARMUP]
 #       both in one call, for a session whose device time allows one machine start only (15
-#       minutes, starts included): the benchmark first (PyTorch fp32 only, DEADLINE_S default
-#       400), then the checks in what is left of ALL_S (default 570) seconds. It carries every
-#       packed file: pack with `KANG=ctrl benches/gpu/pack.sh` (~53 MiB with the repository;
-#       with both Kang halves it would be ~63 MiB, too close to the device tool's 64 MiB).
+#       minutes, starts included): the benchmark first (STEPS default 200, WARMUP 30; PyTorch
+#       fp32 and bf16, corrflow.pretrain bf16, then burn; DEADLINE_S default 400), then the
+#       checks in what is left of ALL_S (default 570) seconds. It carries every packed file:
+#       pack with `KANG=ctrl benches/gpu/pack.sh` (~60 MiB with the repository and the Python
+#       extension; with both Kang halves it would be over the device tool's 64 MiB).
+#
+# The bench runs `python -m corrflow.pretrain` (issue 42) with the packed native module
+# (PACK/native.xz, unpacked into python/corrflow/) on PYTHONPATH: it needs the device's torch,
+# transformers, numpy and pyarrow, and is skipped, saying why, when one is missing.
 #
 # Each is one device call; carry only its files (pack.sh says which).
 set -u
@@ -51,6 +56,9 @@ checks() { # [TIMEOUT]
 }
 bench() { # DEADLINE STEPS WARMUP
     unxz_to "$PACK/corrflow.xz" "$BIN/corrflow" && chmod +x "$BIN/corrflow"
+    # The Python package: its sources are in the working tree, its native module packed.
+    [ -f "$PACK/native.xz" ] && unxz_to "$PACK/native.xz" "$HERE/../../python/corrflow/_native.abi3.so"
+    export PYTHONPATH="$HERE/../../python${PYTHONPATH:+:$PYTHONPATH}"
     DEADLINE_S=$1 "$HERE/run.sh" "$PACK/corpus" "$PACK/graph" "$OUT" "$2" "$3" \
         fusion="$BIN/corrflow" kernels="$BIN/corrflow@cuda-kernels"
 }
@@ -59,7 +67,8 @@ case $MODE in
     checks) checks ;;
     bench) bench "${DEADLINE_S:-510}" "${3:-300}" "${4:-50}" ;;
     all)
-        TORCH_PRECISIONS=${TORCH_PRECISIONS:-fp32} bench "${DEADLINE_S:-400}" "${3:-300}" "${4:-50}"
+        TORCH_PRECISIONS=${TORCH_PRECISIONS:-fp32 bf16} PRETRAIN_PRECISIONS=${PRETRAIN_PRECISIONS:-bf16} \
+            bench "${DEADLINE_S:-400}" "${3:-200}" "${4:-30}"
         left=$(( ${ALL_S:-570} - ($(date +%s) - START) ))
         echo "checks: $left s left" | tee "$OUT/checks-budget.txt"
         [ "$left" -ge 30 ] && checks "$left"

@@ -9,8 +9,8 @@
 #
 # Then, on the GPU machine, from the repository root (`benches/gpu/on_device.sh`):
 #   checks: DEST/model-tests.xz, DEST/lib.tar.xz   (the CUDA gradient checks; ~30 MB with the repo)
-#   bench:  DEST/corrflow.xz, DEST/lib.tar.xz, DEST/corpus, DEST/graph   (~60 MB with the repo)
-#   all:    all of DEST, packed with KANG=ctrl   (~53 MiB with the repo)
+#   bench:  DEST/corrflow.xz, DEST/native.xz, DEST/lib.tar.xz, DEST/corpus, DEST/graph
+#   all:    all of DEST, packed with KANG=ctrl   (~60 MiB with the repo)
 # Each call carries only what it needs: the device tool carries 64 MiB at most.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -32,8 +32,12 @@ for line in sys.stdin:
         print(m["executable"])')
 bin=$TARGET/release/corrflow
 [ -x "$bin" ] && [ -x "$tests" ] || { echo "no $bin or corrflow-model test binary after the build" >&2; exit 1; }
+# The Python package's native module, as scripts/python-package.sh (make test) built it, for
+# `python -m corrflow.pretrain` on the GPU (the package's Python sources travel with the tree).
+native=$TARGET/release/lib_native.so
+[ -f "$native" ] || { echo "no $native: run scripts/python-package.sh (make test does)" >&2; exit 1; }
 
-for pair in "corrflow:$bin" "model-tests:$tests"; do
+for pair in "corrflow:$bin" "model-tests:$tests" "native:$native"; do
     name=${pair%%:*} path=${pair#*:}
     strip -o "$DEST/$name" "$path"
     xz -T2 -6 -f "$DEST/$name"
@@ -41,7 +45,7 @@ done
 
 # Shared libraries outside glibc and the compiler runtime, which every Linux has.
 rm -rf "$DEST/lib" && mkdir "$DEST/lib"
-for lib in $(ldd "$bin" "$tests" | awk '/=> \// {print $3}' | sort -u); do
+for lib in $(ldd "$bin" "$tests" "$native" | awk '/=> \// {print $3}' | sort -u); do
     case $(basename "$lib") in
         libc.so* | libm.so* | libgcc_s.so* | ld-linux* | libpthread.so* | libdl.so* | librt.so*) ;;
         *) cp -L "$lib" "$DEST/lib/" ;;

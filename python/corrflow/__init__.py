@@ -494,7 +494,9 @@ class MaskedBatches:
     ``rank``/``world_size`` give each data-parallel rank a disjoint shard with the same number of
     batches; the shards together are the epoch. Masking runs on ``num_threads`` threads (default:
     all cores); the batches do not depend on it. ``mask_params`` override masking parameters
-    (``p``, ``lambda``, ``k_max``, ``mask_token_rate``, ...).
+    (``p``, ``lambda``, ``k_max``, ``mask_token_rate``, ...). ``start`` skips the epoch's (this
+    rank's) first batches without masking them, for resuming mid-epoch: the batches that follow
+    are those of a full epoch from that index on.
     """
 
     def __init__(
@@ -514,6 +516,7 @@ class MaskedBatches:
         shuffle_buffer: int = 10_000,
         eval_fraction: float = 0.05,
         atlases: Optional[Sequence[str]] = None,
+        start: int = 0,
         **mask_params: Any,
     ):
         if isinstance(corpus, Corpus):
@@ -526,7 +529,7 @@ class MaskedBatches:
             batch_size=batch_size, max_len=max_len, epoch=epoch, seed=seed, rank=rank,
             world_size=world_size, group_batches=group_batches, shuffle_buffer=shuffle_buffer,
             eval_fraction=eval_fraction, num_threads=num_threads, atlases=list(atlases or []),
-            mask_params=json.dumps(mask_params),
+            mask_params=json.dumps(mask_params), start=start,
         )
 
     def __len__(self) -> int:

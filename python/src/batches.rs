@@ -49,7 +49,7 @@ pub(crate) struct MaskedBatches {
 #[pymethods]
 impl MaskedBatches {
     #[new]
-    #[pyo3(signature = (corpus, graph=None, strategy="corrmask", batch_size=12, max_len=2048, epoch=0, seed=0, rank=0, world_size=1, group_batches=50, shuffle_buffer=10_000, eval_fraction=0.05, num_threads=None, atlases=Vec::new(), mask_params="{}"))]
+    #[pyo3(signature = (corpus, graph=None, strategy="corrmask", batch_size=12, max_len=2048, epoch=0, seed=0, rank=0, world_size=1, group_batches=50, shuffle_buffer=10_000, eval_fraction=0.05, num_threads=None, atlases=Vec::new(), mask_params="{}", start=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -68,6 +68,7 @@ impl MaskedBatches {
         num_threads: Option<usize>,
         atlases: Vec<String>,
         mask_params: &str,
+        start: u64,
     ) -> PyResult<Self> {
         if world_size == 0 || rank >= world_size {
             return Err(PyValueError::new_err(format!("rank {rank} is not one of world_size {world_size} ranks")));
@@ -102,9 +103,11 @@ impl MaskedBatches {
             })
             .map_err(py_err)?;
         let per_epoch = plan.batches_per_epoch() as usize;
-        let len = per_epoch.div_ceil(world_size);
+        // `start`: a run resumed mid-epoch skips the batches before it unmasked.
+        let len = per_epoch.div_ceil(world_size).saturating_sub(start as usize);
         // Queued batches are memory; 8 keep a Python consumer as fast as 32 and 64 did (BENCHMARKS.md).
-        let inner = FixedGraphBatches::spawn(Arc::new(ctx), plan.shard_feed(epoch, rank, world_size), workers, 8);
+        let inner =
+            FixedGraphBatches::spawn(Arc::new(ctx), plan.shard_feed(epoch, rank, world_size, start), workers, 8);
         Ok(Self { inner: Some(inner), len, yielded: 0, untrimmed_rows: 0 })
     }
 

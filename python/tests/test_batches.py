@@ -51,6 +51,22 @@ def test_world_size_2_shards_are_disjoint_equally_long_and_together_the_epoch(pb
                 assert batch["labels"][r, :n].tolist() == rows[int(k)]
 
 
+def test_a_start_skips_the_first_batches_and_the_rest_are_the_full_epochs(pbmc_corpus, pbmc_graph):
+    for world in (1, 2):
+        whole = list(corrflow.MaskedBatches(pbmc_corpus, pbmc_graph, rank=world - 1, world_size=world, **TINY))
+        start = len(whole) // 2 + 1
+        rest = corrflow.MaskedBatches(pbmc_corpus, pbmc_graph, rank=world - 1, world_size=world, start=start, **TINY)
+        assert len(rest) == len(whole) - start
+        rest = list(rest)
+        assert len(rest) == len(whole) - start > 0
+        for a, b in zip(whole[start:], rest):
+            assert a.keys() == b.keys()
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k])
+    past = corrflow.MaskedBatches(pbmc_corpus, pbmc_graph, start=10**6, **TINY)
+    assert len(past) == 0 and list(past) == []
+
+
 def test_batches_are_deterministic_and_do_not_depend_on_the_thread_count(pbmc_corpus, pbmc_graph):
     runs = [list(corrflow.MaskedBatches(pbmc_corpus, pbmc_graph, num_threads=t, **TINY)) for t in (1, 3)]
     assert len(runs[0]) == len(runs[1]) > 0

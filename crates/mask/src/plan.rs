@@ -159,8 +159,10 @@ impl DataPlan {
     /// shard. (Only when those last batches hold fewer cells than there are ranks do some ranks
     /// repeat a cell of them: DDP needs every rank to take the same number of steps.) Batches are
     /// numbered from 0 within the shard; masks depend on (seed, epoch, cell) only, so a cell is
-    /// masked the same in any shard. With `world == 1` this is the trainer's epoch.
-    pub fn shard_feed(self, epoch: u64, rank: usize, world: usize) -> FeedSource {
+    /// masked the same in any shard. With `world == 1` this is the trainer's epoch. Batches of the
+    /// shard before `first` are planned (the order needs them) but not emitted: a run resumed
+    /// mid-epoch does not mask what it skips.
+    pub fn shard_feed(self, epoch: u64, rank: usize, world: usize, first: u64) -> FeedSource {
         Box::new(move |emit| {
             let per_epoch = self.batches_per_epoch();
             let world = world.max(1) as u64;
@@ -177,11 +179,11 @@ impl DataPlan {
                     return true;
                 }
                 local += 1;
-                emit(Feed::Batch(PlannedBatch { seq: local - 1, ..b }))
+                local <= first || emit(Feed::Batch(PlannedBatch { seq: local - 1 - first, ..b }))
             })?;
-            if go_on && !tail.is_empty() {
+            if go_on && !tail.is_empty() && local >= first {
                 let cells = split_part(tail, rank as usize, world as usize);
-                emit(Feed::Batch(PlannedBatch { seq: local, epoch, cells }));
+                emit(Feed::Batch(PlannedBatch { seq: local - first, epoch, cells }));
             }
             Ok(())
         })

@@ -92,16 +92,16 @@ class Run:
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DDP(module, device_ids=ids)
 
-    def _batches(self, epoch: int):
-        """This rank's shard of ``epoch``: ``corrflow train``'s plan (train.seed) and masks
-        (``[mask]``, its seed included)."""
+    def _batches(self, epoch: int, start: int = 0):
+        """This rank's shard of ``epoch`` from its micro-batch ``start`` on: ``corrflow train``'s
+        plan (train.seed) and masks (``[mask]``, its seed included)."""
         t = self.s.train
         return _native.MaskedBatches(
             os.fspath(self.corpus.path), None if self.args.graph is None else os.fspath(self.args.graph),
             strategy=self.s.strategy, batch_size=t.batch_size, max_len=self.s.max_len, epoch=epoch, seed=t.seed,
             rank=self.rank, world_size=self.world, group_batches=t.group_batches, shuffle_buffer=t.shuffle_buffer,
             eval_fraction=t.eval_fraction, num_threads=t.mask_workers, atlases=list(t.atlases),
-            mask_params=json.dumps(self.s.mask_params))
+            mask_params=json.dumps(self.s.mask_params), start=start)
 
     def _micro_batches(self) -> int:
         b = self._batches(0)
@@ -131,13 +131,12 @@ class Run:
             if now != self.graph:
                 log(f"epoch {epoch}: the graph changed ({self.graph} -> {now}); its update masks this epoch on")
                 self.graph = now
-            data = self._batches(epoch)
+            # Resuming mid-epoch: the batches before the position are planned but not masked (the
+            # masks depend on (seed, epoch, cell) only, so the rest are the same).
             first = self.micro if epoch == self.epoch else 0
-            for i, batch in enumerate(data):
-                # Resuming mid-epoch: the batches before the position are masked and dropped (the
-                # masks depend on (seed, epoch, cell) only, so the rest are the same).
-                if i >= first:
-                    yield epoch, i, {k: torch.from_numpy(v) for k, v in batch.items()}
+            data = self._batches(epoch, first)
+            for i, batch in enumerate(data, start=first):
+                yield epoch, i, {k: torch.from_numpy(v) for k, v in batch.items()}
             data.close()
 
     def state(self) -> Dict[str, Any]:

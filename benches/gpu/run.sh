@@ -42,9 +42,10 @@ util_start() { # FILE: samples GPU utilisation (%) into FILE until util_stop
         UTIL_PID=
     fi
 }
-util_stop() {
+util_stop() { # FILE: stops the sampling; FILE keeps the numeric samples only (not "[N/A]" lines)
     [ -n "${UTIL_PID:-}" ] && kill "$UTIL_PID" 2>/dev/null && wait "$UTIL_PID" 2>/dev/null
     UTIL_PID=
+    grep -E '^[0-9.]+$' "$1" > "$1.tmp"; mv "$1.tmp" "$1"
 }
 
 summarize() { # METRICS WARMUP IMPL PRECISION UTIL_FILE: one results line from a metrics.jsonl
@@ -58,7 +59,7 @@ except OSError:
 rows = [r for r in rows if "tokens" in r]
 timed = [r for r in rows if r["step"] > w]
 secs = [r["tokens"] / r["tokens_per_s"] for r in timed]
-samples = [float(x) for x in open(util).read().split() if x.replace(".", "", 1).isdigit()]
+samples = [float(x) for x in open(util).read().split()]
 print(json.dumps({
     "impl": impl, "precision": precision, "steps": len(timed),
     "tokens_per_s": sum(r["tokens"] for r in timed) / sum(secs) if timed else None,
@@ -85,7 +86,7 @@ if [ "${TORCH:-1}" != 0 ]; then
         util_start "$OUT/util-torch-$prec.txt"
         "$PYTHON" "$HERE/bert_torch.py" --corpus "$CORPUS" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" \
             --precision "$prec" --json "$OUT/results.jsonl" > "$OUT/torch-$prec.log" 2>&1 || tail -20 "$OUT/torch-$prec.log"
-        util_stop
+        util_stop "$OUT/util-torch-$prec.txt"
         tail -1 "$OUT/torch-$prec.log"
         python3 -c 'import json, statistics, sys; s = [float(x) for x in open(sys.argv[1]).read().split()]; print(json.dumps({"gpu_util": sys.argv[2], "mean": statistics.mean(s) if s else None, "samples": len(s)}))' \
             "$OUT/util-torch-$prec.txt" "pytorch-$prec" | tee -a "$OUT/results.jsonl"
@@ -112,7 +113,7 @@ if "$PYTHON" -c "import corrflow.pretrain, transformers" 2> "$OUT/pretrain-impor
             --graph "$GRAPH" --out "$OUT/run-pretrain-$prec" --max-steps "$STEPS" \
             --device "${PRETRAIN_DEVICE:-cuda}" $([ "$prec" = fp32 ] && echo --fp32) > "$OUT/pretrain-$prec.log" 2>&1
         echo "pretrain-$prec exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/pretrain-$prec.log"
-        util_stop
+        util_stop "$OUT/util-pretrain-$prec.txt"
         tail -3 "$OUT/pretrain-$prec.log"
         summarize "$OUT/run-pretrain-$prec/metrics.jsonl" "$WARMUP" corrflow.pretrain "$prec" "$OUT/util-pretrain-$prec.txt"
     done
@@ -140,7 +141,7 @@ for spec in $(for s in "$@"; do echo "$s ${s%%=*}-warm=${s#*=}"; done); do
         --config "$OUT/paper-cuda.toml" --corpus "$CORPUS" --graph "$GRAPH" --device "$device" \
         --out "$OUT/run-$label" --max-steps "$STEPS" > "$OUT/burn-$label.log" 2>&1
     echo "$label exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/burn-$label.log"
-    util_stop
+    util_stop "$OUT/util-$label.txt"
     tail -3 "$OUT/burn-$label.log"
     # The debug log can be large: keep its size, the number of lines per kind, and its ends.
     if [ -f "$OUT/cubecl-$label.log" ]; then

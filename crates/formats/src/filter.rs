@@ -147,11 +147,11 @@ mod tests {
     }
 
     /// Cells `i` with one value `i`, readable only within chunks of 4 (as transposed sources).
-    struct Grid(usize, SourceMeta);
+    struct Grid(SourceMeta);
 
     impl CellSource for Grid {
         fn meta(&self) -> &SourceMeta {
-            &self.1
+            &self.0
         }
         fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
             assert_eq!(rows.start / 4, (rows.end - 1) / 4, "{rows:?} crosses a chunk");
@@ -169,7 +169,7 @@ mod tests {
             "grid"
         }
         fn read_obs_column(&mut self, _: &str) -> Result<Option<ObsValues>> {
-            Ok(Some(ObsValues::Int64((0..self.0).map(|i| Some(i64::from(i % 3 == 1))).collect())))
+            Ok(Some(ObsValues::Int64((0..self.0.n_cells).map(|i| Some(i64::from(i % 3 == 1))).collect())))
         }
     }
 
@@ -177,7 +177,7 @@ mod tests {
     fn passing_cells_are_read_within_the_sources_chunks_with_their_values_and_obs() {
         let field = ObsField { name: "x".into(), kind: ObsKind::Int64 };
         let meta = SourceMeta { path: "grid".into(), n_cells: 20, genes: Vec::new(), obs_fields: vec![field] };
-        let mut f = honour_filter_pass(Box::new(Grid(20, meta)), 4).unwrap();
+        let mut f = honour_filter_pass(Box::new(Grid(meta)), 4).unwrap();
         // Cells 1, 4, 7, 10, 13, 16, 19 pass.
         assert_eq!(f.n_cells(), 7);
         let c = f.read_chunk(1..6).unwrap();

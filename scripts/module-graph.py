@@ -2,8 +2,10 @@
 """Checks the dependency direction of corrflow's code.
 
 Between crates, cargo already forbids cycles; this prints the crate graph from the Cargo.toml
-files. Within each crate, it draws the graph of top-level modules from `use crate::…` /
-`crate::…` paths (and `super::…` from a module's files) and fails if it has a cycle, printing it.
+files. Within each crate (the workspace crates in crates/, the root package's src/ and the
+Python package's PyO3 crate in python/src/), it draws the graph of top-level modules from
+`use crate::…` / `crate::…` paths (and `super::…` from a module's files) and fails if it has a
+cycle, printing it.
 
 Usage: scripts/module-graph.py [--dot]   (exit 1 on a cycle)
 """
@@ -14,6 +16,8 @@ import sys
 root = pathlib.Path(__file__).resolve().parent.parent
 crates = {p.parent.name: p.parent for p in sorted(root.glob("crates/*/Cargo.toml"))}
 crates["corrflow"] = root
+# The Python package's extension crate (`corrflow-python`, module `_native`).
+crates["python"] = root / "python"
 
 
 def crate_deps(dir):

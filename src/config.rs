@@ -16,9 +16,9 @@ pub struct Config {
     pub vocab: VocabConfig,
     /// CorrMask Algorithm 1 (defaults: the paper's Table 4).
     pub graph: corrflow_algorithms::graph::GraphParams,
-    /// CorrMask Algorithm 2 and its baselines (defaults: DESIGN.md §4).
+    /// CorrMask Algorithm 2 and its baselines (defaults: docs/DESIGN.md §6).
     pub mask: corrflow_algorithms::mask::MaskParams,
-    /// The model (DESIGN.md §5; `paper.toml` = Table 5).
+    /// The model (docs/DESIGN.md §7; `paper.toml` = Table 5).
     pub model: crate::model::ModelConfig,
     /// Optimisation and data of `corrflow train`.
     pub train: crate::model::TrainConfig,

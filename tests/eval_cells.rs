@@ -143,3 +143,134 @@ fn scaled_values_are_reported_as_no_baseline() {
     assert!(skipped[0]["reason"].as_str().unwrap().contains("not counts"), "{skipped:?}");
     assert!(stdout(&o).contains("pca: not computed"));
 }
+
+/// The small inputs of tests/python/make_eval_cases.py, made once.
+fn cases() -> Option<&'static std::path::PathBuf> {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let py = python()?;
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("eval-cases-{}", std::process::id()));
+        let o = run_python(&py, "make_eval_cases.py", &[s(&dir)]);
+        assert!(o.status.success(), "make_eval_cases.py: {}", stderr(&o));
+        Some(dir)
+    })
+    .as_ref()
+}
+
+/// `eval cells` on `name`.h5ad with `name`.parquet (or `emb`), and `extra` flags.
+fn eval_case(dir: &Path, name: &str, emb: &[&str], extra: &[&str]) -> std::process::Output {
+    let input = dir.join(format!("{name}.h5ad"));
+    let own = dir.join(format!("{name}.parquet"));
+    let mut args = vec!["eval", "cells", "--json", "--input", s(&input), "--label", "cell_type"];
+    let files: Vec<std::path::PathBuf> =
+        if emb.is_empty() { vec![own] } else { emb.iter().map(|e| dir.join(e)).collect() };
+    for f in &files {
+        args.extend(["--embeddings", s(f)]);
+    }
+    args.extend(extra);
+    corrflow(&args)
+}
+
+/// Exit 1, no panic, and a message that contains every needle.
+fn refused(o: &std::process::Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "must be refused: {err}");
+    assert!(!err.contains("panicked") && !err.contains("internal error"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "'{n}' not in: {err}");
+    }
+}
+
+#[test]
+fn one_cell_per_class_and_rare_classes_are_reported_not_a_panic() {
+    let Some(dir) = cases() else { return };
+    // Issue 51, item 7: four classes of one cell, no baselines, two folds.
+    let o = eval_case(dir, "singletons", &[], &["--no-baselines", "--folds", "2"]);
+    let r = ok_json(&o);
+    assert!(r["probes_not_computed"].as_str().unwrap().contains("0 of the 4 classes"), "{r}");
+    assert_eq!(r["probe_skipped_classes"].as_array().unwrap().len(), 4);
+    assert!(r["methods"]["embeddings"]["accuracy"].is_null());
+    assert!(r["methods"]["embeddings"]["silhouette_label"].is_f64());
+    assert!(stdout(&o).contains("probes: not computed"), "{}", stdout(&o));
+    // Classes of 1 and 2 cells beside two of 8, 3 folds: left out of the probes only.
+    let o = eval_case(dir, "rare", &[], &["--folds", "3", "--n-top-genes", "20", "--n-comps", "5"]);
+    let r = ok_json(&o);
+    let left: Vec<String> = r["probe_skipped_classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}:{}", c["class"], c["cells"]))
+        .collect();
+    assert_eq!(left, vec!["\"C\":1", "\"D\":2"]);
+    for m in ["embeddings", "pca", "hvg", "random"] {
+        assert!(r["methods"][m]["macro_f1"].is_f64(), "{m}: {r}");
+        assert_eq!(r["methods"][m]["per_class"].as_array().unwrap().len(), 2, "{m}");
+    }
+    assert!(stdout(&o).contains("left out") && stdout(&o).contains("C (1 cell), D (2 cells)"), "{}", stdout(&o));
+}
+
+#[test]
+fn degenerate_labels_batches_and_embeddings_are_refused_naming_the_cause() {
+    let Some(dir) = cases() else { return };
+    refused(&eval_case(dir, "unlabelled", &[], &[]), &["unlabelled.h5ad", "12 without a 'cell_type' value"]);
+    refused(&eval_case(dir, "onebatch", &[], &["--batch", "batch"]), &["batch column 'batch' has one value ('b1')"]);
+    refused(&eval_case(dir, "good", &[], &["--exclude", "A,B"]), &["1 classes", "20 excluded"]);
+    // Embeddings files: each named, and for what is wrong with it.
+    refused(&eval_case(dir, "good", &["nan.parquet"], &[]), &["nan.parquet", "finite"]);
+    assert!(!stderr(&eval_case(dir, "good", &["nan.parquet"], &[])).contains("good.h5ad"), "names the embeddings");
+    refused(&eval_case(dir, "good", &["zero.parquet"], &[]), &["zero.parquet", "0 wide"]);
+    refused(&eval_case(dir, "good", &["nocols.parquet"], &[]), &["nocols.parquet", "no columns"]);
+    refused(&eval_case(dir, "good", &["norows.parquet"], &[]), &["norows.parquet", "no rows"]);
+    refused(&eval_case(dir, "good", &["good.parquet", "good.parquet"], &[]), &["good.parquet is given twice"]);
+    // eval probe and eval genes read embeddings files the same way.
+    let probe = |f: &str, extra: &[&str]| {
+        let e = dir.join(f);
+        let mut a = vec!["eval", "probe", "--embeddings", s(&e)];
+        if !extra.contains(&"--label") {
+            a.extend(["--label", "cell_type"]);
+        }
+        a.extend(extra);
+        corrflow(&a)
+    };
+    refused(&probe("zero.parquet", &[]), &["zero.parquet", "0 wide"]);
+    refused(&probe("nan.parquet", &[]), &["nan.parquet", "no row has both"]);
+    refused(&probe("singletons.parquet", &["--folds", "2"]), &["0 class(es) the probes can score", "A (1 cell)"]);
+    refused(&probe("unlabelled.parquet", &[]), &["unlabelled.parquet", "no row has both a 'cell_type' value"]);
+    refused(&probe("good.parquet", &["--max-iterations", "0"]), &["--max-iterations must be in"]);
+    refused(
+        &probe("good.parquet", &["--label", "embedding"]),
+        &["label column 'embedding'", "cannot be read as labels"],
+    );
+    let r = ok_json(&probe("rare.parquet", &["--folds", "3", "--json"]));
+    assert_eq!(r["skipped_classes"].as_array().unwrap().len(), 2, "{r}");
+    refused(&probe("good.parquet", &["--alpha", "1e308"]), &["--alpha must be in"]);
+    let genes = |f: &str, labels: &str, alpha: &str| {
+        let (e, l) = (dir.join(f), dir.join(labels));
+        corrflow(&["eval", "genes", "--embeddings", s(&e), "--labels", s(&l), "--alpha", alpha])
+    };
+    refused(&genes("genes-zero.parquet", "genes.csv", "1"), &["genes-zero.parquet", "0 wide"]);
+    refused(&genes("genes.parquet", "genes.csv", "1e308"), &["--alpha must be in"]);
+    refused(&genes("genes.parquet", "genes-other.csv", "1"), &["none of the 60 labelled genes of", "genes-other.csv"]);
+}
+
+#[test]
+fn alpha_is_bounded_to_what_fits_and_n_top_genes_to_the_genes() {
+    let Some(dir) = cases() else { return };
+    let small = ["--n-top-genes", "20", "--n-comps", "5"];
+    for alpha in ["0", "1e-5", "2e6", "1e308"] {
+        let o = eval_case(dir, "good", &[], &[&small[..], &["--alpha", alpha]].concat());
+        refused(&o, &["--alpha must be in [1e-4, 1e6]"]);
+    }
+    for alpha in ["1e-4", "1e6"] {
+        let r = ok_json(&eval_case(dir, "good", &[], &[&small[..], &["--alpha", alpha, "--no-baselines"]].concat()));
+        assert!(r["methods"]["embeddings"]["accuracy"].is_f64(), "--alpha {alpha}: {r}");
+    }
+    // Issue 51, item 8: more HVGs than the 60 genes keeps at most every gene, and says so.
+    let r = ok_json(&eval_case(dir, "good", &[], &["--n-top-genes", "100000"]));
+    let hvg = r["methods"]["hvg"]["dim"].as_u64().unwrap();
+    assert!((2..=60).contains(&hvg), "{hvg}");
+    assert_eq!(r["methods"]["pca"]["dim"].as_u64().unwrap(), 29.min(hvg - 1), "components: < cells and HVGs");
+    let notes = r["baseline_notes"].to_string();
+    assert!(notes.contains("--n-top-genes 100000 is more than the 60 genes"), "{notes}");
+}

@@ -187,7 +187,7 @@ fn bases(i: &Inputs) -> Vec<Base> {
             name: "eval probe",
             args: v(&["eval", "probe", "--embeddings", &i.embeddings, "--label", "cell_type"]),
             numbers: vec![
-                ("--alpha", vec!["0", "-1"]),
+                ("--alpha", vec!["0", "-1", "1e308"]),
                 ("--neighbours", vec!["0", "-1"]),
                 ("--test-fraction", vec!["0", "1", "-0.5"]),
                 ("--rare-fraction", vec!["0", "1.5"]),
@@ -199,7 +199,11 @@ fn bases(i: &Inputs) -> Vec<Base> {
         Base {
             name: "eval genes",
             args: v(&["eval", "genes", "--embeddings", &i.embeddings, "--labels", &i.labels]),
-            numbers: vec![("--alpha", vec!["0", "-1"]), ("--neighbours", vec!["0", "-1"]), ("--folds", vec!["-1"])],
+            numbers: vec![
+                ("--alpha", vec!["0", "-1", "1e308"]),
+                ("--neighbours", vec!["0", "-1"]),
+                ("--folds", vec!["-1"]),
+            ],
             inputs: vec!["--embeddings", "--labels"],
             choices: vec![],
         },
@@ -217,7 +221,8 @@ fn bases(i: &Inputs) -> Vec<Base> {
                 ("--n-top-genes", vec!["0", "100001"]),
                 ("--n-comps", vec!["0", "1001"]),
                 ("--folds", vec!["1", "101"]),
-                ("--alpha", vec!["-1"]),
+                // 0 is below the bound: the docs once allowed it, and it failed after 11 s.
+                ("--alpha", vec!["-1", "0", "1e-5", "1e308"]),
                 ("--probe-neighbours", vec!["0", "1001"]),
                 ("--resolutions", vec!["0", "-1", "101"]),
             ],
@@ -249,6 +254,10 @@ fn bases(i: &Inputs) -> Vec<Base> {
                 ("--max-inflight-mb", vec!["0"]),
                 ("--batch-wait-ms", vec!["-1", "60001"]),
                 ("--max-batch-cells", vec!["0"]),
+                ("--body-timeout-s", vec!["0", "3601"]),
+                ("--min-body-bytes-per-s", vec!["-1", "1073741825"]),
+                ("--body-grace-s", vec!["0", "3601"]),
+                ("--small-body-bytes", vec!["-1", "16777217"]),
             ],
             inputs: vec!["--model"],
             choices: vec!["--ort-device"],

@@ -225,6 +225,20 @@ fn models_the_encoder_cannot_hold_are_refused_with_the_reason_and_nothing_is_wri
     std::fs::write(&config_path, config.replace("\"relu\"", "\"gelu\"")).unwrap();
     let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("hidden_act 'gelu' is not supported"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(allowed: relu)"), "{}", stderr(&o));
+    // No hidden_act is transformers' default, GELU: not ReLU taken for granted.
+    std::fs::write(&config_path, config.replace("\"hidden_act\": \"relu\",", "")).unwrap();
+    let o = import(&model, &out, &["--model-version", "v2"]);
+    assert!(stderr(&o).contains("hidden_act 'gelu' is not supported"), "{}", stderr(&o));
+    std::fs::write(&config_path, config.replace("\"relu\"", "\"swishy\"")).unwrap();
+    let o = import(&model, &out, &["--model-version", "v2"]);
+    assert!(
+        stderr(&o).contains(
+            "hidden_act 'swishy' is not supported: it is not an activation transformers knows (allowed: relu)"
+        ),
+        "{}",
+        stderr(&o)
+    );
     std::fs::write(&config_path, config.replace("\"bert\"", "\"roberta\"")).unwrap();
     let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("model_type 'roberta' is not supported"), "{}", stderr(&o));
@@ -242,6 +256,91 @@ fn models_the_encoder_cannot_hold_are_refused_with_the_reason_and_nothing_is_wri
     let o = import(&model, &out, &["--model-version", "v2"]);
     assert!(stderr(&o).contains("has shape [128, 64], the config says [256, 64]"), "{}", stderr(&o));
     assert!(!out.join("checkpoints").exists());
+}
+
+/// `bytes` (a safetensors file) with `edit` applied to its JSON header.
+fn edit_header(bytes: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    edit(&mut header);
+    let mut text = header.to_string();
+    while !text.len().is_multiple_of(8) {
+        text.push(' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}
+
+#[test]
+fn a_bad_tensor_is_named_with_its_file_and_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("hf");
+    write_random_bert(&model, &V2, 3);
+    let weights = model.join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    let out = tmp.path().join("run");
+    let cases: [(&str, Box<dyn Fn(&mut Value)>, &str); 3] = [
+        (
+            "a shape its bytes do not fill",
+            Box::new(|h| h["bert.embeddings.LayerNorm.weight"]["shape"] = json!([65])),
+            "tensor 'bert.embeddings.LayerNorm.weight' (F32, shape [65]) has data_offsets",
+        ),
+        (
+            "a dtype safetensors does not define",
+            Box::new(|h| h["cls.predictions.bias"]["dtype"] = json!("F33")),
+            "tensor 'cls.predictions.bias' has dtype 'F33', which safetensors does not define",
+        ),
+        (
+            "offsets past the data",
+            Box::new(|h| {
+                let e = &mut h["cls.predictions.bias"]["data_offsets"];
+                let (a, b) = (e[0].as_u64().unwrap() + 4, e[1].as_u64().unwrap() + 4);
+                *e = json!([a, b]);
+            }),
+            // A gap before it, or past the end of the data when it is the last tensor.
+            "tensor 'cls.predictions.bias' ",
+        ),
+    ];
+    for (what, edit, want) in cases {
+        std::fs::write(&weights, edit_header(&bytes, edit)).unwrap();
+        let e = stderr(&import(&model, &out, &["--model-version", "v2"]));
+        assert!(e.contains("model.safetensors: not a safetensors file: ") && e.contains(want), "{what}: {e}");
+    }
+    assert!(!out.join("checkpoints").exists());
+}
+
+#[test]
+fn a_bad_pickled_dictionary_is_named_with_its_entry_not_a_tsv_line() {
+    let Some(py) = common::python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dicts = tmp.path().join("dicts");
+    std::fs::create_dir_all(&dicts).unwrap();
+    let script = r#"
+import pickle, sys
+out, case = sys.argv[1], sys.argv[2]
+tokens = {"<pad>": 0, "<mask>": 1, "ENSG00000000003": 2, "ENSG00000000005": 3}
+if case == "duplicate": tokens["ENSG00000000419"] = 3
+if case == "gap": tokens["ENSG00000000419"] = 5
+if case == "tab": tokens["ENSG\t1"] = 4
+pickle.dump(tokens, open(f"{out}/token_dictionary.pkl", "wb"))
+pickle.dump({"ENSG00000000003": 1.5, "ENSG00000000005": 2.0}, open(f"{out}/gene_median_dictionary.pkl", "wb"))
+"#;
+    let cases = [
+        ("duplicate", "token_dictionary.pkl: tokens \"ENSG00000000005\" and \"ENSG00000000419\" both have id 3"),
+        ("gap", "token_dictionary.pkl: no token has id 4 (the next is \"ENSG00000000419\" with id 5)"),
+        ("tab", "token_dictionary.pkl: the token \"ENSG\\t1\" is empty or holds a tab or line break"),
+    ];
+    let model = tmp.path().join("hf");
+    write_random_bert(&model, &V2, 3);
+    for (case, want) in cases {
+        let o = std::process::Command::new(&py).args(["-c", script, dicts.to_str().unwrap(), case]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let e = stderr(&import(&model, &tmp.path().join("run"), &["--vocab", dicts.to_str().unwrap()]));
+        assert!(e.contains(want), "{case}: {e}");
+        assert!(!e.contains("token_dictionary.tsv"), "{case}: no TSV line of a table the user never wrote: {e}");
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! `serve` over loopback: embeddings equal the offline runtime's for token ids and for raw
-//! counts; concurrent clients each get their own cells back; every error status (401, 404, 413,
-//! 422, 429, 503) comes with a JSON message; overload gives 429s and no crash; metrics count it
-//! all; SIGTERM shuts down gracefully with a summary.
+//! counts; concurrent clients each get their own cells back; every error status (400, 401, 404,
+//! 408, 413, 422, 429, 503) comes with a JSON message, the 400s hyper answers itself included;
+//! overload gives 429s and no crash; slow uploads are cut off under the minimum rate and cannot
+//! take the slots of small requests; metrics count it all; SIGTERM shuts down gracefully with a
+//! summary.
 
 mod common;
 
@@ -427,7 +429,8 @@ fn a_stalled_upload_is_cut_off_after_the_body_timeout_and_does_not_hold_shutdown
     let _body = stalled_upload(&addr, 1000, 10);
     let mut head = std::net::TcpStream::connect(&addr).unwrap();
     write!(head, "POST /v1/embed HTTP/1.1\r\nHost: {addr}\r\n").unwrap();
-    wait_for_metric(&server, "corrflow_requests_in_flight", |v| v == 1.0);
+    // (A small body is read before admission: it is open, but holds no request slot.)
+    wait_for_metric(&server, "corrflow_request_bodies_open", |v| v == 1.0);
     let start = std::time::Instant::now();
     let pid = server.child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -484,4 +487,131 @@ fn a_request_whose_client_disconnected_is_not_computed() {
     assert_eq!(metric(&m, "corrflow_cells_embedded_total"), Some(1.0), "{m}");
     // And the server still answers.
     assert_eq!(post(&url, &serde_json::json!({"input_ids": [&cells[1]]}).to_string(), None).0, 200);
+}
+
+/// Issue 51: a malformed head that hyper refuses before the router (duplicate conflicting
+/// `Content-Length` headers, `Content-Length: -1`) gets the JSON error body every other 4xx has,
+/// saying what is wrong, instead of a bare 400 with an empty body.
+#[test]
+fn a_malformed_content_length_gets_a_json_400() {
+    let f = tiny_model();
+    let server = Server::start(&f.model, &[], &[]);
+    server.wait_ready();
+    for (lengths, needle) in [
+        ("Content-Length: 5\r\nContent-Length: 6\r\n", "conflicting Content-Length headers (5, 6)"),
+        ("Content-Length: -1\r\n", "Content-Length '-1' is not a length"),
+    ] {
+        let answer = raw_request(
+            &server.url,
+            &format!("POST /v1/embed HTTP/1.1\r\nContent-Type: application/json\r\n{lengths}\r\nhello"),
+        );
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no answer: {answer:?}"));
+        assert!(head.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{answer}");
+        let error = &json(body)["error"];
+        assert_eq!(error["status"], 400, "{answer}");
+        assert!(error["message"].as_str().unwrap().contains(needle), "{answer}");
+    }
+    // The server is unharmed.
+    assert_eq!(post(&format!("{}/v1/embed", server.url), r#"{"input_ids":[[5,6]]}"#, None).0, 200);
+}
+
+/// Sends a request head declaring `declared` body bytes, then one byte every 100 ms (10
+/// bytes/s), until the server answers (then it only reads, until the connection closes) or
+/// `stop` is set; returns the answer.
+fn drip(addr: &str, declared: usize, stop: &std::sync::atomic::AtomicBool) -> String {
+    use std::io::{ErrorKind, Read, Write};
+    let mut stream = stalled_upload(addr, declared, 1);
+    // The wait for an answer is the pause between two bytes.
+    stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let (mut answer, mut sent, mut buf) = (Vec::new(), 1, [0u8; 4096]);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if answer.is_empty() && sent < declared {
+                    if stream.write_all(b" ").is_err() {
+                        break;
+                    }
+                    sent += 1;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Issue 51: a body slower than `--min-body-bytes-per-s` gets 408 once `--body-grace-s` has
+/// passed, long before the body timeout (an hour here), small or large, stalled or dripping.
+#[test]
+fn an_upload_under_the_minimum_rate_is_cut_off_after_the_grace_period() {
+    let f = tiny_model();
+    let server = Server::start(
+        &f.model,
+        &["--body-timeout-s", "3600", "--body-grace-s", "1", "--min-body-bytes-per-s", "1000"],
+        &[],
+    );
+    server.wait_ready();
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let uploads: Vec<_> = [(1000, false), (4 << 20, false), (1000, true), (4 << 20, true)]
+            .into_iter()
+            .map(|(declared, dripping)| {
+                let (addr, stop) = (&addr, &stop);
+                s.spawn(move || {
+                    if dripping {
+                        return drip(addr, declared, stop);
+                    }
+                    let mut stream = stalled_upload(addr, declared, 10);
+                    let mut answer = Vec::new();
+                    // Without the minimum rate this read times out (60 s) without an answer.
+                    let _ = std::io::Read::read_to_end(&mut stream, &mut answer);
+                    String::from_utf8_lossy(&answer).into_owned()
+                })
+            })
+            .collect();
+        for u in uploads {
+            let answer = u.join().unwrap();
+            assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+            assert!(answer.contains("--min-body-bytes-per-s"), "{answer}");
+        }
+    });
+    let (_, m) = get(&format!("{}/metrics", server.url), None);
+    assert_eq!(metric(&m, "corrflow_request_bodies_too_slow_total"), Some(4.0), "{m}");
+    assert_eq!(metric(&m, "corrflow_request_bodies_open"), Some(0.0), "{m}");
+}
+
+/// Issue 51: slow uploads, more than the server has request slots (`--max-queue 4`: 8), cannot
+/// deny service: large ones are admitted before their body, at most 4 at once; small ones are
+/// read first and hold no slot while they drip. A normal 4-cell request is answered 200 while
+/// all of them are still dripping (the minimum rate is off here, so none is cut off).
+#[test]
+fn slow_uploads_cannot_take_the_slots_of_a_normal_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let f = tiny_model();
+    let server =
+        Server::start(&f.model, &["--max-queue", "4", "--body-timeout-s", "600", "--min-body-bytes-per-s", "0"], &[]);
+    server.wait_ready();
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // 12 large (1 MiB declared) and 12 small (2 KB) uploads, each dripping.
+        for k in 0..24 {
+            let (addr, stop) = (&addr, &stop);
+            s.spawn(move || drip(addr, if k % 2 == 0 { 1 << 20 } else { 2000 }, stop));
+        }
+        // The attack is in place: 4 large uploads admitted, every body open (the large ones
+        // refused with 429 are being drained).
+        wait_for_metric(&server, "corrflow_request_bodies_open", |v| v == 24.0);
+        wait_for_metric(&server, "corrflow_requests_in_flight", |v| v == 4.0);
+        let cell = serde_json::json!({"genes": ["CD74", "HLA-DRA", "MS4A1"], "counts": [12, 7, 3]});
+        let body = serde_json::json!({"cells": [&cell, &cell, &cell, &cell]}).to_string();
+        let (status, text) = post(&format!("{}/v1/embed", server.url), &body, None);
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(status, 200, "a normal request under a slow-upload attack: {text}");
+        assert_eq!(embeddings(&text).len(), 4);
+    });
 }

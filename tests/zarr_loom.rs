@@ -1,9 +1,15 @@
 //! AnnData zarr stores (formats 2 and 3, sharded, CSR/CSC/dense X, raw, layers) and loom files
 //! written by anndata / loompy (tests/python/make_zarr_loom.py) give exactly the tokens of the
 //! h5ad of the same cells; obs columns in every encoding pass through as from the h5ad; cells
-//! whose `filter_pass` is not 1 are left out unless --ignore-filter-pass.
+//! whose `filter_pass` is not 1 are left out unless --ignore-filter-pass. Cell names of looms
+//! written by anndata, the readers' messages, and a short run of the zarr and loom fuzz targets
+//! (benches/fuzz.rs runs them long).
 
 mod common;
+#[path = "../benches/fuzz/mutate.rs"]
+mod mutate;
+#[path = "../benches/fuzz/readers.rs"]
+mod readers;
 
 use std::path::{Path, PathBuf};
 
@@ -61,9 +67,12 @@ fn zarr_and_loom_give_the_tokens_and_obs_of_the_h5ad() {
         let m = corrflow::corpus::AtlasManifest::load(&corrflow::corpus::atlas_dir(tmp.path(), atlas)).unwrap();
         assert_eq!(m.inputs[0].format, *format, "{s}");
     }
-    // Loom: genes by Geneformer's `ensembl_id` row attribute without any flag.
+    // Loom: genes by Geneformer's `ensembl_id` row attribute without any flag; with or without
+    // a /layers group.
     ingest(tmp.path(), "loom", &[], &v.join("cells.loom"));
     assert_eq!(atlas_tokens(tmp.path(), "loom"), reference, "loom differs from the h5ad");
+    ingest(tmp.path(), "loom_no_layers", &[], &v.join("no_layers.loom"));
+    assert_eq!(atlas_tokens(tmp.path(), "loom_no_layers"), reference, "a loom without /layers");
     // obs columns (categorical, float, int, bool) are the h5ad's, type for type.
     let Some(py) = python() else { return };
     let script = r#"
@@ -180,4 +189,145 @@ fn zarr_and_loom_errors_name_what_is_wrong() {
     std::fs::create_dir(&empty).unwrap();
     let e = run(&[], &empty);
     assert!(e.contains("AnnData zarr") && e.contains("MatrixMarket") && e.contains("loom"), "{e}");
+}
+
+#[test]
+fn loom_cell_names_are_found_where_anndatas_write_loom_puts_them() {
+    let Some((good, v)) = variants() else { return };
+    if !v.join("wl_named.loom").exists() {
+        return missing("loompy (anndata's write_loom needs it)");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    ingest(tmp.path(), "h5ad", &["--gene-column", "gene_ids"], &good.join("csr.h5ad"));
+    let reference = atlas_tokens(tmp.path(), "h5ad");
+    // Genes from the row attribute gene_ids (write_loom's copy of the var column), cells from
+    // obs_names (an unnamed index) or from the only column attribute of distinct strings
+    // (an index named 'cell'), without any flag.
+    for file in ["wl_unnamed.loom", "wl_named.loom"] {
+        let atlas = file.replace('.', "_");
+        ingest(tmp.path(), &atlas, &[], &v.join(file));
+        assert_eq!(atlas_tokens(tmp.path(), &atlas), reference, "{file}");
+    }
+    // Two such attributes: cells by position, with a warning naming both and the flag...
+    let c = tmp.path().display().to_string();
+    let two = v.join("wl_two.loom").display().to_string();
+    let o = corrflow(&["ingest", "--json", "--atlas", "two", "--out", &c, &two]);
+    let e = stderr(&o);
+    ok_json(&o);
+    assert!(e.contains("barcode, cell") && e.contains("--loom-cell-names"), "{e}");
+    assert_eq!(atlas_tokens(tmp.path(), "two")[1].0, "1");
+    // ...and the flag chooses.
+    ingest(tmp.path(), "chosen", &["--loom-cell-names", "cell"], &v.join("wl_two.loom"));
+    assert_eq!(atlas_tokens(tmp.path(), "chosen"), reference);
+    let o = corrflow(&["ingest", "--atlas", "nope", "--out", &c, "--loom-cell-names", "nope", &two]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("--loom-cell-names nope: no such column attribute"), "{e}");
+    assert!(e.contains("barcode, cell, cell_type"), "{e}");
+}
+
+#[test]
+fn loom_and_zarr_messages_name_the_array_and_what_is_wrong() {
+    let Some((good, v)) = variants() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    let run = |extra: &[&str], file: &Path| {
+        let (c, f) = (corpus.display().to_string(), file.display().to_string());
+        let mut args = vec!["ingest", "--atlas", "x", "--out", c.as_str()];
+        args.extend_from_slice(extra);
+        args.push(f.as_str());
+        let o = corrflow(&args);
+        assert_eq!(o.status.code(), Some(1), "{f}: {}", stderr(&o));
+        stderr(&o)
+    };
+    let e = run(&[], &v.join("matrix_1d.loom"));
+    assert!(e.contains("matrix has 1 dimensions") && e.contains("a loom file's matrix has 2"), "{e}");
+    let e = run(&[], &v.join("matrix_3d.loom"));
+    assert!(e.contains("matrix has 3 dimensions (shape [3000, 64, 2])"), "{e}");
+    let e = run(&["--counts", "layer:spliced"], &v.join("layer_short.loom"));
+    assert!(
+        e.contains("layers/spliced has shape [3000, 61] but matrix has [3000, 64]") && !e.contains("CellID"),
+        "{e}"
+    );
+    // No gene of the vocabulary: the loom's row attribute is named, not a "var index".
+    let e = run(&[], &v.join("no_vocab_genes.loom"));
+    assert!(e.contains("genes in row attribute 'Gene' is in vocabulary") && !e.contains("var index"), "{e}");
+    assert!(e.contains("pick another row attribute with --gene-column"), "{e}");
+    // zarr: a store cut short, a complex data type, a chunk that does not decompress.
+    let damaged = |name: &str, edit: &dyn Fn(&Path)| {
+        let dir = tmp.path().join(name);
+        copy_dir(&v.join("v3.zarr"), &dir);
+        edit(&dir);
+        dir
+    };
+    let cut = damaged("cut.zarr", &|d| {
+        let f = d.join("X/indices/zarr.json");
+        let text = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &text[..text.len() / 2]).unwrap();
+    });
+    let e = run(&["--gene-column", "gene_ids"], &cut);
+    assert!(e.contains("X/indices/zarr.json: not valid JSON") && !e.contains("has no 'indices' array"), "{e}");
+    let complex = damaged("complex.zarr", &|d| {
+        let f = d.join("X/data/zarr.json");
+        std::fs::write(&f, std::fs::read_to_string(&f).unwrap().replace("\"float32\"", "\"complex64\"")).unwrap();
+    });
+    let e = run(&["--gene-column", "gene_ids"], &complex);
+    assert!(e.contains("X/data: zarr data type 'complex64' is not one AnnData writes") && !e.contains("fill"), "{e}");
+    let garbage = damaged("garbage.zarr", &|d| std::fs::write(d.join("X/data/c/0"), b"not zstd at all").unwrap());
+    let e = run(&["--gene-column", "gene_ids"], &garbage);
+    assert!(e.contains("X/data: chunk 0 (key X/data/c/0) cannot be decoded"), "{e}");
+    // Normalized values in X: the store's other matrices are named, as for h5ad.
+    let e = run(&["--gene-column", "gene_ids"], &v.join("v3_raw_layers.zarr"));
+    assert!(e.contains("a non-integer count") && e.contains("--counts raw, --counts layer:counts"), "{e}");
+    // Genes matched by symbol: the zarr store's var column of Ensembl ids is suggested, as for h5ad.
+    let s = ingest(tmp.path(), "symbols", &[], &v.join("v3.zarr"));
+    let w = s["warnings"].to_string();
+    assert!(w.contains("pass --gene-column gene_ids"), "{s}");
+    let s = ingest(tmp.path(), "symbols_h5ad", &[], &good.join("csr.h5ad"));
+    assert!(s["warnings"].to_string().contains("pass --gene-column gene_ids"), "{s}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let t = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), t).unwrap();
+        }
+    }
+}
+
+/// The bounded run of benches/fuzz.rs' `zarr` and `loom` targets (the long run is documented in
+/// docs/testing.md): damaged stores and loom files are read or refused, never a panic.
+#[test]
+fn a_short_fuzz_of_the_zarr_and_loom_readers_finds_no_panic() {
+    let Some((_, v)) = variants() else { return };
+    let scratch = tempfile::tempdir().unwrap();
+    let stores: Vec<readers::Store> = ["v2.zarr", "v3.zarr", "v3_sharded.zarr", "v3_csc.zarr"]
+        .iter()
+        .filter(|s| v.join(s).exists())
+        .map(|s| readers::Store::copy(&v.join(s), scratch.path(), s))
+        .collect();
+    let looms: Vec<Vec<u8>> =
+        ["cells.loom", "wl_named.loom"].iter().filter_map(|f| std::fs::read(v.join(f)).ok()).collect();
+    let opts = readers::options(scratch.path());
+    let (mut read, mut refused, mut panics) = (0, 0, Vec::new());
+    let mut tally = |target: &str, i: u64, r: readers::Outcome| match r {
+        Ok(None) => read += 1,
+        Ok(Some(e)) => {
+            assert!(!e.trim().is_empty(), "{target} execution {i}: an empty message");
+            refused += 1
+        }
+        Err(p) => panics.push(format!("{target} execution {i}: {p}")),
+    };
+    for i in 0..300 {
+        tally("zarr", i, readers::zarr(i, &mut mutate::execution_rng(i), &stores, &opts));
+    }
+    let loom = scratch.path().join("case.loom");
+    for i in 0..40 {
+        tally("loom", i, readers::loom(i, &mut mutate::execution_rng(i), &looms, &loom, &opts));
+    }
+    eprintln!("fuzz: {read} read, {refused} refused, {} panics", panics.len());
+    assert!(panics.is_empty(), "{panics:#?}");
 }

@@ -151,7 +151,9 @@ impl CsrView<'_> {
         }
     }
 
-    /// Cells `rows` as a chunk (values keep their width); `cell_ids` are the chunk's ids.
+    /// Cells `rows` as a chunk (values keep their width); `cell_ids` are the chunk's ids. A
+    /// gene listed twice in a cell (a non-canonical scipy matrix) is summed, as scipy's
+    /// `sum_duplicates` and every file reader do.
     pub fn chunk(&self, rows: Range<usize>, cell_ids: Vec<String>) -> CellChunk {
         let (lo, hi) = (self.offset(rows.start), self.offset(rows.end));
         let indptr = (rows.start..=rows.end).map(|i| self.offset(i) - lo).collect();
@@ -160,6 +162,8 @@ impl CsrView<'_> {
             ValuesSlice::F32(v) => ChunkValues::F32(v[lo..hi].to_vec()),
             ValuesSlice::F64(v) => ChunkValues::F64(v[lo..hi].to_vec()),
         };
-        CellChunk { first_cell: rows.start, indptr, genes, values, cell_ids, obs: Vec::new() }
+        let mut chunk = CellChunk { first_cell: rows.start, indptr, genes, values, cell_ids, obs: Vec::new() };
+        chunk.sum_duplicates();
+        chunk
     }
 }

@@ -135,3 +135,50 @@ def test_without_counts_the_baselines_are_reported_not_computed(adata):
     skipped = {s["method"] for s in frame.attrs["corrflow"]["skipped"]}
     assert skipped == {"pca", "hvg", "random"}
     assert list(frame.index) == ["X_pca"]
+
+
+def _small(labels, genes=40, seed=0):
+    """`len(labels)` cells of counts over `genes` genes, an 8-d embedding near 2 × the class code."""
+    rng = np.random.default_rng(seed)
+    import pandas as pd
+    import scipy.sparse as sp
+
+    codes = pd.Categorical(labels).codes
+    a = ad.AnnData(sp.csr_matrix(rng.poisson(2.0, size=(len(labels), genes)).astype(np.float32)),
+                   obs=pd.DataFrame({"cell_type": pd.Categorical(labels)},
+                                    index=[f"c{i}" for i in range(len(labels))]))
+    a.obsm["X_emb"] = (rng.normal(size=(len(labels), 8)) * 0.3 + codes[:, None] * 2.0).astype(np.float32)
+    return a
+
+
+def test_one_cell_per_class_skips_the_probes_instead_of_failing():
+    import pandas as pd
+
+    # Issue 51, item 7: four classes of one cell, two folds.
+    frame = cf.eval_cells(_small(["A", "B", "C", "D"]), "X_emb", "cell_type", baselines=False, folds=2)
+    report = frame.attrs["corrflow"]
+    assert "0 of the 4 classes" in report["probes_not_computed"]
+    assert [c["cells"] for c in report["probe_skipped_classes"]] == [1, 1, 1, 1]
+    assert pd.isna(frame.loc["X_emb", "macro_f1"]) and np.isfinite(frame.loc["X_emb", "silhouette_label"])
+    # A class smaller than the folds beside larger ones: left out of the probes only.
+    frame = cf.eval_cells(_small(["A"] * 8 + ["B"] * 8 + ["C"]), "X_emb", "cell_type", baselines=False, folds=3)
+    assert frame.attrs["corrflow"]["probe_skipped_classes"] == [{"class": "C", "cells": 1}]
+    assert np.isfinite(frame.loc["X_emb", "macro_f1"])
+
+
+def test_more_hvgs_than_genes_keeps_every_gene():
+    frame = cf.eval_cells(_small(["A"] * 15 + ["B"] * 15), "X_emb", "cell_type", n_top_genes=100000, n_comps=5)
+    assert 2 <= frame.loc["hvg", "dim"] <= 40
+    assert any("more than the 40 genes" in n for n in frame.attrs["corrflow"]["baseline_notes"])
+
+
+def test_unusable_embeddings_are_named():
+    a = _small(["A"] * 6 + ["B"] * 6)
+    a.obsm["X_nan"] = np.full((a.n_obs, 4), np.nan, dtype=np.float32)
+    with pytest.raises(cf.CorrflowError, match=r"obsm\['X_nan'\].*finite"):
+        cf.eval_cells(a, "X_nan", "cell_type", baselines=False, folds=2)
+    a.obsm["X_zero"] = np.zeros((a.n_obs, 0), dtype=np.float32)
+    with pytest.raises(cf.CorrflowError, match="0 wide"):
+        cf.eval_cells(a, "X_zero", "cell_type", baselines=False, folds=2)
+    with pytest.raises(cf.CorrflowError, match="given twice"):
+        cf.eval_cells(a, ["X_emb", "X_emb"], "cell_type", baselines=False, folds=2)

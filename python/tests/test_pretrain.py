@@ -73,6 +73,24 @@ def test_a_resumed_run_equals_an_uninterrupted_one(runs):
 
 
 @pytest.mark.slow
+def test_a_resume_with_another_world_size_is_refused_naming_both(runs, pbmc_corpus, pbmc_graph):
+    """The 2-process run continued by one process: refused before anything is written."""
+    import socket
+
+    run = runs["whole"]
+    before = (run / "metrics.jsonl").read_bytes()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    cmd = [sys.executable, "-m", "corrflow.pretrain", "--config", str(TINY), "--corpus", str(pbmc_corpus),
+           "--graph", str(pbmc_graph), "--out", str(run), "--max-steps", "40"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**ENV, "MASTER_PORT": port}, timeout=600)
+    assert p.returncode == 2, p.stderr[-4000:]
+    assert "written by a world of 2 process(es), resumed by 1" in p.stderr, p.stderr[-2000:]
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.slow
 def test_ranks_train_on_disjoint_cells(runs):
     cells = {}
     for r in (0, 1):
@@ -94,6 +112,8 @@ def test_the_hf_directory_imports_into_corrflow_and_embeds_as_transformers_does(
     imported = work / "pretrain-imported"
     s = json.loads(corrflow("import", "hf", "--model", hf, "--out", imported).strip().splitlines()[-1])
     assert s["not_imported"] == [] and s["layers"] == 2 and s["hidden"] == 64
+    # Every file of hf/ checked against the sha256 record the run wrote.
+    assert s["sha256_checked"] == len((hf / "corrflow_sha256.txt").read_text().splitlines()) > 3
     onnx = work / "pretrain.onnx"
     corrflow("export", "onnx", "--checkpoint", imported, "--out", onnx)
     # The exported model's cell embeddings are transformers' (mean over genes, last layer).

@@ -53,6 +53,30 @@ def test_csr_csc_and_dense_matrices_give_the_same_tokens():
         assert corrflow.tokenize(other, gene_column="gene_ids", as_lists=True) == want
 
 
+def test_a_gene_repeated_within_a_cell_is_summed_as_scipys_sum_duplicates_does():
+    adata = anndata.read_h5ad(BUNDLED)[:40].copy()
+    canonical = sp.csr_matrix(adata.X)
+    canonical.sum_duplicates()
+    want = corrflow.tokenize(anndata.AnnData(X=canonical, obs=adata.obs, var=adata.var), gene_column="gene_ids",
+                             as_lists=True)
+    # Each cell's entries split in two halves that repeat its genes, in reverse order: the same
+    # matrix to scipy, a non-canonical one on disk or in memory.
+    indptr, indices, data = [0], [], []
+    for r in range(canonical.shape[0]):
+        lo, hi = canonical.indptr[r], canonical.indptr[r + 1]
+        genes, values = canonical.indices[lo:hi][::-1], canonical.data[lo:hi][::-1]
+        first = np.floor(values / 2)
+        indices += list(genes) + list(genes)
+        data += list(first) + list(values - first)
+        indptr.append(len(indices))
+    split = sp.csr_matrix((np.array(data, dtype=np.float32), np.array(indices, dtype=np.int32),
+                           np.array(indptr)), shape=canonical.shape)
+    assert not split.has_canonical_format
+    got = corrflow.tokenize(anndata.AnnData(X=split, obs=adata.obs, var=adata.var), gene_column="gene_ids",
+                            as_lists=True)
+    assert got == want
+
+
 def test_tokens_are_a_zero_copy_list_array_of_int32_with_nulls_for_cells_without_vocabulary_genes():
     adata = anndata.read_h5ad(BUNDLED)[:50].copy()
     X = adata.X.toarray()

@@ -11,9 +11,14 @@ use super::serde_enum;
 
 #[derive(Args, Clone)]
 pub(crate) struct ReadArgs {
-    /// var column with gene ids (default: the var index; 10x/mtx: 'id' or 'name').
+    /// var column with gene ids (default: the var index; 10x/mtx: 'id' or 'name'; loom: a row
+    /// attribute, by default ensembl_id, Accession, gene_ids, Gene or var_names).
     #[arg(long, value_name = "COL")]
     pub(crate) gene_column: Option<String>,
+    /// Loom files: the column attribute with the cell names (default: CellID, obs_names,
+    /// cell_id or cell_ids, else the only one of distinct strings, else the cells' positions).
+    #[arg(long, value_name = "ATTR")]
+    pub(crate) loom_cell_names: Option<String>,
     /// Where counts are: X, raw (raw/X) or layer:NAME.
     #[arg(long, default_value = "X", value_parser = clap::value_parser!(CountsSource))]
     pub(crate) counts: CountsSource,
@@ -39,6 +44,7 @@ impl ReadArgs {
             genome: self.genome.clone(),
             open_patience: None,
             filter_pass: false,
+            cell_names: self.loom_cell_names.clone(),
         }
     }
 

@@ -133,8 +133,9 @@ pub(crate) struct ServeArgs {
     /// Larger bodies get 413 (1 byte to 4 GiB).
     #[arg(long, default_value_t = 16 << 20, value_parser = bounded::<1, 4_294_967_296>)]
     pub(crate) max_body_bytes: usize,
-    /// Request bodies held at once (MiB, declared lengths; at least one largest body): a request
-    /// that would pass it gets 429 before its body is read. 1 to 1,048,576.
+    /// Request bodies over --small-body-bytes held at once (MiB, declared lengths; at least one
+    /// largest body): a request that would pass it gets 429 before its body is read. 1 to
+    /// 1,048,576.
     #[arg(long, default_value_t = 256, value_parser = bounded::<1, 1_048_576>)]
     pub(crate) max_inflight_mb: usize,
     /// Most cells in one request (more: 413; 1 to 1,048,576).
@@ -145,6 +146,21 @@ pub(crate) struct ServeArgs {
     /// dropped for at most this long.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) body_timeout_s: u64,
+    /// The slowest a request body may arrive, in bytes/s on average since the request head,
+    /// checked from --body-grace-s on: a slower upload gets 408 and its connection is closed,
+    /// and a refused body slower than that stops being drained (0 = no minimum; at most 1 GiB/s).
+    #[arg(long, default_value_t = 1024, value_parser = bounded::<0, 1_073_741_824>)]
+    pub(crate) min_body_bytes_per_s: usize,
+    /// Seconds before --min-body-bytes-per-s is checked (1 to 3,600; at or past
+    /// --body-timeout-s the minimum rate is never checked).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) body_grace_s: u64,
+    /// Bodies declaring at most this many bytes are read before admission and take a request
+    /// slot only once they have arrived, so that slow large uploads cannot take every slot;
+    /// larger ones (and bodies of undeclared length) are admitted first, at most --max-queue at
+    /// once (0 to 16 MiB; 0 = admit every body before reading it).
+    #[arg(long, default_value_t = 64 << 10, value_parser = bounded::<0, 16_777_216>)]
+    pub(crate) small_body_bytes: usize,
     /// Require `Authorization: Bearer TOKEN` (all routes but /health).
     #[arg(long, env = "CORRFLOW_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,

@@ -38,6 +38,15 @@ pub(crate) fn import_hf(
         "imported {} ({} layers, hidden {}, {} positions, {} parameters, vocabulary {} of {} tokens) -> {}",
         s.architecture, s.layers, s.hidden, s.max_positions, s.parameters, s.vocab, s.vocab_size, s.checkpoint
     );
+    let activation = format!("{:?}", s.mlm_activation).to_lowercase();
+    human.push_str(&format!("\nMLM head: {activation} transform ({})", s.mlm_activation_from));
+    let record = corrflow::model::import::RECORD_FILE;
+    human.push_str(&match s.sha256_checked {
+        Some(n) => format!("\nchecked: {n} files match the sha256 export hf-model recorded ({record})"),
+        None => format!(
+            "\nnot checked: no {record} (not written by export hf-model), so damaged weights cannot be told from trained ones"
+        ),
+    });
     if !s.not_imported.is_empty() {
         human.push_str(&format!(
             "\nnot imported (no place in a corrflow checkpoint; fine-tune for a task head): {}",

@@ -122,6 +122,9 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         max_inflight_mb,
         max_cells,
         body_timeout_s,
+        min_body_bytes_per_s,
+        body_grace_s,
+        small_body_bytes,
         token,
         allow_normalized,
     } = args;
@@ -143,6 +146,9 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
         max_cells_per_request: max_cells,
         bearer_token: token,
         body_timeout: std::time::Duration::from_secs(body_timeout_s),
+        min_body_rate: min_body_bytes_per_s as u64,
+        body_grace: std::time::Duration::from_secs(body_grace_s),
+        small_body_bytes,
         allow_normalized,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -7,9 +7,12 @@ for each (tests/zarr_loom.rs). AnnData zarr stores are written by anndata itself
 (`write_zarr`): zarr format 2 and 3, and 3 sharded when this anndata can shard (its
 `auto_shard_zarr_v3` setting); loom files by loompy when it is installed, else by h5py in
 the layout loompy 3.0.8 writes. `filter_pass` variants mark every other cell 0 (Geneformer drops those).
-Prints one JSON line saying which writers were used.
+Also (issue 51): looms written by anndata's `write_loom` (wl_unnamed, wl_named: the obs index named
+'cell', wl_two: and a 'barcode' column of distinct strings), and damaged looms (matrix_1d, matrix_3d,
+layer_short, no_layers, no_vocab_genes). Prints one JSON line saying which writers were used.
 """
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -107,4 +110,35 @@ def write_loom(path, adata, filter_pass=None):
 
 info["loom"] = write_loom(out / "cells.loom", a)
 write_loom(out / "filter_pass.loom", a, filter_pass=np.arange(n) % 2)
+
+# Looms whose matrix or a layer has the wrong shape, without /layers, without vocabulary genes
+# (issue 51's messages).
+for name, edit in [
+    ("matrix_1d.loom", lambda f: f.__setitem__("matrix", np.zeros(a.n_vars, dtype="f4"))),
+    ("matrix_3d.loom", lambda f: f.__setitem__("matrix", np.zeros((a.n_vars, n, 2), dtype="f4"))),
+    ("layer_short.loom", lambda f: f["layers"].__setitem__("spliced", np.zeros((a.n_vars, n - 3), dtype="f4"))),
+    ("no_layers.loom", lambda f: f.__delitem__("layers")),  # loompy always writes /layers; others may not
+    ("no_vocab_genes.loom", lambda f: (f["row_attrs"].__delitem__("ensembl_id"), f["row_attrs"].__delitem__("Gene"),
+                                       f["row_attrs"].__setitem__("Gene", np.array([f"NOPE{i}".encode() for i in range(a.n_vars)])))),
+]:
+    shutil.copy(out / "cells.loom", out / name)
+    with h5py.File(out / name, "a") as f:
+        if name.startswith("matrix"):
+            del f["matrix"]
+        edit(f)
+
+# Looms written by anndata's write_loom (needs loompy): the obs index stored under its name.
+try:
+    import loompy  # noqa: F401
+
+    wl = a.copy()
+    wl.obs = a.obs[["cell_type"]].copy()
+    wl.write_loom(out / "wl_unnamed.loom")  # the index under col_attrs/obs_names
+    wl.obs.index.name = "cell"
+    wl.write_loom(out / "wl_named.loom")  # under col_attrs/cell
+    wl.obs["barcode"] = [f"bc{i}" for i in range(n)]
+    wl.write_loom(out / "wl_two.loom")  # cell and barcode both distinct strings
+    info["write_loom"] = True
+except ImportError:
+    info["write_loom"] = False
 print(json.dumps(info))

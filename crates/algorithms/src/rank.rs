@@ -1,4 +1,4 @@
-//! Geneformer rank-value encoding of a single cell (DESIGN.md §2).
+//! Geneformer rank-value encoding of a single cell (docs/DESIGN.md §3).
 
 use serde::{Deserialize, Serialize};
 

@@ -5,7 +5,6 @@
 //! imputed.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
@@ -13,12 +12,11 @@ use corrflow_algorithms::auroc::auroc;
 use linfa::prelude::*;
 use linfa_logistic::LogisticRegression;
 use ndarray15::{Array1, Array2};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::error::{Error, Result};
 
 #[derive(Clone, Debug)]
 pub struct GeneEvalRequest {
@@ -71,26 +69,26 @@ pub use corrflow_io::util::csv::read_gene_classes;
 
 /// gene_id → embedding from `embed --genes`' Parquet.
 fn read_embeddings(path: &Path) -> Result<(HashMap<String, Vec<f64>>, usize)> {
-    let file = File::open(path).at(path)?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.build())
-        .map_err(|e| Error::parquet_read(path, e))?;
-    let (mut out, mut dim) = (HashMap::new(), 0);
+    let hint = "write it with corrflow embed --genes";
+    let (reader, dim) = crate::embeddings_file::open(path, Some("gene_id"), hint)?;
+    let mut out = HashMap::new();
     for rb in reader {
         let rb = rb.map_err(|e| Error::parquet_read(path, e))?;
-        let bad = || Error::format(path, "needs gene_id and embedding columns (write it with corrflow embed --genes)");
+        let bad = || Error::format(path, format!("needs gene_id and embedding columns ({hint})"));
         let ids =
             rb.column_by_name("gene_id").and_then(|c| c.as_any().downcast_ref::<StringArray>()).ok_or_else(bad)?;
         let emb = rb
             .column_by_name("embedding")
             .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>())
             .ok_or_else(bad)?;
-        dim = emb.value_length() as usize;
         let values = emb.values().as_any().downcast_ref::<Float32Array>().ok_or_else(bad)?;
         for i in 0..rb.num_rows() {
             let row = &values.values()[i * dim..(i + 1) * dim];
-            if row.iter().all(|v| v.is_finite()) {
-                out.insert(ids.value(i).to_string(), row.iter().map(|&v| f64::from(v)).collect());
+            if !emb.is_null(i) && row.iter().all(|v| v.is_finite()) {
+                let id = ids.value(i);
+                if out.insert(id.to_string(), row.iter().map(|&v| f64::from(v)).collect()).is_some() {
+                    return Err(Error::invalid(path, format!("gene '{id}' appears twice")));
+                }
             }
         }
     }
@@ -99,13 +97,26 @@ fn read_embeddings(path: &Path) -> Result<(HashMap<String, Vec<f64>>, usize)> {
 
 pub fn eval_genes(req: &GeneEvalRequest) -> Result<GeneEvalReport> {
     if req.folds < 2 {
-        return Err(Error::Usage("--folds must be at least 2".into()));
+        return Err(Error::Usage(format!("--folds must be at least 2 (got {})", req.folds)));
     }
+    crate::check_alpha(req.alpha)?;
     let labels = read_labels(req)?;
     let (emb, dim) = read_embeddings(&req.embeddings)?;
     let rows: Vec<(&Vec<f64>, bool)> = labels.iter().filter_map(|(g, y)| Some((emb.get(g)?, *y))).collect();
     let positives = rows.iter().filter(|r| r.1).count();
     let negatives = rows.len() - positives;
+    if rows.is_empty() {
+        return Err(Error::format(
+            &req.embeddings,
+            format!(
+                "none of the {} labelled genes of {} has a finite embedding here (the ids of its '{}' column are \
+                 matched exactly to gene_id)",
+                labels.len(),
+                req.labels.display(),
+                req.id_column
+            ),
+        ));
+    }
     if positives < req.folds || negatives < req.folds {
         return Err(Error::format(
             &req.embeddings,

@@ -14,9 +14,13 @@
 pub mod baselines;
 pub mod cells;
 mod classify;
+mod embeddings_file;
 pub mod genes;
 pub mod metrics;
 mod probe;
 
 pub use genes::{eval_genes, stratified_folds, GeneEvalReport, GeneEvalRequest, Score};
-pub use probe::{probe, probe_matrix, ClassScore, ProbeReport, ProbeRequest};
+pub use probe::{
+    check_alpha, min_class_cells, probe, probe_classes, probe_matrix, ClassCount, ClassScore, ProbeReport,
+    ProbeRequest, ALPHA_RANGE,
+};

@@ -4,20 +4,19 @@
 //! folds, and the macro-F1 of the rarest classes.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::error::{Error, Result};
 
 use super::classify::{Classifiers, SplitScores};
+use crate::embeddings_file;
 
 #[derive(Clone, Debug)]
 pub struct ProbeRequest {
@@ -51,6 +50,57 @@ pub struct ClassScore {
     /// One-vs-rest AUROC of the logistic regression's probability, mean over folds.
     #[serde(default)]
     pub auroc: Option<f64>,
+}
+
+/// A class and its cells: one left out of the probes (see [`probe_classes`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCount {
+    pub class: String,
+    pub cells: usize,
+}
+
+/// The fewest cells a class needs to be probed with `folds` folds: one in every fold's test part
+/// (so each fold also trains on it), and at least one to train and one to test with one split.
+pub fn min_class_cells(folds: usize) -> usize {
+    folds.max(2)
+}
+
+/// Splits `(class, cells)` into the classes the probes score and those left out because they
+/// cannot be split across the folds ([`min_class_cells`]). scikit-learn's `StratifiedKFold`
+/// warns for such classes and then trains folds without them, or on nothing at all.
+pub fn probe_classes(counts: &[(String, usize)], folds: usize) -> (Vec<String>, Vec<ClassCount>) {
+    let min = min_class_cells(folds);
+    let (kept, left): (Vec<_>, Vec<_>) = counts.iter().partition(|(_, n)| *n >= min);
+    (
+        kept.into_iter().map(|(c, _)| c.clone()).collect(),
+        left.into_iter().map(|(c, n)| ClassCount { class: c.clone(), cells: *n }).collect(),
+    )
+}
+
+/// `A (1 cell), B (2 cells)`.
+pub fn describe_classes(classes: &[ClassCount]) -> String {
+    let each = |c: &ClassCount| format!("{} ({} cell{})", c.class, c.cells, if c.cells == 1 { "" } else { "s" });
+    classes.iter().map(each).collect::<Vec<_>>().join(", ")
+}
+
+/// The L2 penalties the logistic probes accept. A fit that fails at the requested penalty is
+/// retried with it raised tenfold at a time (`classify::penalty_ladder`): on pbmc68k_reduced's
+/// X_pca every penalty below 1 fails and 1 fits. From 1e-4 that takes at most seven raises;
+/// 0 cannot be raised at all, so `--alpha 0` failed every retry (after 11 s). Large penalties
+/// zero every weight (the loss sums over cells: from 1e5 the fit on 700 pbmc68k cells predicts
+/// the majority class), and near 1e308 the raised penalty overflows f64.
+pub const ALPHA_RANGE: (f64, f64) = (1e-4, 1e6);
+
+/// `--alpha` within [`ALPHA_RANGE`].
+pub fn check_alpha(alpha: f64) -> Result<()> {
+    let (lo, hi) = ALPHA_RANGE;
+    if alpha.is_finite() && (lo..=hi).contains(&alpha) {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "--alpha must be in [{lo:e}, {hi:e}] (got {alpha}): the L2 penalty of the logistic probe; \
+         smaller ones cannot be raised far enough when a fit fails, larger ones zero every weight"
+    )))
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -89,22 +139,23 @@ pub struct ProbeReport {
     /// fit failed at it; see `classify`).
     #[serde(default)]
     pub alpha_used: f64,
+    /// Classes left out of the probes: fewer cells than the folds need ([`min_class_cells`]).
+    #[serde(default)]
+    pub skipped_classes: Vec<ClassCount>,
 }
 
 /// Rows with a label and a finite embedding: (embeddings row-major, labels, dim).
 fn read(path: &Path, label: &str) -> Result<(Vec<f64>, Vec<String>, usize)> {
-    let file = File::open(path).at(path)?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.build())
-        .map_err(|e| Error::parquet_read(path, e))?;
-    let (mut x, mut y, mut dim) = (Vec::new(), Vec::new(), 0usize);
+    let hint = "write it with corrflow embed --obs-columns";
+    let (reader, dim) = embeddings_file::open(path, None, hint)?;
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    let (mut rows, mut unlabelled) = (0usize, 0usize);
     for rb in reader {
         let rb: RecordBatch = rb.map_err(|e| Error::parquet_read(path, e))?;
-        let emb =
-            rb.column_by_name("embedding").and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>()).ok_or_else(
-                || Error::format(path, "no fixed-size-list 'embedding' column (write it with corrflow embed)"),
-            )?;
-        dim = emb.value_length() as usize;
+        let emb = rb
+            .column_by_name("embedding")
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>())
+            .ok_or_else(|| Error::format(path, format!("no fixed-size-list 'embedding' column ({hint})")))?;
         let col = rb.column_by_name(label).ok_or_else(|| {
             let names: Vec<String> = rb.schema().fields().iter().map(|f| f.name().clone()).collect();
             Error::format(
@@ -115,26 +166,65 @@ fn read(path: &Path, label: &str) -> Result<(Vec<f64>, Vec<String>, usize)> {
                 ),
             )
         })?;
-        let labels = arrow_cast::cast(col, &DataType::Utf8).map_err(|e| Error::parquet(path, e))?;
-        let labels = labels.as_any().downcast_ref::<arrow_array::StringArray>().expect("cast to Utf8");
+        let labels = arrow_cast::cast(col, &DataType::Utf8).map_err(|_| {
+            Error::format(
+                path,
+                format!("label column '{label}' is {}, which cannot be read as labels", col.data_type()),
+            )
+        })?;
+        let labels = labels
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .ok_or_else(|| Error::format(path, format!("label column '{label}' cannot be read as text")))?;
         let values = emb
             .values()
             .as_any()
             .downcast_ref::<Float32Array>()
             .ok_or_else(|| Error::format(path, "embedding values are not f32"))?;
+        rows += rb.num_rows();
         for i in 0..rb.num_rows() {
             let row = &values.values()[i * dim..(i + 1) * dim];
-            if labels.is_null(i) || emb.is_null(i) || row.iter().any(|v| !v.is_finite()) {
+            if labels.is_null(i) {
+                unlabelled += 1;
+                continue;
+            }
+            if emb.is_null(i) || row.iter().any(|v| !v.is_finite()) {
                 continue;
             }
             x.extend(row.iter().map(|&v| f64::from(v)));
             y.push(labels.value(i).to_string());
         }
     }
+    if y.is_empty() {
+        return Err(Error::format(
+            path,
+            format!(
+                "no row has both a '{label}' value and a finite embedding ({rows} rows: {unlabelled} without a label, \
+                 {} with an embedding that is null or holds NaN or inf)",
+                rows - unlabelled
+            ),
+        ));
+    }
     Ok((x, y, dim))
 }
 
+/// The most optimiser iterations a fit may take (200 by default; more only costs time).
+pub const MAX_ITERATIONS: u64 = 100_000;
+
+/// `--alpha` and `--max-iterations` within their bounds.
+fn check_request(req: &ProbeRequest) -> Result<()> {
+    check_alpha(req.alpha)?;
+    if !(1..=MAX_ITERATIONS).contains(&req.max_iterations) {
+        return Err(Error::Usage(format!(
+            "--max-iterations must be in 1..={MAX_ITERATIONS} (got {}): with 0 no weight is fitted",
+            req.max_iterations
+        )));
+    }
+    Ok(())
+}
+
 pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
+    check_request(req)?;
     let (x, labels, dim) = read(&req.embeddings, &req.label)?;
     probe_matrix(req, x, labels, dim)
 }
@@ -143,21 +233,18 @@ pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
 /// names them in messages and the report.
 pub fn probe_matrix(req: &ProbeRequest, x: Vec<f64>, labels: Vec<String>, dim: usize) -> Result<ProbeReport> {
     let p = &req.embeddings;
-    let (x, labels) = if req.exclude.is_empty() {
+    check_request(req)?;
+    if dim == 0 {
+        return Err(Error::format(p, "the embeddings are 0 wide (no values per cell)"));
+    }
+    let (x, labels) = select(x, labels, dim, |l| !req.exclude.iter().any(|e| e == l));
+    let (classes, skipped) = scored_classes(req, &labels)?;
+    let (x, labels) = if skipped.is_empty() {
         (x, labels)
     } else {
-        let keep: Vec<usize> = (0..labels.len()).filter(|&i| !req.exclude.contains(&labels[i])).collect();
-        let x = keep.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect::<Vec<_>>();
-        (x, keep.iter().map(|&i| labels[i].clone()).collect::<Vec<_>>())
+        select(x, labels, dim, |l| classes.binary_search_by(|c| c.as_str().cmp(l)).is_ok())
     };
     let n = labels.len();
-    let classes: Vec<String> = labels.iter().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    if classes.len() < 2 {
-        return Err(Error::format(
-            p,
-            format!("label '{}' has {} class(es) among labelled cells; a probe needs ≥ 2", req.label, classes.len()),
-        ));
-    }
     let class_of: BTreeMap<&str, usize> = classes.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect();
     let y: Vec<usize> = labels.iter().map(|l| class_of[l.as_str()]).collect();
     let k = classes.len();
@@ -179,7 +266,47 @@ pub fn probe_matrix(req: &ProbeRequest, x: Vec<f64>, labels: Vec<String>, dim: u
         (0..folds).map(|f| (0..n).partition(|&i| test_fold[i] == Some(f))).collect();
     let train_cells = splits.last().map_or(0, |(_, train)| train.len());
     let scores = splits.par_iter().map(|(test, train)| fit.score(train, test)).collect::<Result<Vec<_>>>()?;
-    Ok(report(req, p, &classes, &counts, &scores, n, train_cells))
+    let mut r = report(req, p, &classes, &counts, &scores, n, train_cells);
+    r.skipped_classes = skipped;
+    Ok(r)
+}
+
+/// The rows whose label passes `keep`.
+fn select(x: Vec<f64>, labels: Vec<String>, dim: usize, keep: impl Fn(&str) -> bool) -> (Vec<f64>, Vec<String>) {
+    if labels.iter().all(|l| keep(l)) {
+        return (x, labels);
+    }
+    let rows: Vec<usize> = (0..labels.len()).filter(|&i| keep(&labels[i])).collect();
+    let x = rows.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect();
+    (x, rows.into_iter().map(|i| labels[i].clone()).collect())
+}
+
+/// The classes the probes score (sorted) and those left out ([`probe_classes`]); an error when
+/// fewer than two remain.
+fn scored_classes(req: &ProbeRequest, labels: &[String]) -> Result<(Vec<String>, Vec<ClassCount>)> {
+    let mut sizes: BTreeMap<&str, usize> = BTreeMap::new();
+    labels.iter().for_each(|l| *sizes.entry(l.as_str()).or_default() += 1);
+    let sizes: Vec<(String, usize)> = sizes.into_iter().map(|(c, n)| (c.to_string(), n)).collect();
+    let (classes, skipped) = probe_classes(&sizes, req.folds);
+    if classes.len() >= 2 {
+        return Ok((classes, skipped));
+    }
+    let min = min_class_cells(req.folds);
+    let left = if skipped.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} left out with fewer than {min} cells: {})", skipped.len(), describe_classes(&skipped))
+    };
+    Err(Error::format(
+        &req.embeddings,
+        format!(
+            "label '{}' has {} class(es) the probes can score among {} labelled cells{left}; a probe needs \
+             ≥ 2 classes of ≥ {min} cells each (fewer --folds, or more cells)",
+            req.label,
+            classes.len(),
+            labels.len(),
+        ),
+    ))
 }
 
 /// The fold each cell is tested in (`None`: only trained on). k-fold: per class a seeded shuffle
@@ -277,5 +404,6 @@ fn report(
         knn_macro_f1,
         knn_macro_f1_sd,
         alpha_used: scores.iter().map(|s| s.alpha).fold(req.alpha, f64::max),
+        skipped_classes: Vec::new(),
     }
 }

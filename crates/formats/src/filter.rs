@@ -62,6 +62,10 @@ impl CellSource for FilterPass {
         self.inner.selection()
     }
 
+    fn gene_column(&self) -> Option<&str> {
+        self.inner.gene_column()
+    }
+
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
         if rows.end > self.kept.len() {
             return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.kept.len())));

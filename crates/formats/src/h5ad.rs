@@ -22,6 +22,14 @@ pub struct H5adSource {
 fn no_matrix(path: &Path, file: &hdf5::File, matrix_path: &str) -> Error {
     let members = file.member_names().unwrap_or_default();
     let anndata = file.link_exists("obs") && file.link_exists("var");
+    if !anndata && ["matrix", "row_attrs", "col_attrs"].iter().all(|m| file.link_exists(m)) {
+        // The loom reader takes any file whose `matrix` opens as a dataset.
+        let why = file.dataset("matrix").err().map_or_else(|| "?".to_string(), |e| e.to_string());
+        return Error::format(
+            path,
+            format!("a loom file (matrix, row_attrs, col_attrs) whose matrix cannot be opened ({why}): is it damaged?"),
+        );
+    }
     if !anndata {
         return Error::format(
             path,

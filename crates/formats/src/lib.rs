@@ -9,7 +9,9 @@
 //! genes × cells matrix is read by column slabs.
 
 pub mod atomic;
+mod canonical;
 pub mod crash_guard;
+mod csr;
 pub mod error;
 mod filter;
 pub mod h5;
@@ -39,8 +41,13 @@ pub use h5ad_copy::check_editable;
 pub use obs::{ObsKind, ObsValues};
 pub use registry::{register, CellFormat, Input};
 pub use values::{CellValues, ChunkValues};
+/// What ingest's hints read of an AnnData zarr store.
+pub mod zarr_store {
+    pub use crate::zarr::{counts_choices, is_zarr, var_string_columns};
+}
 
-/// Consecutive cells of one file, in sparse row form.
+/// Consecutive cells of one file, in sparse row form. Chunks from [`open`] are canonical: each
+/// cell's genes strictly ascending (a gene the file lists twice in a cell is summed).
 #[derive(Clone, Debug, Default)]
 pub struct CellChunk {
     /// Index of the first cell within its file.
@@ -129,6 +136,9 @@ pub struct ReadOptions {
     /// Geneformer's cell filter: read only the cells whose obs column (loom: column attribute)
     /// `filter_pass` is 1, when the file has one. `ingest` and `vocab build` turn it on.
     pub filter_pass: bool,
+    /// Loom files: the column attribute holding the cell names (`None`: the first of `CellID`,
+    /// `obs_names`, `cell_id`, `cell_ids`, else the only column attribute of distinct strings).
+    pub cell_names: Option<String>,
 }
 
 impl Default for ReadOptions {
@@ -142,6 +152,7 @@ impl Default for ReadOptions {
             genome: None,
             open_patience: None,
             filter_pass: false,
+            cell_names: None,
         }
     }
 }
@@ -179,6 +190,12 @@ pub trait CellSource: Send {
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk>;
     /// Human-readable format name, for logs and manifests.
     fn format(&self) -> &'static str;
+    /// Where the gene ids were read when the format chose among several places itself, in its
+    /// own words (loom: "row attribute 'ensembl_id'"), for messages; `None`: the var index or
+    /// the features' ids.
+    fn gene_column(&self) -> Option<&str> {
+        None
+    }
     /// The whole obs column (loom: column attribute) `name`, or `None` when the file has none
     /// (formats without cell annotations: 10x, MatrixMarket). Used for `filter_pass`.
     fn read_obs_column(&mut self, _name: &str) -> Result<Option<ObsValues>> {
@@ -195,9 +212,10 @@ pub trait CellSource: Send {
 /// Opens `path` with the reader its format needs (the first of [`registry::all`] that detects
 /// it): an AnnData zarr store, a MatrixMarket directory (or `.mtx` file), a 10x Genomics HDF5
 /// file, a loom file or an h5ad file. With `opts.filter_pass`, only the cells whose
-/// `filter_pass` is 1 are read, when the file has that obs column or loom attribute.
+/// `filter_pass` is 1 are read, when the file has that obs column or loom attribute. Chunks
+/// come in canonical form: each cell's genes ascending, a gene listed twice in a cell summed.
 pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
-    let source = registry::open_any(path, opts)?;
+    let source = canonical::canonical(registry::open_any(path, opts)?);
     if opts.filter_pass {
         return filter::honour_filter_pass(source, opts.chunk_cells);
     }

@@ -8,6 +8,7 @@ use hdf5::Dataset;
 
 use super::h5::{self, NumKind};
 use super::transpose::{transpose_columns, RowBuckets, SparseRowsData};
+use crate::csr;
 use crate::error::{Error, Result};
 
 /// Entries read per HDF5 call when streaming a gene-compressed matrix or a dense slab.
@@ -33,6 +34,7 @@ impl SparseRows {
         let kind = h5::num_kind(path, &data, &format!("{what}/data"))?;
         let nnz = data.size();
         check_sparse_lengths(path, what, &indices, &indptr, nnz, n_rows)?;
+        check_ptr_ends(path, what, &indptr, n_rows, nnz)?;
         Ok(Self { path: path.to_path_buf(), what: what.to_string(), data, indices, indptr, kind, n_rows, n_cols, nnz })
     }
 
@@ -42,13 +44,8 @@ impl SparseRows {
             return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.n_rows)));
         }
         let ptr = h5::read_i64(path, &self.indptr, &format!("{what}/indptr"), Some(rows.start..rows.end + 1))?;
+        csr::check_window(path, what, &ptr, rows.start, self.nnz)?;
         let (start, end) = (ptr[0], ptr[ptr.len() - 1]);
-        if ptr.windows(2).any(|w| w[1] < w[0]) || start < 0 || end as usize > self.nnz {
-            return Err(Error::format(
-                path,
-                format!("{what}/indptr is not non-decreasing within 0..={} near cells {rows:?}", self.nnz),
-            ));
-        }
         let range = start as usize..end as usize;
         let values = h5::read_values(path, &self.data, &format!("{what}/data"), self.kind, Some(range.clone()))?;
         let cols = h5::read_indices(path, &self.indices, &format!("{what}/indices"), Some(range), self.n_cols)?;
@@ -129,6 +126,7 @@ impl SparseCols {
         let kind = h5::num_kind(path, &data, &format!("{what}/data"))?;
         let nnz = data.size();
         check_sparse_lengths(path, what, &indices, &indptr, nnz, n_cols)?;
+        check_ptr_ends(path, what, &indptr, n_cols, nnz)?;
         Ok(Self {
             path: path.to_path_buf(),
             what: what.to_string(),
@@ -186,6 +184,15 @@ fn sparse_parts(path: &Path, what: &str, group: &hdf5::Group) -> Result<(Dataset
             .map_err(|_| Error::format(path, format!("sparse matrix {what} has no '{n}' dataset")))
     };
     Ok((part("data")?, part("indices")?, part("indptr")?))
+}
+
+/// The first and last offsets of `indptr` (`n_major + 1` of them), checked once at open.
+fn check_ptr_ends(path: &Path, what: &str, indptr: &Dataset, n_major: usize, nnz: usize) -> Result<()> {
+    let at = |i: usize| -> Result<i64> {
+        let v = h5::read_i64(path, indptr, &format!("{what}/indptr"), Some(i..i + 1))?;
+        v.first().copied().ok_or_else(|| Error::format(path, format!("{what}/indptr: entry {i} cannot be read")))
+    };
+    csr::check_ends(path, what, at(0)?, at(n_major)?, nnz)
 }
 
 fn check_sparse_lengths(

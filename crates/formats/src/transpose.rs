@@ -75,10 +75,10 @@ pub fn transpose_columns(
     mut read: impl FnMut(Range<usize>) -> Result<(Vec<u32>, Vec<f64>)>,
 ) -> Result<RowBuckets> {
     let n_cols = ptr.len().saturating_sub(1);
-    let bad = |p: Option<&i64>| p.is_none_or(|&p| p < 0 || p as usize > nnz);
-    if ptr.windows(2).any(|w| w[1] < w[0]) || bad(ptr.first()) || bad(ptr.last()) {
-        return Err(Error::format(path, format!("{what}/indptr is not non-decreasing within 0..={nnz}")));
+    if ptr.is_empty() {
+        return Err(Error::format(path, format!("{what}/indptr is empty")));
     }
+    crate::csr::check_all(path, what, ptr, n_cols, nnz)?;
     let mut writer = BucketWriter::new(scratch, n_rows, chunk_cells)?;
     let mut col = 0usize;
     while col < n_cols {

@@ -1,4 +1,4 @@
-//! Incremental graph state (the rank-map design of DESIGN.md §3): score histograms, the rank
+//! Incremental graph state (the rank-map design of docs/DESIGN.md §5.2): score histograms, the rank
 //! maps frozen at the last rebase, and exact pair sums under those maps, for the atlases
 //! included. Adding or retracting an atlas adds or subtracts its cells' statistics exactly; the
 //! graph is then derived from the sums. A rebase recomputes maps and statistics from the stored

@@ -1,4 +1,4 @@
-//! The Geneformer V1 BERT (DESIGN.md §5) in burn: learned token and position embeddings,
+//! The Geneformer V1 BERT (docs/DESIGN.md §7.1) in burn: learned token and position embeddings,
 //! post-LayerNorm transformer encoder with ReLU feed-forward, an MLM head tied to the input
 //! embeddings, and the optional pooled heads an objective asks for (`crate::objective`).
 

@@ -1,4 +1,4 @@
-//! The trainer (DESIGN.md §5): the Geneformer V1 BERT in burn, pre-trained on batches from the
+//! The trainer (docs/DESIGN.md §7.2): the Geneformer V1 BERT in burn, pre-trained on batches from the
 //! masking dataflow, on the CPU (ndarray backend), with `--features cuda` on an NVIDIA GPU, or
 //! with `--features wgpu` on burn's wgpu backend and the CubeCL kernels.
 

@@ -23,10 +23,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--corpus", type=Path, required=True, help="the token corpus (corrflow ingest)")
     p.add_argument("--graph", type=Path, help="the dependency graph (corrflow graph build); CorrMask needs it")
     p.add_argument("--out", type=Path, required=True, help="the run directory (created, or resumed)")
-    p.add_argument("--max-steps", type=int, default=0,
-                   help="stop after this many optimizer steps (0: the schedule's end). The schedule is the "
-                        "config's ([train] epochs / max_steps), so a run stopped here and run again with a "
-                        "larger value continues the same run")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="stop after this many optimizer steps (> 0; left out: the schedule's end). The schedule "
+                        "is the config's ([train] epochs / max_steps), so a run stopped here and run again with "
+                        "a larger value continues the same run")
     p.add_argument("--init-from", type=Path, help="start from the weights of a Hugging Face BERT directory")
     p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state (FSDP) "
                                                        "instead of replicating them (DDP)")
@@ -36,10 +36,16 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--record-cells", action="store_true",
                    help="write the corpus keys of the cells each step trained on to RUN/cells/rank-R.jsonl")
     p.add_argument("--fp32", action="store_true", help="no bf16 autocast on CUDA")
-    a = p.parse_args(argv)
-    if a.max_steps < 0 or a.grad_accum < 1:
-        p.error("--max-steps must be >= 0 and --grad-accum >= 1")
-    return a
+    return p.parse_args(argv)
+
+
+def check_values(a: argparse.Namespace) -> None:
+    """Numbers argparse cannot bound, refused naming the flag, its value and what is allowed."""
+    if a.max_steps is not None and a.max_steps <= 0:
+        raise ConfigError(f"--max-steps {a.max_steps}: must be a positive number of optimizer steps; leave it out "
+                          "to train to the schedule's end ([train] epochs and max_steps)")
+    if a.grad_accum < 1:
+        raise ConfigError(f"--grad-accum {a.grad_accum}: must be >= 1 (micro-batches per optimizer step)")
 
 
 def check_paths(a: argparse.Namespace) -> None:
@@ -70,6 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         args = parse(argv)
+        check_values(args)
         check_paths(args)
         settings = load(args.config)
     except ConfigError as e:

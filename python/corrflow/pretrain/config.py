@@ -58,6 +58,10 @@ class TrainSettings:
     seed: int = 0
 
 
+#: ``corrflow train``'s objectives (``crates/model/src/objective``), and the one this trainer has.
+OBJECTIVES = ("mlm", "wced", "poisson")
+TRAINED_HERE = ("mlm",)
+
 MASK_KEYS = ("strategy", "p", "lambda", "k_max", "pmi_tau", "pmi_min_count", "mask_token_rate",
              "random_token_rate", "seed")
 
@@ -129,9 +133,12 @@ def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
     def bad(msg: str):
         raise ConfigError(f"{path}: {msg}")
 
-    if m.objective != "mlm":
-        bad(f"[model].objective = {m.objective!r}: corrflow.pretrain trains BERT's masked-LM objective "
-            "('mlm'); other objectives are trained by `corrflow train`")
+    if m.objective not in OBJECTIVES:
+        bad(f"[model].objective = {m.objective!r} is not an objective (corrflow's: {', '.join(OBJECTIVES)}); "
+            f"corrflow.pretrain trains {', '.join(map(repr, TRAINED_HERE))}")
+    if m.objective not in TRAINED_HERE:
+        bad(f"[model].objective = {m.objective!r}: corrflow.pretrain trains BERT's masked-LM objective only "
+            f"(allowed: {', '.join(map(repr, TRAINED_HERE))}); {m.objective!r} is trained by `corrflow train`")
     if min(m.hidden, m.ffn, m.heads, m.layers, m.max_positions) <= 0:
         bad("model.hidden, ffn, heads, layers and max_positions must be > 0")
     if m.hidden % m.heads:
@@ -144,5 +151,8 @@ def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
         bad("train.lr must be > 0, weight_decay and grad_clip >= 0")
     if not 0.0 <= t.eval_fraction < 0.5:
         bad(f"train.eval_fraction must be in [0, 0.5), got {t.eval_fraction}")
+    for key in ("max_steps", "max_len", "warmup_steps", "eval_cells"):
+        if getattr(t, key) < 0:
+            bad(f"[train].{key} = {getattr(t, key)} must be >= 0")
     if min(t.eval_every, t.checkpoint_every, t.log_every, t.keep_checkpoints) <= 0:
         bad("train.eval_every, checkpoint_every, log_every and keep_checkpoints must be > 0")

@@ -149,16 +149,31 @@ class Run:
         ckpt = checkpoint.latest(self.args.out)
         if ckpt is None:
             return
-        saved = json.loads((ckpt / checkpoint.STATE).read_text())
-        mine = self.state()
-        for key in ("settings", "grad_accum", "world_size"):
-            if saved[key] != mine[key]:
-                raise ValueError(f"--out {self.args.out}: its checkpoints are of another run ({key} differs: "
-                                 f"{saved[key]} vs {mine[key]}); use a new --out")
+        check_resumable(ckpt, checkpoint.read_state(ckpt), self.state())
         state = checkpoint.load(ckpt, self.model, self.optim, self.sched)
         self.step, self.epoch, self.micro = state["step"], state["epoch"], state["micro"]
         self.graph = state["graph"]
         log(f"resumed from {ckpt} (step {self.step}, epoch {self.epoch}, micro-batch {self.micro})")
+
+
+def check_resumable(ckpt: Path, saved: Dict[str, Any], mine: Dict[str, Any]) -> None:
+    """Refuses to continue checkpoint ``ckpt`` (its state ``saved``) with another world size,
+    ``--grad-accum`` or settings (``mine``): the steps would hold other batches, so the run would
+    not be the one it continues. The message names both values."""
+    fix = "run it as it was started, or use a new --out"
+    if saved["world_size"] != mine["world_size"]:
+        raise ValueError(f"{ckpt}: written by a world of {saved['world_size']} process(es), resumed by "
+                         f"{mine['world_size']}: the ranks' data shards would differ; resume with "
+                         f"{saved['world_size']} (torchrun --nnodes x --nproc-per-node), or use a new --out")
+    if saved["grad_accum"] != mine["grad_accum"]:
+        raise ValueError(f"{ckpt}: written with --grad-accum {saved['grad_accum']}, resumed with --grad-accum "
+                         f"{mine['grad_accum']}: each step would average other micro-batches; {fix}")
+    changed = [f"[{section}].{key}: {old.get(key)!r} in the checkpoint, {new.get(key)!r} now"
+               for section in ("model", "train", "mask")
+               for old, new in [(saved["settings"][section], mine["settings"][section])]
+               for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    if changed:
+        raise ValueError(f"{ckpt}: its run has other settings ({'; '.join(changed)}); {fix}")
 
 
 def _jsonable(d: Dict[str, Any]) -> Dict[str, Any]:
@@ -342,14 +357,27 @@ def _gradient_sync(model, on: bool):
 
 def _truncate_metrics(path: Path, step: int) -> None:
     """Drops lines past the checkpoint a resumed run continues from (a run killed after logging
-    them), so no step is logged twice (metrics.jsonl, the cell records)."""
+    them), and a last line cut short by the kill, so no step is logged twice (metrics.jsonl, the
+    cell records). Rewritten atomically."""
     if not path.exists():
         return
     lines = [l for l in path.read_text().splitlines() if l.strip()]
-    keep = [l for l in lines if json.loads(l)["step"] <= step]
+    keep = []
+    for n, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break  # the line being written when the run was killed
+            raise ValueError(f"{path}: line {n} is not JSON (damaged or edited): {line[:80]!r}") from None
+        if entry["step"] <= step:
+            keep.append(line)
     if len(keep) != len(lines):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(l + "\n" for l in keep))
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(l + "\n" for l in keep))
+            f.flush()
+            os.fsync(f.fileno())
         tmp.replace(path)
 
 

@@ -4,6 +4,7 @@ architecture, its masked-only loss, and the ``hf/`` directory ``corrflow import 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import pickle
@@ -44,6 +45,7 @@ def build(settings: Settings, vocab: Dict[str, Any], init_from: Optional[Path], 
     if init_from is None:
         torch.manual_seed(settings.train.seed)
         return BertForMaskedLM(bert_config(settings, vocab, attention))
+    verify_record(Path(init_from))
     model = BertForMaskedLM.from_pretrained(init_from, attn_implementation=attention)
     c = model.config
     if c.vocab_size != vocab["vocab_size"] or (c.pad_token_id is not None and c.pad_token_id != vocab["pad"]):
@@ -89,7 +91,8 @@ VOCAB_FILES = ("token_dictionary.tsv", "gene_median_dictionary.tsv", "gene_name_
 def save_hf(state: Dict[str, torch.Tensor], config, corpus: Path, vocab: Dict[str, Any], out: Path) -> None:
     """``out`` (replaced whole, atomically) in ``corrflow export hf-model``'s layout: config.json,
     model.safetensors (``bert.*`` and ``cls.predictions.*``; the decoder is tied), ``vocab/`` (the
-    corpus' TSV tables, with V2's ``<cls>``/``<eos>``), and Geneformer's pickled dictionaries."""
+    corpus' TSV tables, with V2's ``<cls>``/``<eos>``), Geneformer's pickled dictionaries, and
+    ``corrflow_sha256.txt`` (the sha256 of each, which ``import hf`` and ``--init-from`` check)."""
     from safetensors.torch import save_file
 
     stage = out.with_name(f".{out.name}.partial")
@@ -106,6 +109,7 @@ def save_hf(state: Dict[str, torch.Tensor], config, corpus: Path, vocab: Dict[st
     (stage / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     tokens = _write_vocab(Path(corpus) / "vocab", vocab, stage / "vocab")
     _write_pickles(stage / "vocab", tokens, stage)
+    _write_record(stage)
     old = out.with_name(f".{out.name}.old")
     if old.exists():
         shutil.rmtree(old)
@@ -114,6 +118,46 @@ def save_hf(state: Dict[str, torch.Tensor], config, corpus: Path, vocab: Dict[st
     stage.rename(out)
     if old.exists():
         shutil.rmtree(old)
+
+
+#: ``corrflow export hf-model``'s sha256 record of a model directory (``sha256sum``'s format).
+RECORD = "corrflow_sha256.txt"
+
+
+def _write_record(stage: Path) -> None:
+    """The sha256 of every file of ``stage``, which ``corrflow import hf`` checks."""
+    files = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
+    lines = [f"{_sha256(stage / f)}  {f}\n" for f in files if f != RECORD]
+    (stage / RECORD).write_text("".join(lines))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_record(model_dir: Path) -> None:
+    """Checks a model directory against its sha256 record, when it has one (an ``export hf-model``
+    or a run's ``hf/``); ValueError naming the file and both digests."""
+    record = model_dir / RECORD
+    if not record.is_file():
+        return
+    for n, line in enumerate(record.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, _, name = line.partition("  ")
+        path = model_dir / name
+        if len(digest) != 64 or not name or ".." in Path(name).parts or Path(name).is_absolute():
+            raise ValueError(f"--init-from {record}: line {n} is not `<sha256>  <file>`")
+        if not path.is_file():
+            raise ValueError(f"--init-from {path}: listed in {RECORD} but missing")
+        actual = _sha256(path)
+        if actual != digest:
+            raise ValueError(f"--init-from {path}: does not match the sha256 recorded in {RECORD} (damaged or "
+                             f"modified): its sha256 is {actual}, the record says {digest}")
 
 
 def _write_vocab(src: Path, vocab: Dict[str, Any], dst: Path) -> Dict[str, int]:

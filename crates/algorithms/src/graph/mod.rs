@@ -7,7 +7,7 @@
 //! accumulated batch by batch with dense matrix products ([`PairSums`]). When the maps come
 //! from the same cells, the correlations derived from them are exactly Spearman's ρ with average
 //! ranks; when the maps are frozen and cells are added or retracted, sums stay exact under the
-//! frozen maps (the incremental design of DESIGN.md §3).
+//! frozen maps (the incremental design of docs/DESIGN.md §5.2).
 
 mod extend;
 mod pair_counts;

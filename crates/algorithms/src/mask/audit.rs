@@ -1,4 +1,4 @@
-//! The masking audit of the paper's Table 3 (definitions in DESIGN.md §4).
+//! The masking audit of the paper's Table 3 (definitions in docs/DESIGN.md §6.3).
 
 use serde::{Deserialize, Serialize};
 

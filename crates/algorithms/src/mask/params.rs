@@ -2,7 +2,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MaskStrategy;
 
-/// Masking parameters (defaults: DESIGN.md §4 / the paper).
+/// Masking parameters (defaults: docs/DESIGN.md §6.1 / the paper).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MaskParams {

@@ -98,7 +98,7 @@ pub fn highly_variable_genes(x: &CsrMatrix, n_top: usize) -> Vec<usize> {
         })
         .collect();
     let mut finite: Vec<f64> = norm.iter().copied().filter(|v| !v.is_nan()).collect();
-    if finite.is_empty() {
+    if finite.is_empty() || n_top == 0 {
         return Vec::new();
     }
     finite.sort_by(|a, b| b.total_cmp(a));

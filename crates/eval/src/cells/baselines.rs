@@ -42,29 +42,32 @@ pub(super) fn build(
         ));
     }
     log_normalize(&mut x);
-    let hvg = highly_variable_genes(&x, opts.n_top_genes);
+    // More HVGs than genes keeps every gene, as scanpy does (it logs "`n_top_genes` > number
+    // of genes, returning all genes"); the note says so. Every step after this one is bounded
+    // by the cells × genes of the input, whatever was asked (`pca` works on the smaller side).
+    let top = opts.n_top_genes.min(x.genes);
+    let hvg = highly_variable_genes(&x, top);
     if hvg.len() < 2 {
         return Err(format!("{} highly variable genes (of {}); the baselines need ≥ 2", hvg.len(), x.genes));
     }
-    if hvg.len() != opts.n_top_genes {
+    if opts.n_top_genes > x.genes {
         notes.push(format!(
-            "{} highly variable genes (of {} genes; asked for {})",
+            "--n-top-genes {} is more than the {} genes: every gene that varies was kept ({} HVGs)",
+            opts.n_top_genes,
+            x.genes,
+            hvg.len()
+        ));
+    } else if hvg.len() != opts.n_top_genes {
+        notes.push(format!(
+            "{} highly variable genes (of {} genes; asked for {}: ties at the cut-off are kept, genes that do not \
+             vary are not)",
             hvg.len(),
             x.genes,
             opts.n_top_genes
         ));
     }
-    let column: std::collections::HashMap<u32, usize> = hvg.iter().enumerate().map(|(c, &g)| (g as u32, c)).collect();
+    let dense = dense_columns(&x, &hvg);
     let (rows, cols) = (keep.len(), hvg.len());
-    let mut dense = vec![0.0; rows * cols];
-    for r in 0..rows {
-        let (g, v) = x.row(r);
-        for (gi, &vi) in g.iter().zip(v) {
-            if let Some(&c) = column.get(gi) {
-                dense[r * cols + c] += vi;
-            }
-        }
-    }
     let (scores, comps) = pca(&dense, rows, cols, opts.n_comps)?;
     let random = random_projection(&dense, rows, cols, random_dim, opts.seed);
     let recipe = format!("normalize_total → log1p → {cols} HVGs (seurat)");
@@ -82,4 +85,21 @@ pub(super) fn build(
         ],
         notes,
     ))
+}
+
+/// The cells' values of the `genes` columns (sorted gene indices), dense, row-major.
+fn dense_columns(x: &CsrMatrix, genes: &[usize]) -> Vec<f64> {
+    let mut column = vec![u32::MAX; x.genes];
+    genes.iter().enumerate().for_each(|(c, &g)| column[g] = c as u32);
+    let cols = genes.len();
+    let mut dense = vec![0.0; x.cells() * cols];
+    for r in 0..x.cells() {
+        let (g, v) = x.row(r);
+        for (&gi, &vi) in g.iter().zip(v) {
+            if let Some(&c) = column.get(gi as usize).filter(|&&c| c != u32::MAX) {
+                dense[r * cols + c as usize] += vi;
+            }
+        }
+    }
+    dense
 }

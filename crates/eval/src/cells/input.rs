@@ -3,17 +3,16 @@
 //! lined up with those cells by id.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::Path;
 
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::error::{Error, Result};
 use corrflow_io::formats::{self, CellChunk, ReadOptions};
 use corrflow_io::tokenize::ValueTransform;
 
 use crate::baselines::CsrMatrix;
+use crate::embeddings_file;
 
 /// The cells of the input file.
 pub struct InputCells {
@@ -108,32 +107,33 @@ pub fn append_counts(
     Ok(integer)
 }
 
+const HINT: &str = "write it with corrflow embed";
+
 /// Embeddings of the input's cells from an `embed` Parquet file: one row per input cell
 /// (`None` where the file has no finite embedding for it), and the dimension.
 pub fn read_embeddings(path: &Path, ids: &[String]) -> Result<(Vec<Option<Vec<f32>>>, usize)> {
     let position: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
-    let file = File::open(path).at(path)?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.build())
-        .map_err(|e| Error::parquet_read(path, e))?;
+    let (reader, dim) = embeddings_file::open(path, Some("cell_id"), HINT)?;
     let mut rows: Vec<Option<Vec<f32>>> = vec![None; ids.len()];
-    let (mut dim, mut matched, mut seen) = (0usize, 0usize, vec![false; ids.len()]);
+    let (mut total, mut matched, mut finite, mut seen) = (0usize, 0usize, 0usize, vec![false; ids.len()]);
     for rb in reader {
         let rb: RecordBatch = rb.map_err(|e| Error::parquet_read(path, e))?;
-        let cell_ids = rb
-            .column_by_name("cell_id")
-            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            .ok_or_else(|| Error::format(path, "no string 'cell_id' column (write it with corrflow embed)"))?;
-        let emb =
-            rb.column_by_name("embedding").and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>()).ok_or_else(
-                || Error::format(path, "no fixed-size-list 'embedding' column (write it with corrflow embed)"),
-            )?;
-        dim = emb.value_length() as usize;
+        let column =
+            |name: &str| rb.column_by_name(name).ok_or_else(|| Error::format(path, format!("no '{name}' column")));
+        let cell_ids = column("cell_id")?
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| Error::format(path, format!("'cell_id' is not a string column ({HINT})")))?;
+        let emb = column("embedding")?
+            .as_any()
+            .downcast_ref::<FixedSizeListArray>()
+            .ok_or_else(|| Error::format(path, format!("'embedding' is not a fixed-size list ({HINT})")))?;
         let values = emb
             .values()
             .as_any()
             .downcast_ref::<Float32Array>()
             .ok_or_else(|| Error::format(path, "embedding values are not f32"))?;
+        total += rb.num_rows();
         for r in 0..rb.num_rows() {
             let Some(&i) = position.get(cell_ids.value(r)) else { continue };
             if std::mem::replace(&mut seen[i], true) {
@@ -143,13 +143,23 @@ pub fn read_embeddings(path: &Path, ids: &[String]) -> Result<(Vec<Option<Vec<f3
             let row = &values.values()[r * dim..(r + 1) * dim];
             if !emb.is_null(r) && row.iter().all(|v| v.is_finite()) {
                 rows[i] = Some(row.to_vec());
+                finite += 1;
             }
         }
+    }
+    if total == 0 {
+        return Err(Error::invalid(path, format!("the file has no rows, so no embeddings ({HINT})")));
     }
     if matched == 0 {
         return Err(Error::invalid(
             path,
             "none of its cell_id values is a cell of the input file (embed the same file)",
+        ));
+    }
+    if finite == 0 {
+        return Err(Error::invalid(
+            path,
+            format!("none of the embeddings of its {matched} cells of the input is finite (every row holds NaN, inf or null)"),
         ));
     }
     Ok((rows, dim))

@@ -3,13 +3,13 @@
 //! projection), on the cell tasks of scib-metrics and cz-benchmarks.
 
 mod baselines;
+mod cohort;
 mod input;
-
-pub use input::append_counts;
 mod score;
 mod table;
+mod validate;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -20,8 +20,14 @@ use corrflow_io::tokenize::ValueTransform;
 
 use crate::baselines::CsrMatrix;
 use crate::metrics::Points;
+use crate::probe::ClassCount;
+use cohort::cohort;
+pub use cohort::Cohort;
+pub use input::append_counts;
 pub use score::{LeidenScore, MethodScores};
 pub use table::table;
+use validate::validate;
+pub use validate::validate_options;
 
 /// Embeddings under test: a name (the key in the report) and an `embed` Parquet file.
 #[derive(Clone, Debug)]
@@ -85,14 +91,6 @@ pub struct CellEvalRequest {
     pub options: CellEvalOptions,
 }
 
-/// The cells every method is scored on: labelled, not excluded, embedded by every model.
-pub struct Cohort {
-    pub label_column: String,
-    pub labels: Vec<usize>,
-    pub label_names: Vec<String>,
-    pub batches: Option<(Vec<usize>, Vec<String>)>,
-}
-
 /// The input cells, read from a file ([`eval_cells`]) or handed over from memory (Python's
 /// `corrflow.eval_cells`).
 pub struct CellData {
@@ -144,6 +142,17 @@ pub struct CellEvalReport {
     pub seed: u64,
     /// The logistic probe's requested L2 penalty.
     pub probe_alpha: f64,
+    /// Folds of the probes.
+    #[serde(default)]
+    pub folds: usize,
+    /// Classes left out of the probes: fewer cells than `folds` (each fold must test and train
+    /// on every class). Leiden and the silhouettes still score their cells.
+    #[serde(default)]
+    pub probe_skipped_classes: Vec<ClassCount>,
+    /// Why the probes were not run (their metrics are then null): fewer than two classes have
+    /// enough cells for the folds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes_not_computed: Option<String>,
     /// Method names in the order they were scored (embeddings first).
     pub order: Vec<String>,
     pub methods: BTreeMap<String, MethodScores>,
@@ -198,14 +207,6 @@ pub fn metric(m: &MethodScores, name: &str) -> Option<f64> {
         _ => return None,
     })
     .filter(|v| v.is_finite())
-}
-
-/// Groups strings into codes numbered in sorted order.
-fn codes(values: &[&str]) -> (Vec<usize>, Vec<String>) {
-    let names: Vec<String> =
-        values.iter().map(|s| s.to_string()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    (values.iter().map(|v| index[v]).collect(), names)
 }
 
 /// `eval cells` on a file: reads its cells and the embeddings, then [`evaluate`]s them.
@@ -290,6 +291,9 @@ pub fn evaluate(
         batches: cohort.batches.as_ref().map(|(_, n)| n.len()),
         seed: opts.seed,
         probe_alpha: opts.alpha,
+        folds: opts.folds,
+        probe_skipped_classes: cohort.probe_skipped.clone(),
+        probes_not_computed: cohort.probes_not_computed.clone(),
         order: Vec::new(),
         methods: BTreeMap::new(),
         best: BTreeMap::new(),
@@ -311,106 +315,6 @@ pub fn evaluate(
     report.best = best(&report);
     report.seconds = start.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// The cells every method is scored on (their indices into `data`) and their label and batch
-/// codes.
-fn cohort(
-    data: &CellData,
-    embedded: &[MethodInput],
-    label: &str,
-    batch: Option<&str>,
-    exclude: &[String],
-    opts: &CellEvalOptions,
-) -> Result<(Vec<usize>, Cohort)> {
-    let n = data.ids.len();
-    if data.labels.len() != n
-        || data.batches.as_ref().is_some_and(|b| b.len() != n)
-        || embedded.iter().any(|m| m.rows.len() != n)
-    {
-        return Err(Error::Usage(format!(
-            "{}: labels, batches and embeddings must have one entry per cell ({n})",
-            data.source
-        )));
-    }
-    let keep: Vec<usize> = (0..n)
-        .filter(|&i| {
-            data.labels[i].as_ref().is_some_and(|l| !exclude.contains(l))
-                && data.batches.as_ref().is_none_or(|b| b[i].is_some())
-                && embedded.iter().all(|m| m.rows[i].is_some())
-        })
-        .collect();
-    let label_values: Vec<&str> = keep.iter().map(|&i| data.labels[i].as_deref().unwrap_or_default()).collect();
-    let (labels, label_names) = codes(&label_values);
-    if label_names.len() < 2 || keep.len() < 2 * opts.folds.max(2) {
-        return Err(Error::Usage(format!(
-            "{}: {} cells in {} classes of '{label}' remain to score; eval cells needs ≥ 2 classes and ≥ {} cells",
-            data.source,
-            keep.len(),
-            label_names.len(),
-            2 * opts.folds.max(2)
-        )));
-    }
-    let batches = data
-        .batches
-        .as_ref()
-        .map(|b| codes(&keep.iter().map(|&i| b[i].as_deref().unwrap_or_default()).collect::<Vec<_>>()));
-    if let Some((_, names)) = &batches {
-        if names.len() < 2 {
-            return Err(Error::Usage(format!(
-                "{}: batch column '{}' has one value among the scored cells; batch metrics need ≥ 2",
-                data.source,
-                batch.unwrap_or_default()
-            )));
-        }
-    }
-    Ok((keep, Cohort { label_column: label.to_string(), labels, label_names, batches }))
-}
-
-fn validate(req: &CellEvalRequest) -> Result<()> {
-    validate_options(&req.options)?;
-    let o = &req.options;
-    let bad = |m: String| Err(Error::Usage(m));
-    if req.embeddings.is_empty() && !o.baselines {
-        return bad("nothing to score: give embeddings or keep the baselines".into());
-    }
-    let mut names = std::collections::HashSet::new();
-    for e in &req.embeddings {
-        if ["pca", "hvg", "random"].contains(&e.name.as_str()) && o.baselines || !names.insert(e.name.as_str()) {
-            return bad(format!("--name '{}' is taken (names must differ and not be pca, hvg or random)", e.name));
-        }
-    }
-    Ok(())
-}
-
-/// Every option within its documented range.
-pub fn validate_options(o: &CellEvalOptions) -> Result<()> {
-    let bad = |m: String| Err(Error::Usage(m));
-    if !(2..=1000).contains(&o.neighbours) {
-        return bad(format!("--neighbours must be in 2..=1000 (got {})", o.neighbours));
-    }
-    if !(2..=1000).contains(&o.lisi_neighbours) {
-        return bad(format!("--lisi-neighbours must be in 2..=1000 (got {})", o.lisi_neighbours));
-    }
-    if o.resolutions.is_empty() || o.resolutions.iter().any(|r| !(r.is_finite() && *r > 0.0 && *r <= 100.0)) {
-        return bad(format!("--resolutions must be numbers in (0, 100] (got {:?})", o.resolutions));
-    }
-    if !(1..=100_000).contains(&o.n_top_genes) || !(1..=1000).contains(&o.n_comps) {
-        return bad(format!(
-            "--n-top-genes must be in 1..=100000 and --n-comps in 1..=1000 (got {} and {})",
-            o.n_top_genes, o.n_comps
-        ));
-    }
-    if !(2..=100).contains(&o.folds) {
-        return bad(format!("--folds must be in 2..=100 (got {})", o.folds));
-    }
-    if !(o.alpha.is_finite() && o.alpha >= 0.0) {
-        return bad(format!("--alpha must be a finite number ≥ 0 (got {})", o.alpha));
-    }
-    if !(1..=1000).contains(&o.probe_neighbours) {
-        return bad(format!("--probe-neighbours must be in 1..=1000 (got {})", o.probe_neighbours));
-    }
-    Ok(())
 }
 
 /// Two leading principal components, for the panel of each method.
@@ -439,5 +343,7 @@ fn best(report: &CellEvalReport) -> BTreeMap<String, String> {
     out
 }
 
+#[cfg(test)]
+mod degenerate_tests;
 #[cfg(test)]
 mod tests;

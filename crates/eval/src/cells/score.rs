@@ -143,7 +143,12 @@ pub fn score(
     })
 }
 
+/// The probes of one method; every score NaN (null in JSON, "—" in the table) when the cohort
+/// has fewer than two classes the folds can split (`Cohort::probes_not_computed` says so).
 fn probe_of(name: &str, points: Points<'_>, cohort: &Cohort, opts: &CellEvalOptions) -> Result<crate::ProbeReport> {
+    if cohort.probes_not_computed.is_some() {
+        return Ok(no_probe(name, cohort, opts));
+    }
     let req = ProbeRequest {
         embeddings: name.into(),
         label: cohort.label_column.clone(),
@@ -158,4 +163,32 @@ fn probe_of(name: &str, points: Points<'_>, cohort: &Cohort, opts: &CellEvalOpti
     };
     let labels = cohort.labels.iter().map(|&c| cohort.label_names[c].clone()).collect();
     probe_matrix(&req, points.data.to_vec(), labels, points.dim)
+}
+
+fn no_probe(name: &str, cohort: &Cohort, opts: &CellEvalOptions) -> crate::ProbeReport {
+    crate::ProbeReport {
+        command: "eval probe".into(),
+        embeddings: name.into(),
+        label: cohort.label_column.clone(),
+        cells: 0,
+        train_cells: 0,
+        test_cells: 0,
+        classes: 0,
+        accuracy: f64::NAN,
+        macro_f1: f64::NAN,
+        rare_classes: Vec::new(),
+        rare_macro_f1: f64::NAN,
+        per_class: Vec::new(),
+        folds: opts.folds,
+        accuracy_sd: f64::NAN,
+        macro_f1_sd: f64::NAN,
+        macro_auroc: f64::NAN,
+        macro_auroc_sd: f64::NAN,
+        knn_accuracy: f64::NAN,
+        knn_accuracy_sd: f64::NAN,
+        knn_macro_f1: f64::NAN,
+        knn_macro_f1_sd: f64::NAN,
+        alpha_used: opts.alpha,
+        skipped_classes: cohort.probe_skipped.clone(),
+    }
 }

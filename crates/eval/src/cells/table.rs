@@ -37,8 +37,21 @@ pub fn table(r: &CellEvalReport) -> String {
         out += &format!("{:>width$}", r.methods[name].dim);
     }
     out.push('\n');
-    out +=
-        "* best of the row. ari/nmi: Leiden at the resolution of the best NMI (scib-metrics); probes: 5-fold mean.\n";
+    out += &format!(
+        "* best of the row. ari/nmi: Leiden at the resolution of the best NMI (scib-metrics); probes: {}-fold mean.\n",
+        r.folds
+    );
+    if let Some(why) = &r.probes_not_computed {
+        out += &format!("probes: not computed: {why}\n");
+    }
+    if !r.probe_skipped_classes.is_empty() {
+        out += &format!(
+            "probes: {} class(es) with fewer than {} cells left out (every fold must train and test each class): {}\n",
+            r.probe_skipped_classes.len(),
+            crate::min_class_cells(r.folds),
+            crate::probe::describe_classes(&r.probe_skipped_classes)
+        );
+    }
     for name in &r.order {
         let m = &r.methods[name];
         if m.probe_alpha > r.probe_alpha {

@@ -11,6 +11,7 @@ use zarrs::array::{Array, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
 use zarrs::plugin::ExtensionName;
 
+use super::chunks::{self, ChunkCheck, Omit};
 use crate::error::{Error, Result};
 use crate::ChunkValues;
 
@@ -61,16 +62,25 @@ pub struct ZArray {
     dtype: String,
     shape: Vec<usize>,
     cache: std::sync::Mutex<Option<(Range<usize>, Block)>>,
+    /// Set for the arrays of a sparse matrix: chunks must be stored ([`chunks`]). Boxed: it
+    /// holds the sharding codec, and columns hold arrays without one.
+    chunks: Option<Box<ChunkCheck>>,
 }
 
 impl ZArray {
     /// Opens the array at `key`; `None` when there is no array there (a group, or nothing).
     pub fn open(path: &Path, store: &Store, key: &str) -> Result<Option<Self>> {
-        if !is_array(path, key) {
+        if !is_array(path, key)? {
             return Ok(None);
         }
-        let array = Array::open(store.clone(), &format!("/{key}"))
-            .map_err(|e| Error::format(path, format!("{key}: cannot open as a zarr array: {e}")))?;
+        let array = Array::open(store.clone(), &format!("/{key}")).map_err(|e| {
+            // zarrs checks the fill value against the data type first: name the data type
+            // when that is what corrflow could not read anyway.
+            match declared_dtype(path, key) {
+                Some(t) if !readable_dtype(&t) => unsupported(path, key, &t),
+                _ => Error::format(path, format!("{key}: cannot open as a zarr array: {e}")),
+            }
+        })?;
         let dtype = array.data_type().name_v3().map(|n| n.to_string()).unwrap_or_else(|| array.data_type().to_string());
         let kind = match dtype.as_str() {
             "float32" => Kind::F32,
@@ -78,12 +88,7 @@ impl ZArray {
             "int8" | "int16" | "int32" | "int64" | "uint8" | "uint16" | "uint32" | "uint64" => Kind::Int,
             "bool" => Kind::Bool,
             "string" => Kind::Str,
-            other => {
-                return Err(Error::format(
-                    path,
-                    format!("{key}: zarr data type '{other}' is not one AnnData writes (numbers, bool, string)"),
-                ))
-            }
+            other => return Err(unsupported(path, key, other)),
         };
         let shape = array.shape().iter().map(|&n| n as usize).collect();
         let what = key.to_string();
@@ -95,7 +100,17 @@ impl ZArray {
             dtype,
             shape,
             cache: Default::default(),
+            chunks: None,
         }))
+    }
+
+    /// Refuses to read chunks that are not stored (except those `omit` allows), rather than
+    /// reading them as the fill value: for the arrays of a sparse matrix.
+    pub fn require_chunks(&mut self, omit: Omit) -> Result<()> {
+        if self.shape.len() == 1 {
+            self.chunks = Some(Box::new(ChunkCheck::new(&self.path, &self.what, &self.array, omit)?));
+        }
+        Ok(())
     }
 
     pub fn kind(&self) -> Kind {
@@ -119,12 +134,38 @@ impl ZArray {
         Error::format(&self.path, format!("reading {}: {e}", self.what))
     }
 
-    /// Decodes `ranges` (one per dimension) of the array.
+    /// Decodes `ranges` (one per dimension) of the array, after checking that the chunks
+    /// there are stored when that is required.
     fn retrieve(&self, ranges: &[Range<u64>]) -> Result<Block> {
+        if let (Some(check), [r]) = (&self.chunks, ranges) {
+            check.check(&self.array, r, |i| self.value_at(i))?;
+        }
+        self.retrieve_stored(ranges)
+    }
+
+    /// Element `i` of a 1-d integer array, read without the chunk check.
+    fn value_at(&self, i: u64) -> Result<i64> {
+        match self.retrieve_stored(std::slice::from_ref(&(i..i + 1)))? {
+            Block::I64(v) => v.first().copied().ok_or_else(|| self.err(format!("no element {i}"))),
+            _ => Err(self.err(format!("expected integers, found {}", self.dtype))),
+        }
+    }
+
+    /// The error of a failed read of `ranges`, naming the chunk that does not decode.
+    fn read_err(&self, ranges: &[Range<u64>], e: impl std::fmt::Display) -> Error {
+        match chunks::locate_failure(&self.array, &self.what, ranges) {
+            Some(msg) => Error::format(&self.path, msg),
+            None => self.err(format!("elements {ranges:?}: {e}")),
+        }
+    }
+
+    /// Decodes `ranges` (one per dimension) of the array.
+    fn retrieve_stored(&self, ranges: &[Range<u64>]) -> Result<Block> {
         let subset = ArraySubset::new_with_ranges(ranges);
         macro_rules! get {
             ($t:ty) => {
-                self.array.retrieve_array_subset::<Vec<$t>>(&subset).map_err(|e| self.err(e))?
+                chunks::decoded(|| self.array.retrieve_array_subset::<Vec<$t>>(&subset))
+                    .map_err(|e| self.read_err(ranges, e))?
             };
         }
         macro_rules! wide {
@@ -250,23 +291,70 @@ impl ZArray {
     }
 }
 
-/// Whether `key` of the store is an array (zarr format 3: `zarr.json` with node_type array;
-/// format 2: `.zarray`).
-pub fn is_array(path: &Path, key: &str) -> bool {
+fn unsupported(path: &Path, key: &str, dtype: &str) -> Error {
+    Error::format(path, format!("{key}: zarr data type '{dtype}' is not one AnnData writes (numbers, bool, string)"))
+}
+
+/// The data type an array's metadata declares (format 3: `data_type`, format 2: `dtype`), as
+/// written there.
+fn declared_dtype(path: &Path, key: &str) -> Option<String> {
     let dir = path.join(key);
-    dir.join(".zarray").is_file() || node_type(&dir).as_deref() == Some("array")
+    let (file, field) = if dir.join("zarr.json").is_file() {
+        (dir.join("zarr.json"), "data_type")
+    } else {
+        (dir.join(".zarray"), "dtype")
+    };
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
+    let t = v.get(field)?;
+    Some(match t {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => o.get("name").and_then(|n| n.as_str()).unwrap_or("?").to_string(),
+        other => other.to_string(),
+    })
+}
+
+/// Whether a declared data type is one [`ZArray`] reads (format 3 names, format 2 NumPy codes).
+fn readable_dtype(t: &str) -> bool {
+    let v3 = [
+        "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+        "string",
+    ];
+    if v3.contains(&t) {
+        return true;
+    }
+    let code = t.trim_start_matches(['<', '>', '|', '=']);
+    matches!(code, "f4" | "f8" | "i1" | "i2" | "i4" | "i8" | "u1" | "u2" | "u4" | "u8" | "b1" | "O")
+        || code.starts_with('U')
+        || code.starts_with('S')
+}
+
+/// Whether `key` of the store is an array (zarr format 3: `zarr.json` with node_type array;
+/// format 2: `.zarray`). A `zarr.json` that is not the JSON of a node is an error naming it
+/// (a store cut short), not a missing array.
+pub fn is_array(path: &Path, key: &str) -> Result<bool> {
+    let dir = path.join(key);
+    if dir.join(".zarray").is_file() {
+        return Ok(true);
+    }
+    let file = dir.join("zarr.json");
+    if !file.is_file() {
+        return Ok(false);
+    }
+    let bad = |msg: String| Error::format(path, format!("{key}/zarr.json: {msg}"));
+    let text = std::fs::read_to_string(&file).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON ({e}): is the store cut short?")))?;
+    match v.get("node_type").and_then(|t| t.as_str()) {
+        Some("array") => Ok(true),
+        Some("group") => Ok(false),
+        other => Err(bad(format!("node_type is {other:?}, expected \"array\" or \"group\""))),
+    }
 }
 
 /// Whether `key` is a group or an array of the store.
 pub fn exists(path: &Path, key: &str) -> bool {
     let dir = path.join(key);
     dir.join(".zarray").is_file() || dir.join(".zgroup").is_file() || dir.join("zarr.json").is_file()
-}
-
-fn node_type(dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(dir.join("zarr.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.get("node_type")?.as_str().map(str::to_string)
 }
 
 /// A group's attributes (format 3: `attributes` of `zarr.json`; format 2: `.zattrs`).

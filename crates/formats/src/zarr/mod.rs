@@ -4,6 +4,7 @@
 //! CSR and dense X chunk by chunk, CSC through the same out-of-core transpose as h5ad.
 
 mod array;
+mod chunks;
 mod frame;
 
 use std::ops::Range;
@@ -11,9 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use array::{Store, ZArray};
+use chunks::Omit;
 use frame::ZColumn;
 use zarrs::filesystem::FilesystemStore;
 
+use crate::csr;
 use crate::error::{Error, Result};
 use crate::obs::Column;
 use crate::transpose::{transpose_columns, RowBuckets, SparseRowsData};
@@ -26,6 +29,7 @@ pub fn is_zarr(path: &Path) -> bool {
 
 /// A cell-compressed matrix's arrays.
 struct Csr {
+    key: String,
     data: ZArray,
     indices: ZArray,
     indptr: ZArray,
@@ -126,6 +130,30 @@ impl ZarrSource {
     }
 }
 
+/// The plain string columns of the store's `var` other than its index, by name: where Ensembl
+/// ids may be when the index holds symbols (ingest's `--gene-column` hint). Unreadable columns
+/// are left out.
+pub fn var_string_columns(path: &Path) -> Vec<(String, Vec<String>)> {
+    let Ok(store) = FilesystemStore::new(path) else { return Vec::new() };
+    let store: Store = Arc::new(store);
+    let index = array::group_attrs(path, "var").ok().and_then(|a| array::attr_str(&a, "_index").map(str::to_string));
+    array::members(path, "var")
+        .into_iter()
+        .filter(|n| Some(n) != index.as_ref() && !n.starts_with("__"))
+        .filter_map(|n| {
+            let a = ZArray::open(path, &store, &format!("var/{n}")).ok()??;
+            (a.kind() == array::Kind::Str).then_some(())?;
+            Some((n, a.read_strings(None).ok()?))
+        })
+        .collect()
+}
+
+/// The `--counts` choices of a store besides X: `raw` when it has `raw/X`, then its layers.
+pub fn counts_choices(path: &Path) -> Vec<crate::CountsSource> {
+    let raw = array::exists(path, "raw/X").then_some(crate::CountsSource::Raw);
+    raw.into_iter().chain(array::members(path, "layers").into_iter().map(crate::CountsSource::Layer)).collect()
+}
+
 /// The error for a store without the matrix to read, naming where counts may be instead.
 fn no_matrix(path: &Path, key: &str) -> Error {
     let mut elsewhere = Vec::new();
@@ -176,11 +204,17 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
         }
     };
     let part = |p: &str| {
-        ZArray::open(path, store, &format!("{key}/{p}"))?
-            .ok_or_else(|| Error::format(path, format!("sparse matrix {key} has no '{p}' array")))
+        let at = format!("{key}/{p}");
+        ZArray::open(path, store, &at)?.ok_or_else(|| {
+            let why = if path.join(&at).is_dir() { " (its directory has no zarr.json or .zarray)" } else { "" };
+            Error::format(path, format!("sparse matrix {key} has no '{p}' array{why}"))
+        })
     };
-    let (data, indices, indptr) = (part("data")?, part("indices")?, part("indptr")?);
+    let (mut data, mut indices, mut indptr) = (part("data")?, part("indices")?, part("indptr")?);
+    data.require_chunks(Omit::Nothing)?;
+    indices.require_chunks(Omit::Nothing)?;
     let nnz = data.len();
+    indptr.require_chunks(Omit::LeadingZeros { empty: nnz == 0 })?;
     let n_major = if enc == "csc_matrix" { n_cols } else { n_rows };
     if indices.len() != nnz {
         let msg = format!("shape mismatch: {key}/data has {nnz} entries but {key}/indices has {}", indices.len());
@@ -194,8 +228,13 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
         );
         return Err(Error::format(path, msg));
     }
+    let at = |i: usize| -> Result<i64> {
+        let v = indptr.read_i64(Some(i..i + 1))?;
+        v.first().copied().ok_or_else(|| Error::format(path, format!("{key}/indptr: entry {i} cannot be read")))
+    };
+    csr::check_ends(path, key, at(0)?, at(n_major)?, nnz)?;
     let matrix = match enc.as_str() {
-        "csr_matrix" => Matrix::Rows(Box::new(Csr { data, indices, indptr, n_cols, nnz })),
+        "csr_matrix" => Matrix::Rows(Box::new(Csr { key: key.to_string(), data, indices, indptr, n_cols, nnz })),
         "csc_matrix" => Matrix::Cols(Box::new(Csc {
             key: key.to_string(),
             data,
@@ -239,16 +278,11 @@ impl Csc {
 impl Matrix {
     fn read(&mut self, path: &Path, rows: Range<usize>) -> Result<SparseRowsData> {
         match self {
-            Self::Rows(csr) => {
-                let Csr { data, indices, indptr, n_cols, nnz } = csr.as_ref();
+            Self::Rows(m) => {
+                let Csr { key, data, indices, indptr, n_cols, nnz } = m.as_ref();
                 let ptr = indptr.read_i64(Some(rows.start..rows.end + 1))?;
+                csr::check_window(path, key, &ptr, rows.start, *nnz)?;
                 let (start, end) = (ptr[0], ptr[ptr.len() - 1]);
-                if ptr.windows(2).any(|w| w[1] < w[0]) || start < 0 || end as usize > *nnz {
-                    return Err(Error::format(
-                        path,
-                        format!("X/indptr is not non-decreasing within 0..={nnz} near cells {rows:?}"),
-                    ));
-                }
                 let range = start as usize..end as usize;
                 let values = data.read_values(range.clone())?;
                 let cols = indices.read_indices(range, *n_cols)?;

@@ -209,12 +209,16 @@ fn open_inputs(req: &IngestRequest, read: &ReadOptions) -> Result<Vec<Opened>> {
 }
 
 /// The error for an input none of whose genes is in the vocabulary, naming the gene column read
-/// as the format calls it (10x and MatrixMarket files have features, not a var index) and the
-/// columns `--gene-column` can pick there.
+/// as the format calls it (10x and MatrixMarket files have features, loom files row attributes,
+/// not a var index) and the columns `--gene-column` can pick there.
 fn no_gene_matched(req: &IngestRequest, read: &ReadOptions, source: &dyn crate::formats::CellSource) -> Error {
     let features = matches!(source.format(), "10x h5" | "MatrixMarket");
     let (column, choice) = match (read.gene_column.as_deref(), features) {
         (Some(c), _) => (format!("gene column '{c}'"), "another column"),
+        // Loom: the row attribute the reader chose.
+        (None, _) if source.gene_column().is_some() => {
+            (source.gene_column().unwrap_or_default().to_string(), "another row attribute")
+        }
         (None, true) => ("the features' 'id' column".to_string(), "'name' (symbols)"),
         (None, false) => ("the var index".to_string(), "the var column with gene ids or symbols"),
     };
@@ -271,7 +275,7 @@ fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
             input
         })
         .collect();
-    let key = serde_json::json!({
+    let mut key = serde_json::json!({
         "inputs": inputs,
         "vocab": req.vocab.hash(),
         "tokenize": req.tokenize,
@@ -284,5 +288,9 @@ fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
         "cell_type_map": req.cell_types.as_ref().map(|m| &m.sha256),
         "filter_pass": req.read.filter_pass,
     });
+    // Only when given, so that ingests interrupted before the flag existed still resume.
+    if let Some(names) = &req.read.cell_names {
+        key["loom_cell_names"] = names.clone().into();
+    }
     Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
 }

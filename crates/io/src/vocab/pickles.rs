@@ -28,12 +28,14 @@ pub fn tables_from_pickles(dir: &Path) -> Result<(String, String, Option<String>
         .map(|(k, v)| Ok((k, int(&v).ok_or_else(|| Error::format(&tokens_path, "token ids must be integers"))?)))
         .collect::<Result<_>>()?;
     tokens.sort_by_key(|t| t.1);
+    check_token_ids(&tokens_path, &tokens)?;
     let mut t = String::from("token\tid\n");
     for (name, id) in &tokens {
         let _ = writeln!(t, "{name}\t{id}");
     }
     let mut m = String::from("ensembl_id\tmedian\n");
     for (gene, v) in read_dict(&medians_path)? {
+        check_key(&medians_path, "gene", &gene)?;
         let median = float(&v).ok_or_else(|| {
             Error::format(
                 &medians_path,
@@ -46,6 +48,11 @@ pub fn tables_from_pickles(dir: &Path) -> Result<(String, String, Option<String>
     if let Some(p) = find(dir, "gene_name_id") {
         for (symbol, v) in read_dict(&p)? {
             if let Value::String(id) = v {
+                if symbol.is_empty() || id.is_empty() {
+                    continue; // nothing to look up
+                }
+                check_key(&p, "symbol", &symbol)?;
+                check_key(&p, "gene id", &id)?;
                 let _ = writeln!(names, "{symbol}\t{id}");
             }
         }
@@ -53,6 +60,11 @@ pub fn tables_from_pickles(dir: &Path) -> Result<(String, String, Option<String>
     if let Some(p) = find(dir, "ensembl_mapping_dict") {
         for (from, v) in read_dict(&p)? {
             if let Value::String(to) = v {
+                if from.is_empty() || to.is_empty() {
+                    continue;
+                }
+                check_key(&p, "gene id", &from)?;
+                check_key(&p, "gene id", &to)?;
                 if from != to {
                     let _ = writeln!(names, "{from}\t{to}");
                 }
@@ -61,6 +73,41 @@ pub fn tables_from_pickles(dir: &Path) -> Result<(String, String, Option<String>
     }
     let names = (!names.is_empty()).then(|| format!("symbol\tensembl_id\n{names}"));
     Ok((t, m, names))
+}
+
+/// The token dictionary's ids (sorted) must run 0..N-1, one token each, and its tokens must be
+/// names a table can hold: the pickle's entry is named, not a line of the tables made from it.
+fn check_token_ids(path: &Path, tokens: &[(String, i64)]) -> Result<()> {
+    let n = tokens.len();
+    for (i, (name, id)) in tokens.iter().enumerate() {
+        check_key(path, "token", name)?;
+        if i > 0 && tokens[i - 1].1 == *id {
+            return Err(Error::format(
+                path,
+                format!("tokens {:?} and {name:?} both have id {id}: each id must name one token", tokens[i - 1].0),
+            ));
+        }
+        if *id != i as i64 {
+            let why = if *id < 0 {
+                format!("token {name:?} has id {id}")
+            } else {
+                format!("no token has id {i} (the next is {name:?} with id {id})")
+            };
+            return Err(Error::format(
+                path,
+                format!("{why}: the {n} token ids must run 0..{} without gaps", n.max(1) - 1),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A key or value that becomes a field of the TSV tables: not empty, no tab or line break.
+fn check_key(path: &Path, what: &str, key: &str) -> Result<()> {
+    if key.is_empty() || key.contains(['\t', '\n', '\r']) {
+        return Err(Error::format(path, format!("the {what} {key:?} is empty or holds a tab or line break")));
+    }
+    Ok(())
 }
 
 fn find(dir: &Path, stem: &str) -> Option<PathBuf> {

@@ -11,6 +11,8 @@
 //!                                   Geneformer's pickled dictionaries
 //! DIR/corrflow_heads.safetensors    heads BERT has no slot for (WCED / Poisson, HCE, a
 //! DIR/corrflow_heads.json           classifier), and what each is; only when the model has one
+//! DIR/corrflow_sha256.txt           the sha256 of every file above (`sha256sum -c` reads it),
+//!                                   which `import hf` checks each file against
 //! ```
 //! The directory is staged and renamed into place, so it is the old one or the complete new one.
 
@@ -30,8 +32,8 @@ use crate::import::mapping::{self, Matrix, Slots, Vector};
 use crate::import::{CorrflowSection, CORRFLOW_SECTION_VERSION};
 use crate::CpuBackend;
 
-pub const HEADS_FILE: &str = "corrflow_heads.safetensors";
-pub const HEADS_LISTING: &str = "corrflow_heads.json";
+pub use crate::import::heads::{HEADS_FILE, HEADS_LISTING};
+
 /// The vocabulary's TSV tables, inside the model directory.
 pub const VOCAB_DIR: &str = "vocab";
 
@@ -124,6 +126,9 @@ pub fn export_hf_model(req: &HfModelRequest) -> Result<HfModelSummary> {
             write_heads(stage, &heads.tensors, &head_list, cfg)?;
             files.extend([HEADS_FILE.to_string(), HEADS_LISTING.to_string()]);
         }
+        // Last: it records every file above.
+        crate::import::record::write(stage)?;
+        files.push(crate::import::RECORD_FILE.to_string());
         Ok(files)
     })?;
     Ok(HfModelSummary {

@@ -17,7 +17,9 @@ pub struct HfBertConfig {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub intermediate_size: usize,
-    #[serde(default = "relu")]
+    /// The activation of the feed-forward layers and of the MLM head's transform; transformers'
+    /// `BertConfig` defaults to GELU when the key is absent.
+    #[serde(default = "gelu")]
     pub hidden_act: String,
     pub max_position_embeddings: usize,
     #[serde(default = "eps")]
@@ -59,8 +61,8 @@ pub struct CorrflowSection {
 /// The version of the section this build writes and reads.
 pub const CORRFLOW_SECTION_VERSION: u32 = 1;
 
-fn relu() -> String {
-    "relu".into()
+fn gelu() -> String {
+    "gelu".into()
 }
 fn eps() -> f64 {
     1e-12
@@ -68,6 +70,35 @@ fn eps() -> f64 {
 fn absolute() -> String {
     "absolute".into()
 }
+
+/// The names transformers' `ACT2FN` knows (`hidden_act`; transformers 5.24), for the message
+/// refusing one.
+const TRANSFORMERS_ACTIVATIONS: [&str; 24] = [
+    "gelu",
+    "gelu_10",
+    "gelu_accurate",
+    "gelu_fast",
+    "gelu_new",
+    "gelu_python",
+    "gelu_python_tanh",
+    "gelu_pytorch_tanh",
+    "hardswish",
+    "laplace",
+    "leaky_relu",
+    "linear",
+    "mish",
+    "prelu",
+    "quick_gelu",
+    "relu",
+    "relu2",
+    "relu6",
+    "sigmoid",
+    "silu",
+    "sqrtsoftplus",
+    "swish",
+    "tanh",
+    "xielu",
+];
 
 /// Architectures the import reads the weights of.
 pub const SUPPORTED: [&str; 3] = ["BertForMaskedLM", "BertForSequenceClassification", "BertModel"];
@@ -88,12 +119,7 @@ impl HfBertConfig {
         if self.is_decoder {
             return Err("a decoder (is_decoder: true) is not supported: corrflow's encoder is bidirectional".into());
         }
-        if self.hidden_act != "relu" {
-            return Err(format!(
-                "hidden_act '{}' is not supported: corrflow's encoder feed-forward is ReLU, as in Geneformer",
-                self.hidden_act
-            ));
-        }
+        let activation = self.activation()?;
         if self.position_embedding_type != "absolute" {
             return Err(format!(
                 "position_embedding_type '{}' is not supported: corrflow learns absolute positions",
@@ -120,7 +146,7 @@ impl HfBertConfig {
             dropout: self.hidden_dropout_prob.clamp(0.0, 0.99),
             layer_norm_eps: self.layer_norm_eps,
             objective: DEFAULT_OBJECTIVE.into(),
-            mlm_activation: HeadActivation::Relu,
+            mlm_activation: activation,
             classifier: None,
             hce: None,
         };
@@ -170,6 +196,23 @@ impl HfBertConfig {
         }
         m.validate()?;
         Ok((m.clone(), section.layout))
+    }
+
+    /// The activation `hidden_act` names. transformers applies it in every feed-forward layer
+    /// and in the MLM head's transform; corrflow's feed-forward is ReLU (as Geneformer's), so
+    /// only `relu` describes a model it can hold. A missing key is transformers' default, GELU.
+    pub fn activation(&self) -> Result<HeadActivation, String> {
+        let act = self.hidden_act.as_str();
+        if act == "relu" {
+            return Ok(HeadActivation::Relu);
+        }
+        let what = if TRANSFORMERS_ACTIVATIONS.contains(&act) {
+            "transformers applies it in the encoder's feed-forward layers and the MLM head, and corrflow's \
+             feed-forward is ReLU, as in Geneformer"
+        } else {
+            "it is not an activation transformers knows"
+        };
+        Err(format!("hidden_act '{act}' is not supported: {what} (allowed: relu)"))
     }
 
     /// Classes of a `BertForSequenceClassification` head.

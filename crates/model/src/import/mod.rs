@@ -5,20 +5,29 @@
 //! The mapping is exact: HF's `Linear` weights are `[out, in]` and burn's `[in, out]`; BERT adds a
 //! token-type embedding (type 0 for every token) before its first LayerNorm, which is folded into
 //! the position embeddings; the MLM head's transform uses the model's `hidden_act`.
+//!
+//! A directory `export hf-model` wrote carries the sha256 of each file (`record`); every file is
+//! checked against it before it is used.
 
+pub(crate) mod heads;
 mod hf_config;
 pub(crate) mod mapping;
+pub(crate) mod record;
 mod safetensors_file;
+mod safetensors_header;
 
 use std::path::Path;
 
 use burn::module::Param;
 use burn::tensor::{Tensor, TensorData};
 use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::model_meta::HeadActivation;
 use corrflow_io::vocab::Vocabulary;
 use serde::Serialize;
 
 pub use hf_config::{CorrflowSection, HfBertConfig, CORRFLOW_SECTION_VERSION, SUPPORTED};
+use record::Record;
+pub use record::RECORD_FILE;
 use safetensors_file::Weights;
 
 use crate::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
@@ -40,14 +49,21 @@ pub struct ImportSummary {
     pub parameters: usize,
     /// Weights in the file that a corrflow checkpoint has no place for (a classifier, a pooler).
     pub not_imported: Vec<String>,
+    /// The activation of the MLM head's transform, and where it was read.
+    pub mlm_activation: HeadActivation,
+    pub mlm_activation_from: String,
+    /// Files checked against the sha256 record `export hf-model` wrote (`corrflow_sha256.txt`);
+    /// `None`: the directory has no record (not written by corrflow), nothing was checked.
+    pub sha256_checked: Option<usize>,
 }
 
 /// Imports the model in `model_dir` with `vocab` into the run directory `out` (its vocabulary
 /// and one checkpoint, step 0). Nothing is written when the model cannot be imported.
 pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<ImportSummary> {
+    let mut record = Record::open(model_dir)?;
     let config_path = model_dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).at(&config_path)?;
-    let hf: HfBertConfig = serde_json::from_str(&text)
+    let text = read_checked(&mut record, model_dir, "config.json")?;
+    let hf: HfBertConfig = serde_json::from_slice(&text)
         .map_err(|e| Error::format(&config_path, format!("not a Hugging Face BERT config: {e}")))?;
     let (config, layout) = hf.to_corrflow(vocab).map_err(|msg| Error::format(&config_path, msg))?;
     let weights_path = model_dir.join("model.safetensors");
@@ -57,19 +73,15 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
             "no model.safetensors (a pytorch_model.bin must be converted first: transformers' save_pretrained(safe_serialization=True))",
         ));
     }
-    let weights = Weights::open(&weights_path)?;
+    let weights = Weights::from_bytes(&weights_path, read_checked(&mut record, model_dir, "model.safetensors")?)?;
     let device = Default::default();
     let model: CellEncoder<CpuBackend> = config.init(vocab.len(), &device);
-    let heads_file = hf.corrflow.as_ref().and_then(|c| c.heads_file.as_deref());
-    let heads = heads_file.map(|f| Weights::open(&model_dir.join(f))).transpose()?;
-    if heads.is_none() && (model.cell_head.is_some() || model.label_head.is_some()) {
-        return Err(Error::format(
-            &config_path,
-            "the corrflow section describes heads (an objective's, HCE's or a classifier's) but names no heads file",
-        ));
-    }
+    let has_heads = model.cell_head.is_some() || model.label_head.is_some();
+    let heads = heads::open(model_dir, &hf, has_heads, &mut record)?;
     let (model, used) = fill(model, &weights, heads.as_ref())?;
     let not_imported: Vec<String> = weights.names().into_iter().filter(|n| !used.contains(n)).collect();
+    // The vocabulary's tables and the rest, before anything is written.
+    let sha256_checked = record.as_mut().map(Record::check_rest).transpose()?;
 
     if checkpoint::checkpoints_dir(out).exists() {
         return Err(Error::conflict(out, "already holds checkpoints; import into a new directory"));
@@ -96,6 +108,8 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
         optim_sha256: String::new(),
     };
     let dir = checkpoint::save(out, state, 1, |stage| write_records(&model, stage))?;
+    let activation_from =
+        if hf.corrflow.is_some() { "config.json's corrflow section" } else { "config.json's hidden_act" };
     let parameters = weights.names().iter().filter(|n| used.contains(*n)).map(|n| weights.len(n)).sum();
     Ok(ImportSummary {
         command: "import hf".into(),
@@ -110,7 +124,21 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
         max_positions: config.max_positions,
         parameters,
         not_imported,
+        mlm_activation: config.mlm_activation,
+        mlm_activation_from: activation_from.into(),
+        sha256_checked,
     })
+}
+
+/// The bytes of `dir`'s file `name`, checked against the directory's sha256 record when it has
+/// one (before they are parsed: a damaged file is named as such, not as a parse error).
+fn read_checked(record: &mut Option<Record>, dir: &Path, name: &str) -> Result<Vec<u8>> {
+    let path = dir.join(name);
+    let bytes = std::fs::read(&path).at(&path)?;
+    if let Some(r) = record.as_mut() {
+        r.check_bytes(name, &bytes)?;
+    }
+    Ok(bytes)
 }
 
 /// The model record, and the record of a fresh AdamW (a run continued from the import starts its
@@ -142,7 +170,9 @@ fn fill(
         ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias"].iter().filter_map(|t| w.resolve(t).ok()),
     );
     if let Some(h) = heads {
-        mapping::walk_heads(&mut m, &mut FromFile { w: h, used: Vec::new() })?;
+        let mut from = FromFile { w: h, used: Vec::new() };
+        mapping::walk_heads(&mut m, &mut from)?;
+        heads::refuse_unused(h, &from.used)?;
     }
     Ok((m, used))
 }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use corrflow_io::error::{Error, IoContext, Result};
+use corrflow_io::error::{Error, Result};
 use safetensors::{Dtype, SafeTensors};
 
 pub struct Weights {
@@ -14,15 +14,22 @@ pub struct Weights {
 }
 
 impl Weights {
-    pub fn open(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).at(path)?;
+    /// The tensors of `bytes`, read from `path`.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
         let names = SafeTensors::deserialize(&bytes)
-            .map_err(|e| Error::format(path, format!("not a safetensors file: {e}")))?
+            .map_err(|e| {
+                let why = super::safetensors_header::explain(&bytes).unwrap_or_else(|| e.to_string());
+                Error::format(path, format!("not a safetensors file: {why}"))
+            })?
             .names()
             .into_iter()
             .map(String::from)
             .collect();
         Ok(Self { path: path.to_path_buf(), bytes, names })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn tensors(&self) -> SafeTensors<'_> {

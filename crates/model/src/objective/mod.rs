@@ -1,4 +1,4 @@
-//! Pre-training objectives (DESIGN.md §5) as one open extension point: an [`Objective`] owns
+//! Pre-training objectives (docs/DESIGN.md §7.3) as one open extension point: an [`Objective`] owns
 //! its head (which of the model's head slots it uses, and their width), the targets it needs
 //! from a batch, and its loss and metrics. The trainer, the synthetic experiments and
 //! checkpoint loading know objectives only through this trait.

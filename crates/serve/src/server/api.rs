@@ -1,4 +1,4 @@
-//! The HTTP API's bodies and their validation (DESIGN.md §6), as plain functions: a request
+//! The HTTP API's bodies and their validation (docs/DESIGN.md §9.3), as plain functions: a request
 //! body becomes token sequences or a client error with a status and a message.
 
 use serde::{Deserialize, Serialize};

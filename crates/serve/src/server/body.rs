@@ -1,50 +1,71 @@
-//! Request bodies under a deadline, and refused bodies drained instead of reset.
+//! Request bodies under a deadline and a minimum rate, and refused bodies drained instead of
+//! reset.
 //!
 //! Every request body is wrapped in a [`GuardedBody`] before routing:
-//! - the whole body must arrive within `--body-timeout-s` of the request head, or reading it
-//!   fails with [`BodyTimeout`] (the handler answers 408 and hyper closes the connection), so a
-//!   stalled upload holds neither a connection nor an admission slot, nor delays shutdown, for
-//!   longer than that;
+//! - the whole body must arrive within `--body-timeout-s` of the request head, and from
+//!   `--body-grace-s` on at `--min-body-bytes-per-s` on average (`pace.rs`), or reading it fails
+//!   with [`BodyTimeout`] (the handler answers 408 and hyper closes the connection), so a stalled
+//!   or dripping upload holds neither a connection nor an admission slot, nor delays shutdown,
+//!   for longer than that;
 //! - a body dropped unread (a request refused with 429, 413, 401, 503, 404 … before or while
 //!   its body was read) is read and dropped in a task of its own, frame by frame, nothing kept,
-//!   until its end, the same deadline, a byte bound or shutdown. A client that sends its whole
-//!   body before reading (`http.client`, `requests`) then reads its answer: closing a socket
-//!   with unread bytes makes the kernel send a reset, which such a client sees as a broken pipe.
-//!   There is no shared budget: each connection bounds itself (time and bytes), so load cannot
-//!   exhaust it;
+//!   until its end, the same deadline and rate, a byte bound or shutdown. A client that sends
+//!   its whole body before reading (`http.client`, `requests`) then reads its answer: closing a
+//!   socket with unread bytes makes the kernel send a reset, which such a client sees as a
+//!   broken pipe. There is no shared budget: each connection bounds itself (time, rate and
+//!   bytes), so load cannot exhaust it;
 //! - a client that sent `Expect: 100-continue` and whose body was never asked for is not told
 //!   to send it: hyper sends `100 Continue` only when a body is first read, so such a refusal
 //!   goes out at once, before the body, and the connection is then closed.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
+use prometheus::{IntCounter, IntGauge};
 use tokio::sync::watch;
-use tokio::time::{Instant, Sleep};
 
-/// The body did not arrive within the body timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body was not received within {} s (the server's --body-timeout-s)", .0.as_secs())]
-pub struct BodyTimeout(pub Duration);
+use super::pace::Pace;
+pub use super::pace::{BodyTimeout, PaceRules};
 
-/// What a dropped body may still cost: bytes read in all, and shutdown (which stops a drain).
+/// What every request body is held to, and the metrics that count it.
 #[derive(Clone)]
-pub struct DrainLimits {
-    pub max_bytes: usize,
+pub struct BodyPolicy {
+    pub pace: PaceRules,
+    /// The most bytes of a refused body read and dropped.
+    pub drain_max_bytes: usize,
+    /// Set at shutdown: drains stop.
     pub shutdown: watch::Receiver<bool>,
+    /// Bodies being received, by a handler or a drain (`corrflow_request_bodies_open`).
+    pub open: IntGauge,
+    /// Bodies cut off under the minimum rate (`corrflow_request_bodies_too_slow_total`).
+    pub too_slow: IntCounter,
 }
 
-/// A request body with a deadline that drains itself when dropped unfinished (module docs).
+/// Counts one body in `open` while it lives.
+struct OpenBody(IntGauge);
+
+impl OpenBody {
+    fn new(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for OpenBody {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// A request body with a deadline and a minimum rate that drains itself when dropped
+/// unfinished (module docs).
 pub struct GuardedBody {
     inner: Body,
-    deadline: Pin<Box<Sleep>>,
-    timeout: Duration,
+    pace: Pace,
     /// Bytes handed out so far.
     seen: usize,
     /// Whether anyone asked for a frame (then hyper has sent `100 Continue` if it was expected).
@@ -52,13 +73,20 @@ pub struct GuardedBody {
     /// The body ended, failed or timed out: nothing left to drain.
     finished: bool,
     expect_continue: bool,
-    drain: DrainLimits,
+    policy: BodyPolicy,
+    open: Option<OpenBody>,
 }
 
 impl GuardedBody {
-    pub fn new(inner: Body, timeout: Duration, expect_continue: bool, drain: DrainLimits) -> Self {
-        let deadline = Box::pin(tokio::time::sleep(timeout));
-        Self { inner, deadline, timeout, seen: 0, polled: false, finished: false, expect_continue, drain }
+    pub fn new(inner: Body, expect_continue: bool, policy: BodyPolicy) -> Self {
+        let open = (!inner.is_end_stream()).then(|| OpenBody::new(&policy.open));
+        let pace = Pace::new(policy.pace);
+        Self { inner, pace, seen: 0, polled: false, finished: false, expect_continue, policy, open }
+    }
+
+    fn finish(&mut self) {
+        self.finished = true;
+        self.open = None;
     }
 }
 
@@ -72,10 +100,13 @@ impl HttpBody for GuardedBody {
             return Poll::Ready(None);
         }
         this.polled = true;
-        // The deadline first: a body trickling in byte by byte never returns Pending for long.
-        if this.deadline.as_mut().poll(cx).is_ready() {
-            this.finished = true;
-            return Poll::Ready(Some(Err(axum::Error::new(BodyTimeout(this.timeout)))));
+        // The clock first: a body trickling in byte by byte never returns Pending for long.
+        if let Poll::Ready(why) = this.pace.poll_expired(cx, this.seen) {
+            if matches!(why, BodyTimeout::TooSlow { .. }) {
+                this.policy.too_slow.inc();
+            }
+            this.finish();
+            return Poll::Ready(Some(Err(axum::Error::new(why))));
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
@@ -83,11 +114,11 @@ impl HttpBody for GuardedBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.finished = true;
+                this.finish();
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                this.finished = true;
+                this.finish();
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
@@ -111,27 +142,58 @@ impl Drop for GuardedBody {
         // Dropped outside the runtime (not the case for request bodies): hyper closes instead.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let body = std::mem::replace(&mut self.inner, Body::empty());
-        let left = self.drain.max_bytes.saturating_sub(self.seen);
-        runtime.spawn(drain(body, self.deadline.deadline(), left, self.drain.shutdown.clone()));
+        let drain = Drain {
+            pace: Pace::since(self.pace.start(), self.pace.rules()),
+            seen: self.seen,
+            policy: self.policy.clone(),
+            _open: self.open.take(),
+        };
+        runtime.spawn(drain.run(body));
     }
 }
 
-/// Reads `body` and drops every frame until it ends, `deadline`, `max_bytes` or shutdown,
-/// whichever comes first; then the body is dropped and hyper closes the connection if the
-/// body had not ended.
-async fn drain(mut body: Body, deadline: Instant, max_bytes: usize, mut shutdown: watch::Receiver<bool>) {
-    let read = async {
-        let mut seen = 0usize;
-        while let Some(Ok(frame)) = body.frame().await {
-            seen += frame.data_ref().map_or(0, Bytes::len);
-            if seen > max_bytes {
-                break;
+/// A refused body being read and dropped (it keeps its request's clock and its place in
+/// `open`).
+struct Drain {
+    pace: Pace,
+    seen: usize,
+    policy: BodyPolicy,
+    _open: Option<OpenBody>,
+}
+
+impl Drain {
+    /// Reads `body` and drops every frame until it ends, its clock runs out, the byte bound or
+    /// shutdown, whichever comes first; then the body is dropped and hyper closes the
+    /// connection if the body had not ended.
+    async fn run(self, mut body: Body) {
+        let Drain { mut pace, mut seen, policy, _open } = self;
+        let mut shutdown = policy.shutdown.clone();
+        let read = async {
+            loop {
+                let so_far = seen;
+                tokio::select! {
+                    frame = body.frame() => match frame {
+                        Some(Ok(frame)) => {
+                            seen += frame.data_ref().map_or(0, Bytes::len);
+                            if seen > policy.drain_max_bytes {
+                                break;
+                            }
+                        }
+                        _ => break,
+                    },
+                    why = std::future::poll_fn(|cx| pace.poll_expired(cx, so_far)) => {
+                        if matches!(why, BodyTimeout::TooSlow { .. }) {
+                            policy.too_slow.inc();
+                        }
+                        break;
+                    }
+                }
             }
+        };
+        tokio::select! {
+            _ = read => {}
+            _ = shutdown.wait_for(|&stopping| stopping) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::time::timeout_at(deadline, read) => {}
-        _ = shutdown.wait_for(|&stopping| stopping) => {}
     }
 }
 
@@ -228,20 +290,29 @@ fn find_cause<'a, T: std::error::Error + 'static>(e: &'a (dyn std::error::Error 
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    fn limits() -> (watch::Sender<bool>, DrainLimits) {
+    fn policy(timeout: Duration) -> (watch::Sender<bool>, BodyPolicy) {
         let (tx, rx) = watch::channel(false);
-        (tx, DrainLimits { max_bytes: 1 << 20, shutdown: rx })
+        let policy = BodyPolicy {
+            pace: PaceRules { timeout, grace: timeout, min_rate: 0 },
+            drain_max_bytes: 1 << 20,
+            shutdown: rx,
+            open: IntGauge::new("open", "open").unwrap(),
+            too_slow: IntCounter::new("slow", "slow").unwrap(),
+        };
+        (tx, policy)
     }
 
     #[tokio::test]
     async fn a_body_that_stalls_fails_with_the_timeout_after_its_deadline() {
-        let (_tx, limits) = limits();
+        let (_tx, policy) = policy(Duration::from_millis(200));
         // A body that sends one frame and then nothing.
         let (mut sender, inner) = channel_body();
         sender.send(Bytes::from_static(b"{\"input_ids\"")).await.unwrap();
-        let body = Body::new(GuardedBody::new(inner, Duration::from_millis(200), false, limits));
+        let body = Body::new(GuardedBody::new(inner, false, policy));
         let start = std::time::Instant::now();
         match read_to_vec(body, Some(100), 1000).await {
             Err(ReadError::TimedOut(m)) => assert!(m.contains("--body-timeout-s"), "{m}"),
@@ -253,18 +324,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_whole_body_is_read_and_an_oversized_one_refused() {
-        let (_tx, limits) = limits();
-        let body = Body::new(GuardedBody::new(Body::from("0123456789"), Duration::from_secs(5), false, limits.clone()));
+        let (_tx, policy) = policy(Duration::from_secs(5));
+        let body = Body::new(GuardedBody::new(Body::from("0123456789"), false, policy.clone()));
         assert_eq!(&*read_to_vec(body, Some(10), 10).await.ok().unwrap(), b"0123456789");
-        let body = Body::new(GuardedBody::new(Body::from("0123456789"), Duration::from_secs(5), false, limits));
+        let body = Body::new(GuardedBody::new(Body::from("0123456789"), false, policy));
         assert!(matches!(read_to_vec(body, None, 9).await, Err(ReadError::TooLarge)));
     }
 
     #[tokio::test]
     async fn a_large_declared_body_is_read_into_its_own_mapping() {
-        let (_tx, limits) = limits();
+        let (_tx, policy) = policy(Duration::from_secs(5));
         let text: Vec<u8> = (0..MAPPED_BYTES + 3).map(|i| b'a' + (i % 26) as u8).collect();
-        let body = Body::new(GuardedBody::new(Body::from(text.clone()), Duration::from_secs(5), false, limits));
+        let body = Body::new(GuardedBody::new(Body::from(text.clone()), false, policy));
         let read = read_to_vec(body, Some(text.len()), 2 * text.len()).await.ok().unwrap();
         assert!(matches!(read, BodyBytes::Mapped { .. }));
         assert_eq!(&*read, &text[..]);
@@ -278,9 +349,9 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_body_is_drained_unless_its_client_waits_for_100_continue() {
         for (expect_continue, drained) in [(false, true), (true, false)] {
-            let (_tx, limits) = limits();
+            let (_tx, policy) = policy(Duration::from_secs(5));
             let (mut sender, inner) = channel_body();
-            drop(GuardedBody::new(inner, Duration::from_secs(5), expect_continue, limits));
+            drop(GuardedBody::new(inner, expect_continue, policy));
             // A drained body keeps taking frames; an abandoned one refuses the next.
             let sent = tokio::time::timeout(Duration::from_secs(5), async {
                 for _ in 0..4 {
@@ -298,9 +369,9 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_stops_a_drain() {
-        let (tx, limits) = limits();
+        let (tx, policy) = policy(Duration::from_secs(60));
         let (mut sender, inner) = channel_body();
-        drop(GuardedBody::new(inner, Duration::from_secs(60), false, limits));
+        drop(GuardedBody::new(inner, false, policy));
         sender.send(Bytes::from_static(b"x")).await.unwrap();
         tx.send(true).unwrap();
         let closed = tokio::time::timeout(Duration::from_secs(5), async {
@@ -310,6 +381,37 @@ mod tests {
         })
         .await;
         assert!(closed.is_ok(), "the drain did not stop at shutdown");
+    }
+
+    /// Issue 51: a body dripping under the minimum rate is cut off once the grace period is over,
+    /// long before the body timeout, whether a handler reads it or it is being drained.
+    #[tokio::test]
+    async fn a_body_under_the_minimum_rate_is_cut_off_after_the_grace_period() {
+        let (_tx, mut policy) = policy(Duration::from_secs(600));
+        policy.pace =
+            PaceRules { timeout: Duration::from_secs(600), grace: Duration::from_millis(100), min_rate: 1000 };
+        let (mut sender, inner) = channel_body();
+        sender.send(Bytes::from_static(b"{\"input_ids\"")).await.unwrap();
+        let body = Body::new(GuardedBody::new(inner, false, policy.clone()));
+        assert_eq!(policy.open.get(), 1);
+        match tokio::time::timeout(Duration::from_secs(60), read_to_vec(body, Some(1000), 1000)).await {
+            Ok(Err(ReadError::TimedOut(m))) => assert!(m.contains("--min-body-bytes-per-s"), "{m}"),
+            Ok(_) => panic!("a dripping body must be cut off"),
+            Err(_) => panic!("the minimum rate was not enforced (still reading after 60 s)"),
+        }
+        assert_eq!((policy.too_slow.get(), policy.open.get()), (1, 0));
+
+        // Dropped unread: the drain stops at the same rule, and the sender sees it closed.
+        let (mut sender, inner) = channel_body();
+        drop(GuardedBody::new(inner, false, policy.clone()));
+        let closed = tokio::time::timeout(Duration::from_secs(60), async {
+            while sender.send(Bytes::from_static(b"x")).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the drain of a dripping body did not stop");
+        assert_eq!((policy.too_slow.get(), policy.open.get()), (2, 0));
     }
 
     /// A body fed from a channel of capacity one (a sender waits until the frame is taken;

@@ -1,7 +1,8 @@
 //! The accept loop: hyper's HTTP/1 connections with a header read timeout, and a graceful
 //! shutdown. `axum::serve` has neither timeouts nor settings ("use hyper or hyper-util if you
 //! need configuration"), and without a header timeout a client that stops halfway through its
-//! headers held its connection, and shutdown, forever.
+//! headers held its connection, and shutdown, forever. Each connection's I/O is wrapped so that
+//! the requests hyper refuses itself get a JSON error body (`malformed.rs`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,6 +13,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use super::malformed::JsonErrors;
 
 /// Serves `router` on `listener` until `shutdown` resolves; then stops accepting, asks every
 /// connection to close after its request in flight (idle ones close at once), and returns once
@@ -49,7 +52,7 @@ pub async fn serve_connections(
             // refused upload is being read and dropped at once, and 64 connections at 400 KiB
             // each cost RSS for no speed (loopback segments are 64 KiB).
             builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(64 << 10);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = builder.serve_connection(TokioIo::new(JsonErrors::new(stream)), service);
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}

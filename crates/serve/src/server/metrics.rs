@@ -14,6 +14,8 @@ pub struct Metrics {
     pub queue_depth: IntGauge,
     pub requests_in_flight: IntGauge,
     pub requests_abandoned: IntCounter,
+    pub request_bodies_open: IntGauge,
+    pub request_bodies_too_slow: IntCounter,
     pub queue_wait_seconds: Histogram,
     pub batch_cells: Histogram,
     pub batch_tokens: Histogram,
@@ -46,6 +48,16 @@ impl Metrics {
             "Queued requests skipped before compute because their client had disconnected",
         )
         .expect("static metric");
+        let request_bodies_open = IntGauge::new(
+            "request_bodies_open",
+            "Request bodies being received, read by a handler or drained after a refusal",
+        )
+        .expect("static metric");
+        let request_bodies_too_slow = IntCounter::new(
+            "request_bodies_too_slow_total",
+            "Request bodies cut off for arriving under --min-body-bytes-per-s",
+        )
+        .expect("static metric");
         let queue_wait_seconds = Histogram::with_opts(
             HistogramOpts::new("queue_wait_seconds", "Time requests wait before their batch runs")
                 .buckets(latency.clone()),
@@ -74,6 +86,8 @@ impl Metrics {
             Box::new(queue_depth.clone()),
             Box::new(requests_in_flight.clone()),
             Box::new(requests_abandoned.clone()),
+            Box::new(request_bodies_open.clone()),
+            Box::new(request_bodies_too_slow.clone()),
             Box::new(queue_wait_seconds.clone()),
             Box::new(batch_cells.clone()),
             Box::new(batch_tokens.clone()),
@@ -91,6 +105,8 @@ impl Metrics {
             queue_depth,
             requests_in_flight,
             requests_abandoned,
+            request_bodies_open,
+            request_bodies_too_slow,
             queue_wait_seconds,
             batch_cells,
             batch_tokens,

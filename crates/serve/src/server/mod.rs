@@ -3,16 +3,20 @@
 //! The socket is bound first and answers 503 until the model is loaded; requests are parsed and
 //! validated on the async threads, queued (bounded: 429 when full) and batched dynamically by
 //! token budget ([`batcher`]); shutdown (Ctrl-C / SIGTERM) stops accepting and finishes what
-//! is in flight. Bodies have a deadline and refused ones are drained ([`body`]); connections
-//! come from hyper with a header deadline ([`listen`]).
+//! is in flight. The endpoints are one table ([`routes::ENDPOINTS`]). Bodies have a deadline and
+//! a minimum rate, and refused ones are drained ([`body`], `pace.rs`); small bodies are read
+//! before admission and large ones after (`admission.rs`); connections come from hyper with a
+//! header deadline ([`listen`]), and the requests hyper refuses get JSON errors (`malformed.rs`).
 
 mod admission;
 pub mod api;
 pub mod batcher;
 pub mod body;
 mod listen;
+mod malformed;
 mod memory;
 pub mod metrics;
+mod pace;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -46,8 +50,36 @@ pub struct ServeOptions {
     pub bearer_token: Option<String>,
     /// A request's head, and then its whole body, must arrive within this (408 / closed after).
     pub body_timeout: std::time::Duration,
+    /// From `body_grace` on, a body must have arrived at this many bytes/s on average since the
+    /// request head (408 / closed after); 0: no minimum.
+    pub min_body_rate: u64,
+    pub body_grace: std::time::Duration,
+    /// Bodies declaring at most this many bytes are read before admission (`admission.rs`).
+    pub small_body_bytes: usize,
     /// Accept non-integer counts in `cells` (as `ingest --allow-normalized`).
     pub allow_normalized: bool,
+}
+
+impl ServeOptions {
+    /// `model` on `addr` with the `serve` command's defaults.
+    pub fn new(model: PathBuf, addr: SocketAddr) -> Self {
+        Self {
+            model,
+            addr,
+            runtime: RuntimeOptions::default(),
+            batch: BatchConfig { token_budget: 16_384, max_rows: 64, max_wait: std::time::Duration::from_millis(2) },
+            max_queue: 256,
+            max_body_bytes: 16 << 20,
+            max_inflight_bytes: 256 << 20,
+            max_cells_per_request: 1024,
+            bearer_token: None,
+            body_timeout: std::time::Duration::from_secs(30),
+            min_body_rate: 1024,
+            body_grace: std::time::Duration::from_secs(5),
+            small_body_bytes: 64 << 10,
+            allow_normalized: false,
+        }
+    }
 }
 
 /// The most bytes of a refused body read and dropped so that its client can read the answer,
@@ -163,8 +195,11 @@ pub async fn serve(
     if let Some(e) = state.load_error.lock().expect("not poisoned").take() {
         return Err(e);
     }
-    let requests = state.metrics.requests.with_label_values(&["/v1/embed", "200"]).get()
-        + state.metrics.requests.with_label_values(&["/v1/annotate", "200"]).get();
+    let requests = routes::ENDPOINTS
+        .iter()
+        .filter(|e| e.runs_model)
+        .map(|e| state.metrics.requests.with_label_values(&[e.path, "200"]).get())
+        .sum();
     Ok(ServeSummary { command: "serve".into(), addr: addr.to_string(), requests, cells: state.metrics.cells.get() })
 }
 
@@ -199,6 +234,9 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             "max_inflight_bytes": options.max_inflight_bytes,
             "max_cells_per_request": options.max_cells_per_request,
             "body_timeout_s": options.body_timeout.as_secs_f64(),
+            "min_body_bytes_per_s": options.min_body_rate,
+            "body_grace_s": options.body_grace.as_secs_f64(),
+            "small_body_bytes": options.small_body_bytes,
         },
         "allow_normalized": options.allow_normalized,
         "version": env!("CARGO_PKG_VERSION"),

@@ -200,8 +200,11 @@ snap() {
 }
 
 # --- corpus -----------------------------------------------------------------------------------
-run ingest-ctrl --config in/tiny.toml ingest --atlas kang_ctrl --out corpus in/kang_ctrl.h5ad
-run ingest-stim --config in/tiny.toml ingest --atlas kang_stim --out corpus in/kang_stim.h5ad
+# FINGERPRINT_INGEST_FLAGS (e.g. --ranks-only: no expression columns, as before value models)
+# is added to every ingest, to compare a refactor's outputs with a binary that has no such flag.
+read -r -a ingest_flags <<< "${FINGERPRINT_INGEST_FLAGS:-}"
+run ingest-ctrl --config in/tiny.toml ingest "${ingest_flags[@]}" --atlas kang_ctrl --out corpus in/kang_ctrl.h5ad
+run ingest-stim --config in/tiny.toml ingest "${ingest_flags[@]}" --atlas kang_stim --out corpus in/kang_stim.h5ad
 snap corpus corpus
 run export-hf --config in/tiny.toml export hf --corpus corpus --out hf
 snap hf hf
@@ -209,7 +212,7 @@ snap hf hf
 # --- vocab build, and a corpus tokenized with it ----------------------------------------------
 run vocab-build --config in/tiny.toml vocab build --out vocab in/kang_ctrl.h5ad
 snap vocab vocab
-run ingest-vb --config in/tiny.toml ingest --vocab vocab --atlas kang_ctrl --out corpus-vb in/kang_ctrl.h5ad
+run ingest-vb --config in/tiny.toml ingest "${ingest_flags[@]}" --vocab vocab --atlas kang_ctrl --out corpus-vb in/kang_ctrl.h5ad
 snap corpus-vb corpus-vb
 
 # --- graph: exact, then incremental build / add / retract / re-add / rebase ------------------

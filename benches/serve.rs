@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(long.len() == 8, "need 8 cells with ≥ 256 tokens");
     let batch = PaddedBatch::new(long, pad);
     let device = Default::default();
-    let loaded = corrflow::embed::load_checkpoint::<CpuBackend>(&ckpt, &device)?;
+    let loaded = corrflow::model::load_checkpoint::<CpuBackend>(&ckpt, &device)?;
     let layers = loaded.state.model.layers;
     let burn_once = || {
         let (_, pooled) = loaded.forward(&batch, layers, Pooling::Mean);

@@ -85,7 +85,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
         config.mask.clone(),
         false,
     )?;
-    let hidden = indicatif::ProgressBar::hidden();
+    let hidden = crate::progress::Task::hidden();
     let audit = [corrflow_algorithms::mask::MaskStrategy::RANDOM, corrflow_algorithms::mask::MaskStrategy::CORRMASK]
         .into_iter()
         .map(|s| crate::mask::run_audit(&ctx.with_strategy(s, config.mask.lambda), &index, 0, None, &hidden))
@@ -96,7 +96,7 @@ pub fn run_demo(out: &Path, config: &crate::config::Config, show_progress: bool)
     let export = crate::export::export_onnx(&crate::export::ExportRequest {
         checkpoint: out.join("run"),
         out: out.join("model.onnx"),
-        pooling: crate::embed::Pooling::Mean,
+        pooling: Some(crate::embed::Pooling::Mean),
         layer: -1,
     })?;
     let embed = embed_onnx(&out.join("model.onnx"), &dataset, &out.join("embeddings.parquet"))?;
@@ -157,6 +157,7 @@ fn ingest_dataset(
         show_progress,
         cancel: Default::default(),
         cell_types: None,
+        expression: true,
     })
 }
 
@@ -221,20 +222,22 @@ fn train_tiny(
 
 /// The bundled cells embedded by the exported model (ONNX Runtime).
 fn embed_onnx(model: &Path, input: &Path, out: &Path) -> Result<crate::embed::EmbedSummary> {
-    crate::embed::embed(&crate::embed::EmbedRequest {
+    let cells = crate::infer::CellsRun {
         model: crate::embed::ModelSource::Onnx(model.to_path_buf()),
         input: input.to_path_buf(),
-        out: out.to_path_buf(),
-        h5ad_out: None,
         read: ReadOptions { gene_column: Some("gene_ids".into()), ..Default::default() },
         allow_normalized: false,
         transform: ValueTransform::None,
-        pooling: None,
-        layer: -1,
-        batch_size: 64,
-        token_budget: 16384,
+        batching: crate::encode::Batching { token_budget: 16384, max_rows: 64 },
         runtime: Default::default(),
         progress: false,
+    };
+    crate::embed::embed(&crate::embed::EmbedRequest {
+        cells,
+        out: out.to_path_buf(),
+        h5ad_out: None,
+        pooling: None,
+        layer: -1,
         genes: false,
     })
 }

@@ -12,22 +12,27 @@
 //! pipeline name and adds what spans several of them: [`embed`] (any encoder backend), Cell
 //! Ontology [`annotate`]ion, the TOML [`config`], in-silico [`perturb`]ation and the [`demo`].
 
-pub mod annotate;
 pub mod config;
 pub mod demo;
-pub mod embed;
-pub mod perturb;
 
 pub use corrflow_algorithms as algorithms;
 pub use corrflow_eval as eval;
 pub use corrflow_graph as graph;
-pub use corrflow_io::{
-    corpus, encode, error, formats, graph_files, ingest, model_meta, ontology, tokenize, util, vocab,
-};
+pub use corrflow_infer as infer;
+pub use corrflow_infer::onnxruntime as runtime;
+pub use corrflow_infer::{annotate, embed, encode, model_meta, perturb};
+pub use corrflow_io::{corpus, error, formats, graph_files, ingest, ontology, progress, tokenize, util, vocab};
 pub use corrflow_io::{Error, Result};
 pub use corrflow_mask as mask;
 pub use corrflow_model as model;
 pub use corrflow_model::export;
-pub use corrflow_serve::{runtime, server};
+pub use corrflow_serve::server;
 pub use corrflow_synth as synth;
 pub use corrflow_train as train;
+
+/// Registers the backends this build runs beside the inference core's built-in ONNX Runtime:
+/// burn, for `--checkpoint`. The binary calls it first; a library user that opens checkpoints
+/// calls it once.
+pub fn register_backends() {
+    corrflow_infer::register_backend(&corrflow_model::BURN);
+}

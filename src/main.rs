@@ -1,5 +1,6 @@
 //! The `corrflow` command line: arguments in `cli`, what each command does in `commands`.
 
+mod bars;
 mod cli;
 mod commands;
 
@@ -14,6 +15,7 @@ fn main() {
     if std::env::var_os("MATMUL_NUM_THREADS").is_none() {
         std::env::set_var("MATMUL_NUM_THREADS", "1");
     }
+    corrflow::register_backends();
     let cli = Cli::parse_args();
     // ONNX Runtime logs every arena reservation at info: keep it at warn unless -vv.
     // Progress lines (`progress` target; written where stderr is not a terminal) show at every
@@ -32,6 +34,7 @@ fn main() {
         // Colour codes only on a terminal: a batch job's log file gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    bars::install();
     // Fail points exist only in test builds (`--features failpoints`); FAILPOINTS configures them.
     #[cfg(feature = "failpoints")]
     let _fail_points = fail::FailScenario::setup();

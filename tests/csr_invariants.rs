@@ -206,7 +206,10 @@ mod canonical_form {
     }
 
     fn write_h5ad(path: &Path, cells: &Cells, genes: &[String]) -> hdf5::Result<()> {
-        let f = hdf5::File::create(path)?;
+        // Unlocked: the other tests of this binary spawn processes, and a child forked while the
+        // file is open inherits its descriptor and with it HDF5's exclusive lock, so the read
+        // below failed with EAGAIN ("unable to lock file") while that child lived (CI, session 33).
+        let f = hdf5::File::with_options().with_fapl(|p| p.file_locking(false)).create(path)?;
         let (indptr, indices, data) = csr(cells);
         let x = f.create_group("X")?;
         x.new_attr::<VarLenUnicode>().create("encoding-type")?.write_scalar(&text("csr_matrix"))?;

@@ -1,6 +1,6 @@
 """Type stubs of corrflow's Rust extension module (wrapped by ``corrflow/__init__.py``)."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -145,3 +145,37 @@ def held_out_batches(
     atlases: List[str] = ...,
     mask_params: str = "{}",
 ) -> List[Dict[str, Any]]: ...
+def set_progress(callback: Optional[Callable[..., None]] = None) -> None: ...
+
+class ValueBatches:
+    """A value model's training batches (``txfm`` / ``wced``): dicts of NumPy arrays ``input_ids``,
+    ``values``, ``attention_mask`` ``[rows, len]`` (``<cls>`` first), ``counts``, ``measured``
+    ``[rows, genes]`` over the decoding set, ``totals`` ``[rows]``."""
+
+    decode_genes: List[int]
+    cls: int
+    def __init__(
+        self,
+        corpus: str,
+        graph: Optional[str] = None,
+        strategy: str = "random",
+        batch_size: int = 12,
+        epoch: int = 0,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        visible_genes: int = 256,
+        mask_p: float = 0.9,
+        mask_lambda: float = 0.5,
+        decode: str = "hvg:1024",
+        target_sum: float = 1e5,
+        group_batches: int = 50,
+        shuffle_buffer: int = 10000,
+        eval_fraction: float = 0.05,
+        atlases: List[str] = ...,
+        start: int = 0,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> "ValueBatches": ...
+    def __next__(self) -> Dict[str, Any]: ...
+    def close(self) -> None: ...

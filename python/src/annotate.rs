@@ -5,18 +5,14 @@
 
 use std::path::PathBuf;
 
-use corrflow_io::encode::Encoder;
-use corrflow_io::ontology::calls::Annotator;
-use corrflow_serve::runtime::{OrtEncoder, RuntimeOptions};
+use corrflow_infer::annotate::calls::Annotator;
+use corrflow_infer::encode::Output;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::embed::for_each_encoded;
-use crate::matrix::CsrArrays;
-use crate::py_err;
-use crate::tokenize::{options, Tokenizer};
+use crate::embed::{batching, ModelRun, RunSettings};
 
 /// The calls of the cells of a CSR matrix: a dict of columns (`leaf_id`, `leaf_label`,
 /// `leaf_probability`, `call_id`, `call_label`, `call_probability`, `call_depth`; None / NaN /
@@ -41,50 +37,38 @@ pub(crate) fn annotate_csr<'py>(
     log1p: bool,
     source: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    if batch_size == 0 || token_budget == 0 {
-        return Err(PyValueError::new_err("batch_size and token_budget must be at least 1"));
-    }
-    let csr = CsrArrays::extract(indptr, indices, data, gene_ids.len())?;
-    let mut encoder =
-        py.detach(|| OrtEncoder::open(&model, &RuntimeOptions { threads, ..Default::default() })).map_err(py_err)?;
-    let head = encoder.meta.model.hce.clone().ok_or_else(|| {
+    let settings = RunSettings {
+        model,
+        pooling: None,
+        threads,
+        batching: batching(batch_size, token_budget)?,
+        allow_normalized,
+        log1p,
+        source,
+    };
+    let mut run = ModelRun::open(py, (indptr, indices, data), &gene_ids, &settings)?;
+    let model = &settings.model;
+    let head = run.encoder.config().and_then(|c| c.hce.clone()).ok_or_else(|| {
         PyValueError::new_err(format!(
             "{} has no hierarchical cell-type head (train it with `corrflow train --hce-ontology`)",
             model.display()
         ))
     })?;
     let annotator = Annotator::new(&head, threshold).map_err(PyValueError::new_err)?;
-    corrflow_io::encode::check_batch_memory(&encoder, token_budget).map_err(py_err)?;
-    let tok = Tokenizer::new(
-        encoder.vocab.clone(),
-        &gene_ids,
-        options(encoder.layout(), allow_normalized, log1p),
-        source.to_string(),
-    )?;
-    let (dim, k) = (encoder.dim(), encoder.classes().len());
-    let n = csr.n_cells();
+    let (dim, k) = (run.encoder.dim(), run.encoder.classes().len());
+    let n = run.csr.n_cells();
     let mut probabilities = vec![f32::NAN; n * k];
     let mut calls = vec![None; n];
-    let batching = (token_budget, batch_size);
-    let input = (&tok, &csr, gene_ids.as_slice(), cell_ids.as_slice());
-    for_each_encoded(
-        py,
-        input,
-        &mut encoder,
-        dim + k,
-        batching,
-        |b, e| e.encode_with_probabilities(b),
-        |cell, row| {
-            let p = &row[dim..];
-            probabilities[cell * k..(cell + 1) * k].copy_from_slice(p);
-            calls[cell] = Some(annotator.call(p));
-        },
-    )?;
+    run.for_each_row(py, &gene_ids, &cell_ids, Output::WithProbabilities, |cell, row| {
+        let p = &row[dim..];
+        probabilities[cell * k..(cell + 1) * k].copy_from_slice(p);
+        calls[cell] = Some(annotator.call(p));
+    })?;
     let out = PyDict::new(py);
-    let text = |f: &dyn Fn(&corrflow_io::ontology::calls::CellCall) -> Option<String>| {
+    let text = |f: &dyn Fn(&corrflow_infer::annotate::calls::CellCall) -> Option<String>| {
         calls.iter().map(|c| c.as_ref().and_then(f)).collect::<Vec<Option<String>>>()
     };
-    let number = |f: &dyn Fn(&corrflow_io::ontology::calls::CellCall) -> Option<f64>| {
+    let number = |f: &dyn Fn(&corrflow_infer::annotate::calls::CellCall) -> Option<f64>| {
         calls.iter().map(|c| c.as_ref().and_then(f).unwrap_or(f64::NAN)).collect::<Vec<f64>>()
     };
     out.set_item("leaf_id", text(&|c| Some(c.leaf.id.clone())))?;

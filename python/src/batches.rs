@@ -99,6 +99,7 @@ impl MaskedBatches {
                     eval_fraction,
                     seed,
                     subset: None,
+                    expression: None,
                 })
             })
             .map_err(py_err)?;
@@ -207,36 +208,14 @@ pub(crate) fn held_out_batches<'py>(
                 eval_fraction,
                 seed,
                 subset: None,
+                expression: None,
             })?;
             let cells = plan.eval_set(eval_cells)?;
-            Ok::<_, corrflow_io::Error>(held_out(&ctx, &cells, batch_size))
+            let batches = corrflow_mask::plan::held_out_batches(&ctx, &cells, batch_size);
+            Ok::<_, corrflow_io::Error>(batches.into_iter().map(Columns::of).collect::<Vec<_>>())
         })
         .map_err(py_err)?;
     columns.into_iter().map(|c| c.into_dict(py)).collect()
-}
-
-/// The held-out cells masked at the evaluation epoch, longest first, in batches (as the
-/// trainer's `EvalSet` does).
-fn held_out(ctx: &MaskContext, cells: &[(u64, Vec<u32>)], batch_size: usize) -> Vec<Columns> {
-    use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
-    let masker = ctx.masker();
-    let mut scratch = MaskScratch::default();
-    let mut masked: Vec<(u64, MaskedSequence)> = cells
-        .iter()
-        .map(|(key, tokens)| {
-            let mut out = MaskedSequence::default();
-            masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
-            (*key, out)
-        })
-        .collect();
-    masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
-    masked
-        .chunks(batch_size)
-        .map(|chunk| {
-            let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
-            Columns::of(TrainingBatch::pad(0, 0, chunk.iter().map(|c| c.0).collect(), &seqs, ctx.pad))
-        })
-        .collect()
 }
 
 /// A batch's arrays in the layout `transformers` takes, built without the GIL.

@@ -59,9 +59,11 @@ pub(crate) fn ingest(
         shard_cells,
         zstd_level,
         restart,
-        show_progress: false,
+        // Heard only when `corrflow.set_progress` installed a receiver.
+        show_progress: true,
         cancel: cancel.clone(),
         cell_types: None,
+        expression: true,
     };
     let summary = interrupt::run(py, &cancel, || run_ingest(&req))?;
     Ok(serde_json::to_string(&summary).expect("a summary serializes"))

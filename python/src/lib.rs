@@ -16,8 +16,10 @@ mod eval;
 mod graph;
 mod interrupt;
 mod matrix;
+mod progress;
 mod soma;
 mod tokenize;
+mod value_batches;
 
 pyo3::create_exception!(_native, CorrflowError, pyo3::exceptions::PyException, "An error from corrflow's library: bad input, a corrupt file, a refused write. The message names the file and the problem.");
 
@@ -46,7 +48,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(annotate::annotate_csr, m)?)?;
     m.add_function(wrap_pyfunction!(eval::eval_cells, m)?)?;
     m.add_class::<batches::MaskedBatches>()?;
+    m.add_class::<value_batches::ValueBatches>()?;
     m.add_function(wrap_pyfunction!(batches::held_out_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(progress::set_progress, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

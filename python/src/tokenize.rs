@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use corrflow_io::tokenize::{
-    tokenize_chunk, versioned_layout, GeneMapper, TokenizeOptions, TokenizedChunk, ValueTransform,
+    tokenize_chunk, tokenize_chunk_with_expression, versioned_layout, GeneMapper, TokenizeOptions, TokenizedChunk,
+    ValueTransform,
 };
 use corrflow_io::vocab::Vocabulary;
 use numpy::PyArray1;
@@ -50,6 +51,28 @@ impl Tokenizer {
         csr: &CsrArrays<'_>,
         gene_ids: &[String],
         cell_ids: &[String],
+        f: impl FnMut(usize, TokenizedChunk) -> PyResult<()>,
+    ) -> PyResult<()> {
+        self.chunks(py, (csr, gene_ids, cell_ids), false, f)
+    }
+
+    /// [`Self::for_each_chunk`] with each kept cell's expression (value models).
+    pub fn for_each_chunk_with_expression(
+        &self,
+        py: Python<'_>,
+        csr: &CsrArrays<'_>,
+        gene_ids: &[String],
+        cell_ids: &[String],
+        f: impl FnMut(usize, TokenizedChunk) -> PyResult<()>,
+    ) -> PyResult<()> {
+        self.chunks(py, (csr, gene_ids, cell_ids), true, f)
+    }
+
+    fn chunks(
+        &self,
+        py: Python<'_>,
+        (csr, gene_ids, cell_ids): (&CsrArrays<'_>, &[String], &[String]),
+        expression: bool,
         mut f: impl FnMut(usize, TokenizedChunk) -> PyResult<()>,
     ) -> PyResult<()> {
         let n = csr.n_cells();
@@ -63,7 +86,9 @@ impl Tokenizer {
             let ids = cell_ids.get(rows.clone()).map(<[String]>::to_vec).unwrap_or_default();
             let tokens = py
                 .detach(|| {
-                    tokenize_chunk(path, &view.chunk(rows, ids), gene_ids, &self.mapper, &self.vocab, &self.opts)
+                    let chunk = view.chunk(rows, ids);
+                    let tokenize = if expression { tokenize_chunk_with_expression } else { tokenize_chunk };
+                    tokenize(path, &chunk, gene_ids, &self.mapper, &self.vocab, &self.opts)
                 })
                 .map_err(py_err)?;
             f(start, tokens)?;

@@ -103,6 +103,12 @@ pub(crate) struct BatchArgs {
     pub(crate) token_budget: usize,
 }
 
+impl BatchArgs {
+    pub(crate) fn batching(&self) -> corrflow::encode::Batching {
+        corrflow::encode::Batching { token_budget: self.token_budget, max_rows: self.max_batch_cells }
+    }
+}
+
 /// Where a graph dataflow runs (timely's own options).
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {

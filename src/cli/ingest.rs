@@ -91,6 +91,10 @@ pub(crate) struct IngestArgs {
     /// not 1 (by default they are left out, as Geneformer's tokenizer does).
     #[arg(long)]
     pub(crate) ignore_filter_pass: bool,
+    /// Write rank tokens only, without each cell's expression (counts in rank order, total):
+    /// a smaller corpus that rank models train on, and value models refuse (docs/values.md).
+    #[arg(long)]
+    pub(crate) ranks_only: bool,
     /// Input files: .h5ad, AnnData zarr stores, loom, 10x .h5, or MatrixMarket directories.
     #[arg(required = true, value_name = "FILE")]
     pub(crate) inputs: Vec<PathBuf>,

@@ -12,7 +12,7 @@ mod values;
 pub(crate) use eval::EvalCellsArgs;
 pub(crate) use graph::{BatchArgs, GraphCommand};
 pub(crate) use ingest::{IngestArgs, ReadArgs, VocabCommand};
-pub(crate) use serve::{EmbedArgs, ModelSourceArgs, PerturbArgs, RuntimeArgs, ServeArgs};
+pub(crate) use serve::{CellsArgs, EmbedArgs, PerturbArgs, RuntimeArgs, ServeArgs};
 pub(crate) use values::{bounded, parse_threads};
 
 use std::path::PathBuf;
@@ -342,9 +342,10 @@ pub(crate) enum ExportCommand {
         /// The ONNX file to write (its vocabulary goes to FILE.vocab/).
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
-        /// What the cell_embedding output pools: mean over genes, or the <cls> state (V2).
-        #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls", default_value = "mean")]
-        pooling: Pooling,
+        /// What the cell_embedding output pools: mean over genes, or the <cls> state (V2). Default:
+        /// mean for rank models, cls for value models (their embedding is the CLS state).
+        #[arg(long, value_parser = serde_enum::<Pooling>, value_name = "mean|cls")]
+        pooling: Option<Pooling>,
         /// The layer whose states the model outputs, numbered as embed's --layer (-1 = last,
         /// -2 = second to last, 1..=layers); the model keeps the layers up to it.
         #[arg(long, default_value_t = -1, allow_hyphen_values = true)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use corrflow::model::Pooling;
 
-use super::{serde_enum, BatchArgs, ModelSourceArgs, ReadArgs, RuntimeArgs};
+use super::{serde_enum, CellsArgs, ReadArgs};
 
 #[derive(Subcommand)]
 pub(crate) enum OntologyCommand {
@@ -75,10 +75,7 @@ impl HceArgs {
 #[derive(Args)]
 pub(crate) struct AnnotateArgs {
     #[command(flatten)]
-    pub(crate) source: ModelSourceArgs,
-    /// Cells to annotate: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) input: PathBuf,
+    pub(crate) cells: CellsArgs,
     /// Parquet: cell_id, leaf (id, label, probability), greedy path with probabilities, the
     /// reliable call (id, label, probability, depth).
     #[arg(long, value_name = "FILE")]
@@ -99,10 +96,4 @@ pub(crate) struct AnnotateArgs {
     /// A cell-type map (TSV) turning --truth's labels into term ids.
     #[arg(long, value_name = "MAP.tsv", requires = "truth")]
     pub(crate) truth_map: Option<PathBuf>,
-    #[command(flatten)]
-    pub(crate) read: ReadArgs,
-    #[command(flatten)]
-    pub(crate) batching: BatchArgs,
-    #[command(flatten)]
-    pub(crate) runtime: RuntimeArgs,
 }

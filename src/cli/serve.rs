@@ -7,6 +7,8 @@ use clap::Args;
 use corrflow::model::Pooling;
 use corrflow::runtime::RuntimeDevice;
 
+use corrflow::config::Config;
+
 use super::{bounded, parse_threads, serde_enum, BatchArgs, ReadArgs};
 
 /// Which model encodes the cells (`embed`, `perturb`).
@@ -31,14 +33,44 @@ impl ModelSourceArgs {
     }
 }
 
+/// The cells a model runs on, and how (`embed`, `annotate`, `perturb`).
+#[derive(Args)]
+pub(crate) struct CellsArgs {
+    #[command(flatten)]
+    pub(crate) source: ModelSourceArgs,
+    /// Cells: .h5ad, AnnData .zarr (formats 2 and 3), .loom, 10x .h5, or a MatrixMarket
+    /// directory; raw counts (see --allow-normalized and --log1p for normalized values).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) input: PathBuf,
+    #[command(flatten)]
+    pub(crate) read: ReadArgs,
+    #[command(flatten)]
+    pub(crate) batching: BatchArgs,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+impl CellsArgs {
+    /// The library's description of the run; `obs_columns` are read beside the counts.
+    pub(crate) fn run(self, cfg: &Config, obs_columns: Vec<String>, progress: bool) -> corrflow::infer::CellsRun {
+        corrflow::infer::CellsRun {
+            model: self.source.source(),
+            read: self.read.read_options(cfg, obs_columns),
+            allow_normalized: self.read.allow_normalized || self.read.log1p,
+            transform: self.read.transform(),
+            input: self.input,
+            batching: self.batching.batching(),
+            runtime: self.runtime.options(),
+            progress,
+        }
+    }
+}
+
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["delete", "overexpress"])))]
 pub(crate) struct PerturbArgs {
     #[command(flatten)]
-    pub(crate) source: ModelSourceArgs,
-    /// Cells to perturb: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) input: PathBuf,
+    pub(crate) cells: CellsArgs,
     /// Per-cell output (Parquet): cell_id, genes_present, cosine, shift.
     #[arg(long, value_name = "FILE")]
     pub(crate) out: PathBuf,
@@ -65,29 +97,18 @@ pub(crate) struct PerturbArgs {
     /// Seed of the random gene sets.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    #[command(flatten)]
-    pub(crate) read: ReadArgs,
-    #[command(flatten)]
-    pub(crate) batching: BatchArgs,
-    #[command(flatten)]
-    pub(crate) runtime: RuntimeArgs,
 }
 
 #[derive(Args)]
 pub(crate) struct EmbedArgs {
     #[command(flatten)]
-    pub(crate) source: ModelSourceArgs,
-    /// Cells to embed: .h5ad, 10x .h5, or a MatrixMarket directory (raw counts).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) input: PathBuf,
+    pub(crate) cells: CellsArgs,
     /// Parquet: cell_id, embedding, the --obs-columns.
     #[arg(long, value_name = "FILE")]
     pub(crate) out: PathBuf,
     /// Also write a copy of the input with obsm["X_corrflow"].
     #[arg(long, value_name = "FILE")]
     pub(crate) h5ad_out: Option<PathBuf>,
-    #[command(flatten)]
-    pub(crate) read: ReadArgs,
     /// obs columns copied into the Parquet (e.g. labels for `eval probe`).
     #[arg(long, value_delimiter = ',', value_name = "A,B")]
     pub(crate) obs_columns: Vec<String>,
@@ -106,10 +127,6 @@ pub(crate) struct EmbedArgs {
     /// in (Geneformer's gene mode): Parquet with gene_id, symbol, token_id, n_cells, embedding.
     #[arg(long, conflicts_with_all = ["h5ad_out", "obs_columns"])]
     pub(crate) genes: bool,
-    #[command(flatten)]
-    pub(crate) batching: BatchArgs,
-    #[command(flatten)]
-    pub(crate) runtime: RuntimeArgs,
 }
 
 #[derive(Args)]

@@ -83,28 +83,20 @@ pub(crate) fn ontology(cfg: &Config, cmd: OntologyCommand, json: bool) -> Result
 
 pub(crate) fn annotate(cfg: &Config, a: AnnotateArgs, json: bool) -> Result<()> {
     anyhow::ensure!((0.0..=1.0).contains(&a.threshold), "--threshold must be in [0, 1] (got {})", a.threshold);
-    let model = a.source.source();
-    super::serve::model_inputs(&model, super::overlap().input("--input", &a.input))
+    let cells = a.cells.run(cfg, Vec::new(), !json);
+    super::serve::model_inputs(&cells.model, super::overlap().input("--input", &cells.input))
         .input_opt("--ontology", a.ontology.as_deref())
         .input_opt("--truth-map", a.truth_map.as_deref())
         .output("--out", &a.out)
         .output_opt("--h5ad-out", a.h5ad_out.as_deref())
         .check()?;
     let req = corrflow::annotate::AnnotateRequest {
-        model,
-        input: a.input,
+        cells,
         out: a.out,
         h5ad_out: a.h5ad_out,
-        read: a.read.read_options(cfg, Vec::new()),
-        allow_normalized: a.read.allow_normalized || a.read.log1p,
-        transform: a.read.transform(),
         threshold: a.threshold,
         ontology: a.ontology,
         truth: a.truth.map(|column| corrflow::annotate::Truth { column, map: a.truth_map }),
-        batch_size: a.batching.max_batch_cells,
-        token_budget: a.batching.token_budget,
-        runtime: a.runtime.options(),
-        progress: !json,
     };
     let s = corrflow::annotate::annotate(&req)?;
     let mut human = format!(

@@ -39,20 +39,22 @@ pub(crate) fn eval_cells(cfg: &Config, a: EvalCellsArgs, json: bool) -> Result<(
         a.embeddings.iter().zip(&names).map(|(p, n)| NamedEmbeddings { name: n.clone(), path: p.clone() }).collect();
     for (i, model) in models.into_iter().enumerate() {
         let out = scratch.path().join(format!("model-{i}.parquet"));
-        let req = corrflow::embed::EmbedRequest {
+        let cells = corrflow::infer::CellsRun {
             model,
             input: a.input.clone(),
-            out: out.clone(),
-            h5ad_out: None,
             read: a.read.read_options(cfg, Vec::new()),
             allow_normalized: a.read.allow_normalized || a.read.log1p,
             transform: a.read.transform(),
-            pooling: None,
-            layer: -1,
-            batch_size: a.batching.max_batch_cells,
-            token_budget: a.batching.token_budget,
+            batching: a.batching.batching(),
             runtime: a.runtime.options(),
             progress: !json,
+        };
+        let req = corrflow::embed::EmbedRequest {
+            cells,
+            out: out.clone(),
+            h5ad_out: None,
+            pooling: None,
+            layer: -1,
             genes: false,
         };
         corrflow::embed::embed(&req)?;

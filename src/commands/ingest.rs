@@ -50,6 +50,7 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
             .as_deref()
             .map(|m| corrflow::ontology::map::CellTypeMapping::open(m, &a.obs_columns))
             .transpose()?,
+        expression: !a.ranks_only,
     };
     let s = run_ingest(&req)?;
     let mut human = format!(

@@ -22,43 +22,14 @@ pub(crate) fn model_inputs(model: &ModelSource, overlap: Overlap) -> Overlap {
 }
 
 pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
-    let progress = !json;
-    let EmbedArgs {
-        source,
-        input,
-        out,
-        h5ad_out,
-        read,
-        obs_columns,
-        pooling,
-        layer,
-        emb_layer,
-        genes,
-        batching,
-        runtime,
-    } = args;
+    let EmbedArgs { cells, out, h5ad_out, obs_columns, pooling, layer, emb_layer, genes } = args;
     let layer = layer_or_emb_layer(layer, emb_layer)?;
-    let model = source.source();
-    model_inputs(&model, super::overlap().input("--input", &input))
+    let cells = cells.run(cfg, obs_columns, !json);
+    model_inputs(&cells.model, super::overlap().input("--input", &cells.input))
         .output("--out", &out)
         .output_opt("--h5ad-out", h5ad_out.as_deref())
         .check()?;
-    let req = corrflow::embed::EmbedRequest {
-        model,
-        input,
-        out,
-        h5ad_out,
-        read: read.read_options(cfg, obs_columns),
-        allow_normalized: read.allow_normalized || read.log1p,
-        transform: read.transform(),
-        pooling,
-        layer,
-        batch_size: batching.max_batch_cells,
-        token_budget: batching.token_budget,
-        runtime: runtime.options(),
-        progress,
-        genes,
-    };
+    let req = corrflow::embed::EmbedRequest { cells, out, h5ad_out, pooling, layer, genes };
     let s = corrflow::embed::embed(&req)?;
     let what = s.genes.map_or_else(String::new, |g| format!("{g} genes from "));
     let mut human = format!(
@@ -86,7 +57,7 @@ pub(crate) fn layer_or_emb_layer(layer: i64, emb_layer: Option<i64>) -> Result<i
 pub(crate) fn export_onnx(
     checkpoint: PathBuf,
     out: PathBuf,
-    pooling: corrflow::embed::Pooling,
+    pooling: Option<corrflow::embed::Pooling>,
     layer: i64,
     json: bool,
 ) -> Result<()> {
@@ -160,8 +131,8 @@ pub(crate) fn serve(args: ServeArgs, json: bool) -> Result<()> {
 }
 
 pub(crate) fn perturb(cfg: &Config, a: PerturbArgs, json: bool) -> Result<()> {
-    let model = a.source.source();
-    model_inputs(&model, super::overlap().input("--input", &a.input))
+    let cells = a.cells.run(cfg, Vec::new(), !json);
+    model_inputs(&cells.model, super::overlap().input("--input", &cells.input))
         .input_opt("--module", a.module.as_deref())
         .output("--out", &a.out)
         .output_opt("--genes-out", a.genes_out.as_deref())
@@ -180,22 +151,15 @@ pub(crate) fn perturb(cfg: &Config, a: PerturbArgs, json: bool) -> Result<()> {
         })
         .transpose()?;
     let req = corrflow::perturb::PerturbRequest {
-        model,
-        input: a.input,
+        cells,
         out: a.out,
         genes_out: a.genes_out,
-        read: a.read.read_options(cfg, Vec::new()),
-        allow_normalized: a.read.allow_normalized || a.read.log1p,
-        transform: a.read.transform(),
         genes,
         how,
         module: a.module,
         cells_where,
         random_sets: a.random_sets,
         seed: a.seed,
-        batch_size: a.batching.max_batch_cells,
-        token_budget: a.batching.token_budget,
-        runtime: a.runtime.options(),
     };
     let s = corrflow::perturb::perturb_cells(&req)?;
     let random = if s.random_mean_shifts.is_empty() {

@@ -190,7 +190,13 @@ pub fn burn_outputs(run: &Path, ids: &[i64], mask: &[i64], batch: usize, seq: us
     use corrflow::encode::Encoder;
     use corrflow::runtime::PaddedBatch;
     let mut m = corrflow::model::BurnEncoder::open(run, Some(corrflow::embed::Pooling::Mean), -1).unwrap();
-    let padded = PaddedBatch { rows: batch, len: seq, input_ids: ids.to_vec(), attention_mask: mask.to_vec() };
+    let padded = PaddedBatch {
+        rows: batch,
+        len: seq,
+        input_ids: ids.to_vec(),
+        attention_mask: mask.to_vec(),
+        values: Vec::new(),
+    };
     (m.token_states(&padded).unwrap(), m.encode(&padded).unwrap())
 }
 

@@ -15,4 +15,4 @@ pub mod quantile;
 pub mod rank;
 
 pub use quantile::LogQuantileSketch;
-pub use rank::{normalized_expression, rank_value_encode, RankScratch, SequenceLayout};
+pub use rank::{normalized_expression, rank_order, rank_value_encode, RankScratch, SequenceLayout};

@@ -64,12 +64,35 @@ pub fn rank_value_encode(genes: &[(u32, f64)], layout: &SequenceLayout, scratch:
 /// Most genes [`sort_packed`] takes (its keys hold a 16-bit index).
 const PACKED_MAX: usize = 1 << 16;
 
+/// The whole rank order of `genes` (as [`rank_value_encode`] orders them, nothing cut): indices
+/// into `genes`, written into `order` (cleared first). The first `max_genes` of
+/// `genes[order[i]].0` are exactly the gene tokens [`rank_value_encode`] writes, so a caller
+/// keeps each gene's count beside its token, and the genes past the cut, from one sort.
+pub fn rank_order(genes: &[(u32, f64)], scratch: &mut RankScratch, order: &mut Vec<u32>) {
+    order.clear();
+    order.reserve(genes.len());
+    if genes.len() <= PACKED_MAX {
+        sort_packed_indices(genes, &mut scratch.packed, &mut scratch.spare, |i| order.push(i as u32));
+    } else {
+        let keyed = &mut scratch.keyed;
+        keyed.clear();
+        keyed.extend(genes.iter().enumerate().map(|(i, &(_, x))| (!x.to_bits(), i as u32)));
+        keyed.sort_unstable_by_key(|&(bits, i)| (bits, genes[i as usize].0));
+        order.extend(keyed.iter().map(|e| e.1));
+    }
+}
+
 /// The whole cell sorted as single u64 keys: the top 48 bits of the value (all but 15 low
 /// mantissa bits), inverted for descending order, above the gene's index. The keys are put in
 /// order of a 16-bit digit that orders like the value (two stable radix passes, or a comparison
 /// sort for short cells); runs that share a digit (close values, exact ties) are then ordered
 /// exactly, by value and token id.
 fn sort_packed(genes: &[(u32, f64)], packed: &mut Vec<u64>, spare: &mut Vec<u64>, out: &mut Vec<u32>) {
+    sort_packed_indices(genes, packed, spare, |i| out.push(genes[i].0));
+}
+
+/// [`sort_packed`]'s order, handed to `emit` as indices into `genes`.
+fn sort_packed_indices(genes: &[(u32, f64)], packed: &mut Vec<u64>, spare: &mut Vec<u64>, mut emit: impl FnMut(usize)) {
     // A positive finite f64 orders like its bit pattern; shifting out the (zero) sign bit leaves
     // 63 ordered bits, of which the top 48 are kept.
     let top = |x: f64| !(x.to_bits() << 1) >> 16;
@@ -97,7 +120,7 @@ fn sort_packed(genes: &[(u32, f64)], packed: &mut Vec<u64>, spare: &mut Vec<u64>
             (!x.to_bits(), token)
         });
     }
-    out.extend(packed.iter().map(|&k| genes[(k & 0xffff) as usize].0));
+    packed.iter().for_each(|&k| emit((k & 0xffff) as usize));
 }
 
 /// Bits [`sort_packed`] orders by before its exact pass over runs.
@@ -171,6 +194,41 @@ fn sort_keyed(genes: &[(u32, f64)], keep: usize, scratch: &mut Vec<(u64, u32)>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rank_order_cut_at_max_genes_is_the_encoding_for_short_long_and_tied_cells() {
+        let mut state = 99u64;
+        let mut next = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        let mut scratch = RankScratch::default();
+        for n in [0usize, 1, 5, 191, 192, 700, 2047, 2048, 2049, 5000] {
+            for max_genes in [1usize, 3, 2048] {
+                // Few distinct values, so that ties (broken by token) are common.
+                // Shuffled by a key drawn once per token (a key drawn per comparison is not a
+                // total order, which the standard sort detects and panics on).
+                let mut keyed: Vec<(u64, u32)> = (0..n as u32).map(|t| (next(), t * 7 + 2)).collect();
+                keyed.sort_unstable();
+                let tokens: Vec<u32> = keyed.into_iter().map(|(_, t)| t).collect();
+                let genes: Vec<(u32, f64)> = tokens.iter().map(|&t| (t, (1 + next() % 9) as f64 * 0.37)).collect();
+                let layout = SequenceLayout { max_genes, cls: Some(0), eos: Some(1) };
+                let (mut encoded, mut order) = (Vec::new(), Vec::new());
+                rank_value_encode(&genes, &layout, &mut scratch, &mut encoded);
+                rank_order(&genes, &mut scratch, &mut order);
+                assert_eq!(order.len(), n);
+                let mut from_order = vec![0];
+                from_order.extend(order.iter().take(max_genes).map(|&i| genes[i as usize].0));
+                from_order.push(1);
+                assert_eq!(from_order, encoded, "n {n}, max_genes {max_genes}");
+                // A total order: value descending, then token ascending.
+                for w in order.windows(2) {
+                    let (a, b) = (genes[w[0] as usize], genes[w[1] as usize]);
+                    assert!(a.1 > b.1 || (a.1 == b.1 && a.0 < b.0));
+                }
+            }
+        }
+    }
     use proptest::prelude::*;
 
     fn encode(genes: &[(u32, f64)], layout: &SequenceLayout) -> Vec<u32> {

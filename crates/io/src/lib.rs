@@ -1,8 +1,8 @@
 //! corrflow's files in and out, in pipeline order: gene [`vocab`]ularies; [`tokenize`]
 //! (Geneformer rank-value encoding); the token-shard [`corpus`] and the [`ingest`] job that
-//! fills it; the dependency graph's files ([`graph_files`]); exported models' metadata
-//! ([`model_meta`]), the embedding-backend trait ([`encode`]) and the cell [`ontology`] with
-//! label maps.
+//! fills it; the dependency graph's files ([`graph_files`]); and the cell [`ontology`] with
+//! label maps. Models' metadata and the embedding backends are the inference core's
+//! (`corrflow-infer`), above this crate.
 //!
 //! The single-cell readers are the crate below, `corrflow-formats` (re-exported as [`formats`]).
 //!
@@ -10,12 +10,11 @@
 //! algorithms live in `corrflow-algorithms`.
 
 pub mod corpus;
-pub mod encode;
 pub mod error;
 pub mod graph_files;
 pub mod ingest;
-pub mod model_meta;
 pub mod ontology;
+pub mod progress;
 pub mod tokenize;
 pub mod util;
 pub mod vocab;

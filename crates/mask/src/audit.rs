@@ -1,5 +1,6 @@
 //! `corrflow mask audit`: the paper's Table 3 (mean span, conditional hit rate) over a corpus.
 
+use corrflow_io::progress::Task;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -34,7 +35,7 @@ pub fn run_audit(
     index: &CorpusIndex,
     epoch: u64,
     mut dump: Option<&mut MaskDumpWriter>,
-    progress: &indicatif::ProgressBar,
+    progress: &Task,
 ) -> Result<AuditRow> {
     let start = Instant::now();
     let masker = ctx.masker();
@@ -167,13 +168,7 @@ pub fn audit_command(req: &AuditRequest) -> Result<AuditReport> {
     let graph = corrflow_io::graph_files::read_graph(&req.graph)?;
     let base = MaskContext::load(info, vocab, &index, Some(&graph), &req.graph, req.params.clone(), with_pmi)?;
     let runs = req.strategies.len() + req.sweep.len();
-    let bar = corrflow_io::util::progress::bar(
-        req.progress,
-        index.cells * runs as u64,
-        "mask audit",
-        "cells",
-        "masking {bar:40} {pos}/{len} cells ({per_sec}, eta {eta})",
-    );
+    let bar = Task::start(req.progress, "mask audit", "cells", Some(index.cells * runs as u64), 0);
     let mut dump = req.dump.as_deref().map(MaskDumpWriter::create).transpose()?;
     let mut rows = Vec::new();
     for &s in &req.strategies {
@@ -186,7 +181,7 @@ pub fn audit_command(req: &AuditRequest) -> Result<AuditReport> {
     for &l in &req.sweep {
         sweep.push(run_audit(&base.with_strategy(MaskStrategy::CORRMASK, l), &index, req.epoch, None, &bar)?);
     }
-    bar.finish_and_clear();
+    bar.finish();
     if let Some(p) = &req.plot {
         plot_sweep(p, &sweep)?;
     }

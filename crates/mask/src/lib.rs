@@ -16,6 +16,7 @@ pub mod dataflow;
 mod dump;
 pub mod fixed;
 pub mod plan;
+pub mod values;
 
 pub use audit::{audit_command, run_audit, table, AuditReport, AuditRequest, AuditRow};
 pub use context::{count_pmi, MaskContext};

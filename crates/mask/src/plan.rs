@@ -40,6 +40,45 @@ pub struct DataPlan {
     /// When set, the training cells are exactly the keys marked here (a fine-tuning split) and
     /// `eval_fraction` is not used.
     pub subset: Option<std::sync::Arc<Vec<bool>>>,
+    /// Plan cells with their expression (value models): each planned cell's payload is then an
+    /// [`ExpressionCell`] packed by [`ExpressionCell::pack`], not tokens, and `max_len` does not
+    /// cut it. The table marks the vocabulary's genes (`input_ids` also holds special tokens).
+    pub expression: Option<std::sync::Arc<Vec<bool>>>,
+}
+
+/// A cell's expression as the plan carries it: its detected genes in rank order with their raw
+/// counts, and its total count. The plan's shuffle buffer and length grouping move `Vec<u32>`
+/// payloads; a value model's cell travels through them packed into one:
+/// `[n, genes (n), counts as f32 bits (n), total as f64 bits (2)]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpressionCell {
+    pub genes: Vec<u32>,
+    pub counts: Vec<f32>,
+    pub total: f64,
+}
+
+impl ExpressionCell {
+    pub fn pack(genes: &[u32], counts: &[f32], total: f64) -> Vec<u32> {
+        let mut out = Vec::with_capacity(3 + 2 * genes.len());
+        out.push(genes.len() as u32);
+        out.extend_from_slice(genes);
+        out.extend(counts.iter().map(|c| c.to_bits()));
+        let bits = total.to_bits();
+        out.extend([(bits >> 32) as u32, bits as u32]);
+        out
+    }
+
+    /// The cell packed by [`Self::pack`]; `None` for a payload that is not one.
+    pub fn unpack(payload: &[u32]) -> Option<Self> {
+        let n = *payload.first()? as usize;
+        if payload.len() != 3 + 2 * n {
+            return None;
+        }
+        let genes = payload[1..1 + n].to_vec();
+        let counts = payload[1 + n..1 + 2 * n].iter().map(|&b| f32::from_bits(b)).collect();
+        let total = f64::from_bits((u64::from(payload[1 + 2 * n]) << 32) | u64::from(payload[2 + 2 * n]));
+        Some(Self { genes, counts, total })
+    }
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -90,7 +129,10 @@ impl DataPlan {
         let longest =
             self.layout.max_genes + usize::from(self.layout.cls.is_some()) + usize::from(self.layout.eos.is_some());
         let len = if self.max_len > 0 { self.max_len } else { longest } as u128;
-        let per_cell = 48 + 4 * len;
+        // An expression cell: its genes, their counts and the total (detected genes past the
+        // token cut included: the layout's longest is the estimate).
+        let payload = if self.expression.is_some() { 2 * longest as u128 + 3 } else { len };
+        let per_cell = 48 + 4 * payload;
         let cells = self.shuffle_buffer.max(1) as u128 + self.batch_size as u128 * self.group_batches as u128;
         cells * per_cell + batches as u128 * self.batch_size as u128 * len * 4 * 4
     }
@@ -228,6 +270,9 @@ impl DataPlan {
     /// Sends the training cells of `shards`, in order, a block at a time (cut to `max_len`);
     /// stops when the receiver has gone, sends the error when a shard cannot be read.
     fn read_training_cells(&self, shards: &[usize], tx: &crossbeam_channel::Sender<Result<Vec<(u64, Vec<u32>)>>>) {
+        if let Some(is_gene) = &self.expression {
+            return self.read_expression_cells(shards, is_gene, tx);
+        }
         for &s in shards {
             let mut gone = false;
             let read = self.index.for_each_block_parallel(s, self.vocab_size, READ_CELLS, |b| {
@@ -252,6 +297,99 @@ impl DataPlan {
             }
         }
     }
+}
+
+impl DataPlan {
+    /// [`Self::read_training_cells`] for value models: each cell packed as an
+    /// [`ExpressionCell`].
+    fn read_expression_cells(
+        &self,
+        shards: &[usize],
+        is_gene: &[bool],
+        tx: &crossbeam_channel::Sender<Result<Vec<(u64, Vec<u32>)>>>,
+    ) {
+        for &s in shards {
+            let mut gone = false;
+            let read = self.index.for_each_expression_block(s, self.vocab_size, is_gene, |b| {
+                // Blocks of a few hundred cells, as the token reader sends (the planner's memory).
+                for start in (0..b.len()).step_by(READ_CELLS) {
+                    let cells = (start..(start + READ_CELLS).min(b.len()))
+                        .map(|i| (b.cells.first_key + i as u64, i))
+                        .filter(|&(key, _)| !self.is_eval(key))
+                        .map(|(key, i)| (key, ExpressionCell::pack(b.genes(i), b.counts(i), b.totals[i])))
+                        .collect();
+                    gone = tx.send(Ok(cells)).is_err();
+                    if gone {
+                        return Err(corrflow_io::error::Error::Usage("stopped".into()));
+                    }
+                }
+                Ok(())
+            });
+            if gone {
+                return;
+            }
+            if let Err(e) = read {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
+
+    /// The first `n` held-out cells (key order) with their expression: a value model's fixed
+    /// evaluation set.
+    pub fn eval_expression_set(&self, n: usize, is_gene: &[bool]) -> Result<Vec<(u64, ExpressionCell)>> {
+        let mut out = Vec::new();
+        for s in 0..self.index.shards.len() {
+            if out.len() >= n {
+                break;
+            }
+            self.index.for_each_expression_block(s, self.vocab_size, is_gene, |b| {
+                for i in 0..b.len() {
+                    let key = b.cells.first_key + i as u64;
+                    if out.len() < n && self.is_eval(key) {
+                        let cell = ExpressionCell {
+                            genes: b.genes(i).to_vec(),
+                            counts: b.counts(i).to_vec(),
+                            total: b.totals[i],
+                        };
+                        out.push((key, cell));
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+}
+
+/// The held-out evaluation batches: `cells` masked once at the fixed evaluation epoch (so every
+/// evaluation sees the same masks), longest first, padded in batches of `batch_size`. The
+/// trainer's held-out loss and the Python package's `held_out_batches` are computed on these.
+pub fn held_out_batches(
+    ctx: &crate::MaskContext,
+    cells: &[(u64, Vec<u32>)],
+    batch_size: usize,
+) -> Vec<corrflow_algorithms::batches::TrainingBatch> {
+    use corrflow_algorithms::batches::TrainingBatch;
+    use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
+    let masker = ctx.masker();
+    let mut scratch = MaskScratch::default();
+    let mut masked: Vec<(u64, MaskedSequence)> = cells
+        .iter()
+        .map(|(key, tokens)| {
+            let mut out = MaskedSequence::default();
+            masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
+            (*key, out)
+        })
+        .collect();
+    masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
+    masked
+        .chunks(batch_size.max(1))
+        .map(|chunk| {
+            let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
+            TrainingBatch::pad(0, 0, chunk.iter().map(|c| c.0).collect(), &seqs, ctx.pad)
+        })
+        .collect()
 }
 
 /// Part `rank` of `world` contiguous, nearly equal parts of `cells`; when there are fewer cells
@@ -320,6 +458,7 @@ mod tests {
             eval_fraction: 0.0,
             seed: 0,
             subset: None,
+            expression: None,
         };
         let base = plan.masking_bytes(4);
         let doubled_buffer = DataPlan { shuffle_buffer: 20_000, ..plan.clone() }.masking_bytes(4);
@@ -334,6 +473,15 @@ mod tests {
 
     fn cells(n: u64) -> Vec<(u64, Vec<u32>)> {
         (0..n).map(|k| (k, vec![k as u32])).collect()
+    }
+
+    #[test]
+    fn an_expression_cell_survives_packing_and_other_payloads_are_not_one() {
+        let cell = super::ExpressionCell { genes: vec![5, 3, 9], counts: vec![7.0, 2.5, 1.0], total: 1234.5 };
+        let packed = super::ExpressionCell::pack(&cell.genes, &cell.counts, cell.total);
+        assert_eq!(super::ExpressionCell::unpack(&packed), Some(cell));
+        assert_eq!(super::ExpressionCell::unpack(&[2, 1, 2]), None);
+        assert_eq!(super::ExpressionCell::unpack(&[]), None);
     }
 
     #[test]

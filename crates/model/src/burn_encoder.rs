@@ -7,9 +7,9 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
-use corrflow_io::encode::{Encoder, PaddedBatch};
+use corrflow_infer::encode::{Encoder, PaddedBatch};
+use corrflow_infer::model_meta::{inference_layout, Pooling};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::model_meta::{inference_layout, Pooling};
 use corrflow_io::vocab::Vocabulary;
 
 use crate::checkpoint::{self, CheckpointState};
@@ -48,7 +48,11 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
     /// (`[rows, len, hidden]`) and the cell vectors pooled from them (`[rows, hidden]`).
     pub fn forward(&self, batch: &PaddedBatch, layer: usize, pooling: Pooling) -> (Tensor<B, 3>, Tensor<B, 2>) {
         let (input, pad, weights) = self.batch_tensors(batch, pooling);
-        let states = self.model.states_after(input, pad, layer);
+        let values = (!batch.values.is_empty()).then(|| {
+            let device = input.device();
+            Tensor::<B, 2>::from_data(TensorData::new(batch.values.clone(), [batch.rows, batch.len]), &device)
+        });
+        let states = self.model.states_with_values(input, values, pad, layer);
         let pooled = CellEncoder::mean_pool(states.clone(), weights);
         (states, pooled)
     }
@@ -134,7 +138,9 @@ impl BurnEncoder {
                 n_layers + 1
             )));
         }
-        let pooling = pooling.unwrap_or_default();
+        // A value model's embedding is its CLS state (what its decoder reads).
+        let default = if loaded.state.model.input.sees_values() { Pooling::Cls } else { Pooling::default() };
+        let pooling = pooling.unwrap_or(default);
         if pooling == Pooling::Cls && loaded.state.layout.cls.is_none() {
             return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
         }
@@ -184,7 +190,7 @@ impl Encoder for BurnEncoder {
         self.loaded.state.model.cell_classes()
     }
 
-    fn config(&self) -> Option<&corrflow_io::model_meta::ModelConfig> {
+    fn config(&self) -> Option<&corrflow_infer::model_meta::ModelConfig> {
         Some(&self.loaded.state.model)
     }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::train_config::TrainConfig;
+use corrflow_infer::model_meta::ModelConfig;
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::model_meta::ModelConfig;
 use corrflow_io::util::atomic::{publish_dir, write_atomic};
 use corrflow_io::util::sealed;
 
@@ -58,7 +58,7 @@ impl CheckpointState {
     }
 }
 
-pub use corrflow_io::model_meta::inference_layout;
+pub use corrflow_infer::model_meta::inference_layout;
 
 pub fn checkpoints_dir(out: &Path) -> PathBuf {
     out.join("checkpoints")
@@ -192,6 +192,22 @@ fn shapes<B: burn::tensor::backend::Backend>(model: &crate::CellEncoder<B>) -> V
 /// Loads `model.bin` of checkpoint `dir` into `model` (built from the checkpoint's
 /// configuration and vocabulary), refusing a record whose parameter shapes are not the model's
 /// (weights of another vocabulary or configuration) instead of failing later inside the backend.
+/// Writes a model's weights to `path`. A rank model is written in the record layout rank
+/// models always had (without the value parts' slot), so its checkpoints are byte for byte what
+/// they were before value models, and any corrflow reads them; a value model has the new layout.
+pub fn save_model<B: burn::tensor::backend::Backend>(model: &crate::CellEncoder<B>, path: &Path) -> Result<()> {
+    use burn::module::Module;
+    use burn::record::{BinFileRecorder, FullPrecisionSettings};
+    let recorder = BinFileRecorder::<FullPrecisionSettings>::new();
+    let dir = path.parent().unwrap_or(path);
+    if model.value.is_none() {
+        let (old, _) = crate::legacy::RankEncoderV1::of(model.clone());
+        old.save_file(path, &recorder).map_err(|e| record_error(dir, e))
+    } else {
+        model.clone().save_file(path, &recorder).map_err(|e| record_error(dir, e))
+    }
+}
+
 pub fn load_model<B: burn::tensor::backend::Backend>(
     model: crate::CellEncoder<B>,
     dir: &Path,
@@ -201,9 +217,15 @@ pub fn load_model<B: burn::tensor::backend::Backend>(
     use burn::record::{BinFileRecorder, FullPrecisionSettings};
     let path = dir.join(MODEL_FILE);
     let expected = shapes(&model);
-    let loaded = model
-        .load_file(&path, &BinFileRecorder::<FullPrecisionSettings>::new(), device)
-        .map_err(|e| Error::format(&path, format!("cannot load the model: {e}")))?;
+    let recorder = BinFileRecorder::<FullPrecisionSettings>::new();
+    let cannot = |e: burn::record::RecorderError| Error::format(&path, format!("cannot load the model: {e}"));
+    // Rank models keep the record layout they always had (see `save_model`).
+    let loaded = if model.value.is_none() {
+        let (old, template) = crate::legacy::RankEncoderV1::of(model);
+        old.load_file(&path, &recorder, device).map_err(cannot)?.into_current(template)
+    } else {
+        model.load_file(&path, &recorder, device).map_err(cannot)?
+    };
     let found = shapes(&loaded);
     if found != expected {
         let at = expected.iter().zip(&found).position(|(a, b)| a != b).unwrap_or(expected.len().min(found.len()));

@@ -11,11 +11,12 @@ use burn::tensor::activation::{gelu, relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
-use corrflow_io::model_meta::HeadActivation;
+use corrflow_infer::model_meta::{HeadActivation, ModelInput, ValueModel};
 
 use crate::dropout::dropout;
 use crate::fused::{add_layer_norm, linear, FusedOps};
 use crate::layer::encoder_layer;
+use crate::value::{embed_values, ValueParts};
 
 /// Two-layer MLP from the pooled embedding to per-gene outputs.
 #[derive(Module, Debug)]
@@ -53,6 +54,15 @@ pub struct CellEncoder<B: Backend> {
     /// LayerNorm. Not part of the weights.
     #[module(skip)]
     pub layer_norm_eps: f64,
+    /// What tokens carry (`model.input`). Not part of the weights.
+    #[module(skip)]
+    pub input: ModelInput,
+    /// A value model's settings (`model.values`). Not part of the weights.
+    #[module(skip)]
+    pub value_config: Option<ValueModel>,
+    /// A value model's bins and decoder. Last, so that the records of rank models written
+    /// before value models existed are a prefix of today's (`checkpoint::load_model`).
+    pub value: Option<ValueParts<B>>,
 }
 
 impl<B: FusedOps> CellEncoder<B> {
@@ -65,19 +75,36 @@ impl<B: FusedOps> CellEncoder<B> {
     /// Token states after the first `layers` encoder layers (0 = the embeddings; the number of
     /// layers = the final states), without dropout when the backend is not training.
     pub fn states_after(&self, input_ids: Tensor<B, 2, Int>, pad: Tensor<B, 2, Bool>, layers: usize) -> Tensor<B, 3> {
+        self.states_with_values(input_ids, None, pad, layers)
+    }
+
+    /// [`Self::states_after`] for any model: a value model's tokens carry `values` `[rows, len]`
+    /// (ignored, and may be `None`, for rank models).
+    pub fn states_with_values(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        values: Option<Tensor<B, 2>>,
+        pad: Tensor<B, 2, Bool>,
+        layers: usize,
+    ) -> Tensor<B, 3> {
         let [batch, len] = input_ids.dims();
         let device = input_ids.device();
         // The attention kernels take the padding as host data (read once per forward).
         let valid: Vec<bool> =
             pad.into_data().convert::<bool>().to_vec::<bool>().unwrap_or_default().iter().map(|&p| !p).collect();
         let valid = Arc::new(valid);
-        let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
-        let embedded = add_layer_norm(
-            self.tokens.forward(input_ids),
-            self.positions.forward(pos),
-            &self.embed_norm,
-            self.layer_norm_eps,
-        );
+        let mut tokens = self.tokens.forward(input_ids);
+        if let (Some(parts), Some(config)) = (&self.value, &self.value_config) {
+            let values = values.unwrap_or_else(|| Tensor::zeros([batch, len], &device));
+            tokens = embed_values(tokens, values, self.input, parts, config);
+        }
+        let positions = self.value_config.as_ref().is_none_or(|v| v.positions);
+        let embedded = if positions {
+            let pos = Tensor::<B, 1, Int>::arange(0..len as i64, &device).reshape([1, len]).repeat_dim(0, batch);
+            add_layer_norm(tokens, self.positions.forward(pos), &self.embed_norm, self.layer_norm_eps)
+        } else {
+            self.embed_norm.forward(tokens)
+        };
         let mut x = dropout(embedded, self.dropout.prob);
         for layer in self.encoder.layers.iter().take(layers) {
             x = encoder_layer(layer, x, &valid, self.layer_norm_eps);

@@ -7,12 +7,13 @@ use burn::nn::{
 };
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use corrflow_io::model_meta::ModelConfig;
+use corrflow_infer::model_meta::{ModelConfig, ModelInput, ValueModel};
 
 use crate::encoder::{CellEncoder, WholeCellHead};
+use crate::value::ValueParts;
 
 /// `ModelConfig::init`: the module described by a configuration (the configuration itself is
-/// plain data in `corrflow_io::model_meta`, so runtimes read it without burn).
+/// plain data in `corrflow_infer::model_meta`, so runtimes read it without burn).
 pub trait InitModel {
     /// The module, randomly initialised (BERT's N(0, 0.02)) on `device`.
     fn init<B: Backend>(&self, vocab_size: usize, device: &B::Device) -> CellEncoder<B>;
@@ -47,7 +48,29 @@ impl InitModel for ModelConfig {
             label_head: heads.label.or(self.classifier.as_ref().map(|c| c.classes.len())).map(&whole_cell),
             mlm_activation: self.mlm_activation,
             layer_norm_eps: self.layer_norm_eps,
+            input: self.input,
+            value_config: self.values.clone(),
+            value: self.values.as_ref().map(|v| value_parts(self, v, heads.decoder.unwrap_or(1), device)),
         }
+    }
+}
+
+/// A value model's bins and decoder: `decoder_layers` hidden layers of `decoder_width` (the
+/// hidden size when 0), then `outputs` values for each gene of the decoding set.
+fn value_parts<B: Backend>(m: &ModelConfig, v: &ValueModel, outputs: usize, device: &B::Device) -> ValueParts<B> {
+    let normal = Initializer::Normal { mean: 0.0, std: 0.02 };
+    let linear = |i, o| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
+    let width = if v.decoder_width == 0 { m.hidden } else { v.decoder_width };
+    let mut decoder = Vec::with_capacity(v.decoder_layers);
+    for l in 0..v.decoder_layers {
+        decoder.push(linear(if l == 0 { m.hidden } else { width }, width));
+    }
+    let last = if v.decoder_layers == 0 { m.hidden } else { width };
+    ValueParts {
+        bins: (m.input == ModelInput::Bins)
+            .then(|| EmbeddingConfig::new(v.bins, m.hidden).with_initializer(normal.clone()).init(device)),
+        decoder,
+        decoder_out: linear(last, v.decode_genes.len().max(1) * outputs),
     }
 }
 

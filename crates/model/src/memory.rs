@@ -1,14 +1,14 @@
-//! Pre-flight memory estimates (`corrflow_io::model_meta::memory`, plain data so the server
+//! Pre-flight memory estimates (`corrflow_infer::model_meta::memory`, plain data so the server
 //! uses them too), tested here against the built model.
 
-pub use corrflow_io::model_meta::memory::*;
+pub use corrflow_infer::model_meta::memory::*;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::init::InitModel;
     use burn::module::Module;
-    use corrflow_io::model_meta::ModelConfig;
+    use corrflow_infer::model_meta::ModelConfig;
 
     #[test]
     fn the_parameter_count_is_the_built_models() {
@@ -32,13 +32,13 @@ mod tests {
                 parents: parents.iter().map(|p| p.to_string()).collect(),
             };
             let terms = vec![term("a", &[]), term("b", &["a"]), term("c", &["a"]), term("d", &["a"])];
-            let hce = corrflow_io::model_meta::OntologyHead {
+            let hce = corrflow_infer::model_meta::OntologyHead {
                 ontology_version: "t".into(),
                 column: "cl_id".into(),
                 weight: 1.0,
                 warmup_steps: 0,
                 pooling: Default::default(),
-                leaves: corrflow_io::model_meta::OntologyHead::leaf_ids(&terms),
+                leaves: corrflow_infer::model_meta::OntologyHead::leaf_ids(&terms),
                 terms,
             };
             let m = ModelConfig { hce: Some(hce), ..m };

@@ -70,6 +70,14 @@ pub struct TrainConfig {
     /// Masking dataflow worker threads.
     pub mask_workers: usize,
     pub seed: u64,
+    /// Value models: the genes the encoder sees per cell (TxFM's K), drawn from the cell's
+    /// measured genes; 0 uses `mask.p` as the share hidden instead. Rank models ignore it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub visible_genes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Default for TrainConfig {
@@ -96,6 +104,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 2,
             log_every: 10,
             mask_workers: 1,
+            visible_genes: 0,
             seed: 0,
         }
     }

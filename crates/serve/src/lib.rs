@@ -1,8 +1,9 @@
-//! Inference on exported models and the embedding server: ONNX Runtime sessions ([`runtime`],
-//! the `onnxruntime` [`Encoder`](corrflow_io::encode::Encoder) backend) and the HTTP API
-//! ([`server`]: tokio + axum, a bounded queue and a dynamic batcher generic over the encoder).
+//! The HTTP embedding server ([`server`]: tokio + axum, a bounded queue and a dynamic batcher
+//! generic over the inference core's [`Encoder`](corrflow_infer::encode::Encoder)), a thin
+//! adapter over `corrflow-infer`: the ONNX Runtime sessions, the model metadata and the
+//! annotation calls are the core's.
 //!
-//! Depends on `corrflow-io` only: changing the server recompiles neither burn nor the dataflow.
+//! Depends on `corrflow-io` and `corrflow-infer` only: changing the server recompiles neither
+//! burn nor the dataflow.
 
-pub mod runtime;
 pub mod server;

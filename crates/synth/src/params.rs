@@ -185,8 +185,7 @@ impl Default for ModularityParams {
                 layer_norm_eps: 1e-5,
                 objective: "mlm".into(),
                 mlm_activation: Default::default(),
-                classifier: None,
-                hce: None,
+                ..ModelConfig::default()
             },
         }
     }

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
+use corrflow_infer::model_meta::{OntologyHead, Pooling};
 use corrflow_io::corpus::{CellLabels, Corpus};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::model_meta::{OntologyHead, Pooling};
 use corrflow_io::ontology;
 
 /// `train --hce-*`.

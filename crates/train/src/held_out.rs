@@ -3,7 +3,6 @@
 
 use burn::tensor::ElementConversion;
 use corrflow_algorithms::batches::TrainingBatch;
-use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
 use corrflow_mask::MaskContext;
 use corrflow_model::objective::{self, batch_tensors, Targets};
 use corrflow_model::{CellEncoder, FusedOps, ModelConfig};
@@ -28,24 +27,7 @@ pub struct EvalSet {
 
 impl EvalSet {
     pub fn new(ctx: &MaskContext, cells: &[(u64, Vec<u32>)], batch_size: usize) -> Self {
-        let masker = ctx.masker();
-        let mut scratch = MaskScratch::default();
-        let mut masked: Vec<(u64, MaskedSequence)> = cells
-            .iter()
-            .map(|(key, tokens)| {
-                let mut out = MaskedSequence::default();
-                masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
-                (*key, out)
-            })
-            .collect();
-        masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
-        let batches: Vec<TrainingBatch> = masked
-            .chunks(batch_size.max(1))
-            .map(|chunk| {
-                let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
-                TrainingBatch::pad(0, 0, chunk.iter().map(|c| c.0).collect(), &seqs, ctx.pad)
-            })
-            .collect();
+        let batches = corrflow_mask::plan::held_out_batches(ctx, cells, batch_size);
         let mut label_counts = std::collections::HashMap::<i64, u64>::new();
         for b in &batches {
             for &l in b.labels.iter().filter(|&&l| l != corrflow_algorithms::mask::IGNORE_INDEX) {

@@ -8,15 +8,27 @@ pub mod finetune;
 pub mod hce;
 mod held_out;
 mod init_from;
+pub mod learner;
 pub mod length;
 mod metrics;
 pub mod optim;
 mod run;
-mod step;
+pub mod step;
+mod values;
 
 pub use corrflow_model::{CpuBackend, CpuTraining, Device, TrainConfig};
 pub use held_out::{evaluate, EvalResult, EvalSet};
-pub use run::{train, TrainRequest, TrainSummary};
+pub use run::{TrainRequest, TrainSummary};
+
+/// Runs (or resumes) training on backend `B`: the rank loop or, for a model that reads
+/// expression values, the value loop (both on `learner::run_loop`).
+pub fn train<B: corrflow_model::TrainingBackend>(req: &TrainRequest, device: B::Device) -> corrflow_io::Result<TrainSummary> {
+    if req.model.input.sees_values() {
+        values::train_values::<B>(req, device)
+    } else {
+        run::train_ranks::<B>(req, device)
+    }
+}
 
 /// Runs `finetune` on the CPU (fine-tuning's device is the CPU backend for now).
 pub fn finetune_on_cpu(req: &finetune::FinetuneRequest) -> corrflow_io::Result<finetune::FinetuneSummary> {

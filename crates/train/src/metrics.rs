@@ -1,5 +1,5 @@
 //! What a training run writes besides checkpoints: the per-step lines of `metrics.jsonl`, the
-//! batches of `--dump-batches`, and the progress bar.
+//! batches of `--dump-batches`, and the progress task.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,9 +43,6 @@ pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     corrflow_io::util::atomic::write_atomic(path, kept.as_bytes())
 }
 
-pub(crate) fn progress_bar(name: &str, show: bool, total: u64, pos: u64) -> indicatif::ProgressBar {
-    let template = format!("{name} {{bar:30}} {{pos}}/{{len}} steps {{msg}} (eta {{eta}})");
-    let bar = corrflow_io::util::progress::bar(show, total, name, "steps", &template);
-    bar.set_position(pos);
-    bar
+pub(crate) fn progress_bar(name: &str, show: bool, total: u64, pos: u64) -> corrflow_io::progress::Task {
+    corrflow_io::progress::Task::start(show, name, "steps", Some(total), pos)
 }

@@ -2,15 +2,12 @@
 //! linear warmup and decay, gradient clipping; periodic held-out evaluation; metrics as JSON
 //! lines; atomic checkpoints from which a stopped run resumes to the same weights.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::GradientsParams;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::ElementConversion;
 use corrflow_algorithms::batches::TrainingBatch;
 use corrflow_algorithms::mask::MaskParams;
 use corrflow_algorithms::SequenceLayout;
@@ -24,12 +21,13 @@ use corrflow_mask::MaskContext;
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use corrflow_model::fused::AdamWHyper;
 use corrflow_model::objective::{self, batch_tensors, Objective, Targets};
-use corrflow_model::{learning_rate, CellEncoder, FusedOps, InitModel, ModelConfig, TrainConfig, TrainingBackend};
+use corrflow_model::{CellEncoder, FusedOps, InitModel, ModelConfig, TrainConfig, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
 use crate::held_out::{evaluate, EvalSet};
+use crate::learner::{run_loop, AfterStep, Forward, Schedule, Stepped, TrainStep, Trainee};
 use crate::length::RunLength;
-use crate::metrics::{progress_bar, truncate_metrics, BatchDump};
+use crate::metrics::{truncate_metrics, BatchDump};
 use crate::optim::FlatAdamW;
 use crate::step::StepPhases;
 use corrflow_mask::plan::{DataPlan, GraphWatch};
@@ -99,13 +97,6 @@ impl TrainSummary {
 
 type Rec = BinFileRecorder<FullPrecisionSettings>;
 
-pub(crate) fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// What a run trains on, validated and opened once.
 struct RunSetup {
     vocab: Vocabulary,
@@ -158,6 +149,7 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
         eval_fraction: t.eval_fraction,
         seed: t.seed,
         subset: None,
+        expression: None,
     };
     let bytes = corrflow_model::memory::training_bytes(m, vocab.len(), t.batch_size, plan.max_len)
         + plan.masking_bytes(MASKING_QUEUE + t.mask_workers + 1);
@@ -191,14 +183,7 @@ fn prepare<B: TrainingBackend>(req: &TrainRequest) -> Result<(RunSetup, Box<dyn 
 
 /// The model and optimiser at the step the run continues from: the latest checkpoint of `out`
 /// (which must belong to the same run), or freshly initialised at step 0.
-struct Trainee<B: TrainingBackend> {
-    model: CellEncoder<B>,
-    optim: FlatAdamW<B>,
-    step: u64,
-    resumed_from: Option<u64>,
-}
-
-fn init_or_resume<B: TrainingBackend>(
+pub(crate) fn init_or_resume<B: TrainingBackend>(
     req: &TrainRequest,
     vocab: &Vocabulary,
     device: &B::Device,
@@ -262,9 +247,9 @@ fn start_masking(setup: &RunSetup, t: &TrainConfig, step: u64) -> MaskedBatches 
 }
 
 /// Writes a checkpoint of `model` and `optim` at `step`.
-fn save_checkpoint<B: TrainingBackend>(
+pub(crate) fn save_checkpoint<B: TrainingBackend>(
     req: &TrainRequest,
-    setup: &RunSetup,
+    (vocab, layout, total): (&Vocabulary, SequenceLayout, u64),
     trainee: &Trainee<B>,
     epoch: u64,
 ) -> Result<PathBuf> {
@@ -272,53 +257,42 @@ fn save_checkpoint<B: TrainingBackend>(
         format_version: 1,
         step: trainee.step,
         epoch,
-        total_steps: setup.total,
+        total_steps: total,
         model: req.model.clone(),
         train: req.train.clone(),
         mask: req.mask.clone(),
-        vocab_hash: setup.vocab.hash().to_string(),
-        vocab_size: setup.vocab.len(),
-        layout: setup.layout,
+        vocab_hash: vocab.hash().to_string(),
+        vocab_size: vocab.len(),
+        layout,
         model_sha256: String::new(),
         optim_sha256: String::new(),
     };
     checkpoint::save(&req.out, state, req.train.keep_checkpoints, |dir| {
         let rec = Rec::new();
-        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(dir, e))?;
+        checkpoint::save_model(&trainee.model, &dir.join(MODEL_FILE))?;
         rec.record(trainee.optim.to_record(), dir.join(OPTIM_FILE)).map_err(|e| checkpoint::record_error(dir, e))
     })
 }
 
-/// One optimisation step's outcome.
-struct StepOutcome {
-    loss: f64,
-    lr: f64,
-    masked: usize,
-    phases: StepPhases,
-    /// Named parts of a combined loss (`loss_<name>` in metrics.jsonl).
-    parts: Vec<(&'static str, f64)>,
-}
-
-impl StepOutcome {
-    /// The step's line of `metrics.jsonl` (evaluation results are added to it on eval steps).
-    fn metrics_line(&self, step: u64, batch: &TrainingBatch, tokens_per_s: f64, profile: bool) -> serde_json::Value {
-        let mut line = serde_json::json!({
-            "step": step, "epoch": batch.epoch, "loss": self.loss, "lr": self.lr, "tokens_per_s": tokens_per_s,
-            "tokens": batch.tokens() as u64, "masked": self.masked, "graph_time": batch.graph_time,
-        });
-        for (name, value) in &self.parts {
-            line[format!("loss_{name}")] = (*value).into();
-        }
-        if profile {
-            line["phase_ms"] = self.phases.to_json();
-        }
-        line
-    }
-}
-
 impl TrainSummary {
+    /// Takes a finished loop's losses, checkpoint and throughput, the trainee's step and the
+    /// run's wall time since `start`.
+    pub(crate) fn record(&mut self, report: crate::learner::LoopReport, steps: u64, start: Instant) {
+        self.first_loss = report.first_loss;
+        self.last_loss = report.last_loss;
+        self.checkpoint = report.checkpoint.map(|p| p.display().to_string());
+        self.steps = steps;
+        self.tokens_per_s = report.work as f64 / report.seconds.max(1e-9);
+        self.seconds = start.elapsed().as_secs_f64();
+    }
+
     /// The summary of a `train` run starting (or resuming) at the trainee's step.
-    fn started<B: TrainingBackend>(out: &Path, device: String, total_steps: u64, trainee: &Trainee<B>) -> Self {
+    pub(crate) fn started<B: TrainingBackend>(
+        out: &Path,
+        device: String,
+        total_steps: u64,
+        trainee: &Trainee<B>,
+    ) -> Self {
         TrainSummary {
             command: "train".into(),
             out: out.display().to_string(),
@@ -341,62 +315,17 @@ impl TrainSummary {
     }
 }
 
-/// Forward, backward, gradient clipping and the AdamW update of one batch. `None` when the
-/// batch teaches the objective nothing (no masked token for a per-token loss).
-fn optimise<B: TrainingBackend>(
-    req: &TrainRequest,
-    setup: &RunSetup,
-    objective: &dyn Objective<B>,
-    trainee: &mut Trainee<B>,
-    batch: &TrainingBatch,
-    device: &B::Device,
-) -> Result<Option<StepOutcome>> {
-    let (t, m, step) = (&req.train, &req.model, trainee.step);
-    let mut phases = StepPhases::start(req.profile_steps, Instant::now());
-    // Dropout draws depend on (seed, step) only: a resumed run repeats them.
-    B::seed(device, mix(t.seed, step));
-    let targets = Targets { whole_cell: objective.whole_cell_targets(), labels: setup.labels.as_ref(), step };
-    let bucketed;
-    let batch = match t.device.length_bucket() {
-        1 => batch,
-        bucket => {
-            bucketed = batch.padded_to_multiple(bucket, m.max_positions, setup.vocab.pad);
-            &bucketed
-        }
-    };
-    let tensors = batch_tensors::<B>(batch, &setup.is_special, setup.vocab.len(), targets, m.max_positions, device);
-    if objective.per_masked_token() && tensors.masked == 0 {
-        return Ok(None);
-    }
-    phases.mark::<B>("prepare", device);
-    let states = trainee.model.hidden(tensors.input_ids.clone(), tensors.pad.clone());
-    let out = objective.loss(&trainee.model, &states, &tensors, m.max_positions);
-    let loss = out.loss.clone().into_scalar().elem::<f64>();
-    let parts: Vec<(&'static str, f64)> =
-        out.parts.iter().map(|(n, p)| (*n, p.clone().into_scalar().elem::<f64>())).collect();
-    if !loss.is_finite() {
-        return Err(Error::Usage(format!("training diverged at step {step}: loss is {loss}")));
-    }
-    phases.mark::<B>("forward", device);
-    let grads = GradientsParams::from_grads(out.loss.backward(), &trainee.model);
-    phases.mark::<B>("backward", device);
-    let lr = learning_rate(t.lr, step, t.warmup_steps, setup.total);
-    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads, t.grad_clip);
-    phases.mark::<B>("optimizer", device);
-    Ok(Some(StepOutcome { loss, lr, masked: tensors.masked, phases, parts }))
-}
-
 /// The request with `model.hce` filled in from `req.hce` (unchanged without it). Here rather
 /// than in `hce`, so that `hce` does not depend on the run (no module cycle).
-fn with_hce_head(req: &TrainRequest) -> Result<TrainRequest> {
+pub(crate) fn with_hce_head(req: &TrainRequest) -> Result<TrainRequest> {
     let Some(options) = &req.hce else { return Ok(req.clone()) };
     let mut out = req.clone();
     out.model.hce = Some(crate::hce::head_for(options, &req.train.corpus, &req.train.atlases)?);
     Ok(out)
 }
 
-/// Runs (or resumes) training on backend `B`.
-pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
+/// Runs (or resumes) training of a rank model on backend `B` (`crate::train` dispatches).
+pub(crate) fn train_ranks<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Result<TrainSummary> {
     let start = Instant::now();
     let resolved = with_hce_head(req)?;
     let req = &resolved;
@@ -408,59 +337,117 @@ pub fn train<B: TrainingBackend>(req: &TrainRequest, device: B::Device) -> Resul
     setup.vocab.publish_dir(&req.out.join("vocab"))?;
     let eval_set = EvalSet::new(&setup.ctx, &setup.plan.eval_set(t.eval_cells)?, t.batch_size);
     let batches = start_masking(&setup, t, trainee.step);
-    let bar = progress_bar("train", req.progress, setup.total, trainee.step);
-    let metrics_path = req.out.join("metrics.jsonl");
-    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
     let mut summary = TrainSummary::started(&req.out, format!("{device:?}"), setup.total, &trainee);
     summary.limit = setup.length.clone();
-    let (mut tokens_done, mut train_secs) = (0u64, 0.0f64);
-    let mut dump = req.dump_batches.as_deref().map(BatchDump::create).transpose()?;
-    for batch in batches {
-        let batch = batch?;
-        if trainee.step >= setup.total {
-            break;
-        }
-        if let Some(dump) = dump.as_mut() {
-            dump.write(trainee.step + 1, &batch)?;
-        }
-        debug_assert_eq!(batch.seq, trainee.step);
-        let t0 = Instant::now();
-        let Some(outcome) = optimise::<B>(req, &setup, objective.as_ref(), &mut trainee, &batch, &device)? else {
-            trainee.step += 1;
-            continue;
-        };
-        trainee.step += 1;
-        let step = trainee.step;
-        let secs = t0.elapsed().as_secs_f64();
-        let tokens = batch.tokens() as u64;
-        tokens_done += tokens;
-        train_secs += secs;
-        summary.first_loss.get_or_insert(outcome.loss);
-        summary.last_loss = Some(outcome.loss);
-        let tps = tokens as f64 / secs.max(1e-9);
-        bar.set_position(step);
-        bar.set_message(format!("loss {:.4} lr {:.2e} {tps:.0} tok/s", outcome.loss, outcome.lr));
-        let mut line = outcome.metrics_line(step, &batch, tps, req.profile_steps);
-        let last = step == setup.total || req.stop_after == Some(step);
-        if step.is_multiple_of(t.eval_every) || step == setup.total {
-            evaluate_into(&trainee.model.valid(), &eval_set, (&setup, req, step), &device, &mut line, &mut summary);
-        }
-        if step.is_multiple_of(t.log_every) || line.get("eval_loss").is_some() || last {
-            writeln!(metrics, "{line}").at(&req.out)?;
-        }
-        if step.is_multiple_of(t.checkpoint_every) || last {
-            summary.checkpoint = Some(save_checkpoint(req, &setup, &trainee, batch.epoch)?.display().to_string());
-        }
-        if req.stop_after == Some(step) {
-            break;
+    let dump = req.dump_batches.as_deref().map(BatchDump::create).transpose()?;
+    let schedule = Schedule {
+        name: "train",
+        seed: t.seed,
+        lr: t.lr,
+        warmup_steps: t.warmup_steps,
+        total: setup.total,
+        grad_clip: t.grad_clip,
+        progress: req.progress,
+        profile: req.profile_steps,
+    };
+    let mut kind =
+        Pretraining { req, setup: &setup, objective: objective.as_ref(), eval_set, dump, summary: &mut summary };
+    let report = run_loop(&mut kind, &mut trainee, batches, &schedule, &req.out.join("metrics.jsonl"), &device)?;
+    summary.record(report, trainee.step, start);
+    Ok(summary)
+}
+
+/// Pre-training as a [`TrainStep`]: masked batches from the masking dataflow, the objective's
+/// loss, held-out evaluation every `eval_every` steps, checkpoints every `checkpoint_every`.
+struct Pretraining<'a, B: TrainingBackend> {
+    req: &'a TrainRequest,
+    setup: &'a RunSetup,
+    objective: &'a dyn Objective<B>,
+    eval_set: EvalSet,
+    dump: Option<BatchDump>,
+    summary: &'a mut TrainSummary,
+}
+
+impl<B: TrainingBackend> TrainStep<B> for Pretraining<'_, B> {
+    type Batch = TrainingBatch;
+
+    fn before_step(&mut self, batch: &TrainingBatch, step: u64) -> Result<()> {
+        debug_assert_eq!(batch.seq, step);
+        match self.dump.as_mut() {
+            Some(dump) => dump.write(step + 1, batch),
+            None => Ok(()),
         }
     }
-    bar.finish_and_clear();
-    metrics.flush().at(&req.out)?;
-    summary.steps = trainee.step;
-    summary.tokens_per_s = tokens_done as f64 / train_secs.max(1e-9);
-    summary.seconds = start.elapsed().as_secs_f64();
-    Ok(summary)
+
+    fn forward(
+        &mut self,
+        model: &CellEncoder<B>,
+        batch: &TrainingBatch,
+        step: u64,
+        phases: &mut StepPhases,
+        device: &B::Device,
+    ) -> Result<Option<Forward<B>>> {
+        let (setup, m) = (self.setup, &self.req.model);
+        let objective = self.objective;
+        let targets = Targets { whole_cell: objective.whole_cell_targets(), labels: setup.labels.as_ref(), step };
+        let bucketed;
+        let batch = match self.req.train.device.length_bucket() {
+            1 => batch,
+            bucket => {
+                bucketed = batch.padded_to_multiple(bucket, m.max_positions, setup.vocab.pad);
+                &bucketed
+            }
+        };
+        let tensors = batch_tensors::<B>(batch, &setup.is_special, setup.vocab.len(), targets, m.max_positions, device);
+        if objective.per_masked_token() && tensors.masked == 0 {
+            return Ok(None);
+        }
+        phases.mark::<B>("prepare", device);
+        let states = model.hidden(tensors.input_ids.clone(), tensors.pad.clone());
+        let out = objective.loss(model, &states, &tensors, m.max_positions);
+        Ok(Some(Forward { loss: out.loss, parts: out.parts, masked: tensors.masked }))
+    }
+
+    fn work(&self, batch: &TrainingBatch) -> u64 {
+        batch.tokens() as u64
+    }
+
+    fn after_step(
+        &mut self,
+        trainee: &mut Trainee<B>,
+        batch: &TrainingBatch,
+        stepped: Option<&Stepped>,
+        device: &B::Device,
+    ) -> Result<AfterStep> {
+        let Some(s) = stepped else { return Ok(AfterStep::default()) };
+        let (t, step) = (&self.req.train, s.step);
+        let mut line = serde_json::json!({
+            "step": step, "epoch": batch.epoch, "loss": s.loss, "lr": s.lr, "tokens_per_s": s.rate,
+            "tokens": batch.tokens() as u64, "masked": s.masked, "graph_time": batch.graph_time,
+        });
+        for (name, value) in &s.parts {
+            line[format!("loss_{name}")] = (*value).into();
+        }
+        if let Some(p) = &s.phases {
+            line["phase_ms"] = p.clone();
+        }
+        let last = step == self.setup.total || self.req.stop_after == Some(step);
+        if step.is_multiple_of(t.eval_every) || step == self.setup.total {
+            let at = (self.setup, self.req, step);
+            evaluate_into(&trainee.model.valid(), &self.eval_set, at, device, &mut line, self.summary);
+        }
+        let log = step.is_multiple_of(t.log_every) || line.get("eval_loss").is_some() || last;
+        Ok(AfterStep {
+            lines: if log { vec![line] } else { Vec::new() },
+            checkpoint: step.is_multiple_of(t.checkpoint_every) || last,
+            stop: self.req.stop_after == Some(step),
+            message: format!("loss {:.4} lr {:.2e} {:.0} tok/s", s.loss, s.lr, s.rate),
+        })
+    }
+
+    fn save(&mut self, trainee: &Trainee<B>, batch: &TrainingBatch) -> Result<PathBuf> {
+        save_checkpoint(self.req, (&self.setup.vocab, self.setup.layout, self.setup.total), trainee, batch.epoch)
+    }
 }
 
 /// Evaluates on the held-out set (at `step`, for losses with a warm-up) and records the result

@@ -7,18 +7,18 @@ use burn::tensor::backend::Backend;
 /// Wall time of the phases of one training step (prepare, forward, backward, optimizer),
 /// with a device sync at the end of each. The syncs stop host and device work from overlapping,
 /// so a profiled step is slower: this finds where a step's time goes, it does not measure speed.
-pub(crate) struct StepPhases {
+pub struct StepPhases {
     on: bool,
     last: Instant,
     ms: Vec<(&'static str, f64)>,
 }
 
 impl StepPhases {
-    pub(crate) fn start(on: bool, now: Instant) -> Self {
+    pub fn start(on: bool, now: Instant) -> Self {
         StepPhases { on, last: now, ms: Vec::new() }
     }
 
-    pub(crate) fn mark<B: Backend>(&mut self, phase: &'static str, device: &B::Device) {
+    pub fn mark<B: Backend>(&mut self, phase: &'static str, device: &B::Device) {
         if self.on {
             // A failed sync shows up again at the next read of a tensor; here it only ends the phase.
             let _ = B::sync(device);
@@ -28,7 +28,7 @@ impl StepPhases {
         }
     }
 
-    pub(crate) fn to_json(&self) -> serde_json::Value {
+    pub fn to_json(&self) -> serde_json::Value {
         self.ms.iter().map(|&(k, v)| (k.to_string(), serde_json::Value::from(v))).collect()
     }
 }

@@ -25,7 +25,7 @@ pub struct ShardRef {
 
 impl ShardRef {
     /// The cells read from the shard must be the cells its manifest counts.
-    fn check_cells(&self, read: u64) -> Result<()> {
+    pub(super) fn check_cells(&self, read: u64) -> Result<()> {
         if read != self.cells {
             return Err(Error::format(&self.path, format!("shard has {read} cells, its manifest says {}", self.cells)));
         }
@@ -154,7 +154,8 @@ fn read_row_groups(path: &Path, groups: &[usize], first_key: u64, vocab_size: us
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|b| {
             let rows: i64 = groups.iter().map(|&g| b.metadata().row_group(g).num_rows()).sum();
-            b.with_row_groups(groups.to_vec()).with_batch_size(rows.max(1) as usize).build()
+            let mask = super::read::columns_mask(&b, false);
+            b.with_projection(mask).with_row_groups(groups.to_vec()).with_batch_size(rows.max(1) as usize).build()
         })
         .map_err(|e| Error::parquet(path, e))?;
     let mut key = first_key;

@@ -15,10 +15,24 @@ pub const ATLAS: &str = "atlas";
 /// The columns every shard has, in schema order; the rest are obs columns.
 pub const TOKEN_COLUMNS: [&str; 4] = [INPUT_IDS, LENGTH, CELL_ID, ATLAS];
 
+/// Each cell's expression (shards written since value models; after the obs columns): the raw
+/// count of every detected vocabulary gene in rank order (the genes of `input_ids`, then
+/// [`EXPRESSION_TAIL`]), the genes past `input_ids`' cut, and the cell's total count over all of
+/// its file's genes.
+pub const EXPRESSION_COUNTS: &str = "expression_counts";
+pub const EXPRESSION_TAIL: &str = "expression_tail";
+pub const EXPRESSION_TOTAL: &str = "expression_total";
+pub const EXPRESSION_COLUMNS: [&str; 3] = [EXPRESSION_COUNTS, EXPRESSION_TAIL, EXPRESSION_TOTAL];
+
 /// Whether a shard column is an obs column (copied from the input file) rather than one of the
-/// token columns.
+/// token or expression columns.
 pub fn is_obs_column(name: &str) -> bool {
-    !TOKEN_COLUMNS.contains(&name)
+    !TOKEN_COLUMNS.contains(&name) && !is_expression_column(name)
+}
+
+/// Whether a shard column holds expression (read only by the stages that see values).
+pub fn is_expression_column(name: &str) -> bool {
+    EXPRESSION_COLUMNS.contains(&name)
 }
 
 /// A shard batch's `input_ids`, decoded row by row.

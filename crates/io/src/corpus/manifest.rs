@@ -85,6 +85,29 @@ pub struct AtlasManifest {
     pub tokens: u64,
     pub dropped: DropCounts,
     pub created_by: String,
+    /// What the shards keep of each cell's expression (atlases ingested before corrflow kept it
+    /// have none: they serve rank models only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression: Option<ExpressionInfo>,
+}
+
+/// An atlas' expression record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpressionInfo {
+    /// The vocabulary genes every input file of the atlas measured (ascending token ids): a gene
+    /// absent from a cell's expression is a zero only if it is here.
+    pub measured: Vec<u32>,
+}
+
+impl ExpressionInfo {
+    /// The genes measured by every input (the intersection of their sorted token lists).
+    pub fn of_inputs(measured: &[Vec<u32>]) -> Self {
+        let mut common = measured.first().cloned().unwrap_or_default();
+        for m in &measured[1.min(measured.len())..] {
+            common.retain(|t| m.binary_search(t).is_ok());
+        }
+        Self { measured: common }
+    }
 }
 
 impl AtlasManifest {

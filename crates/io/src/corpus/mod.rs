@@ -12,6 +12,7 @@
 mod atlas_writer;
 mod cells;
 pub mod columns;
+mod expression;
 mod hf;
 mod labels;
 mod manifest;
@@ -22,12 +23,17 @@ mod shard;
 
 pub use atlas_writer::{prepare_atlas, AtlasWriter, ShardOptions};
 pub use cells::{CellBlock, CorpusIndex, ShardRef};
+pub use expression::ExpressionBlock;
 pub use hf::export_hf;
 pub use labels::{obs_text, CellLabels, NO_LABEL};
-pub use manifest::{AtlasManifest, CorpusInfo, DropCounts, InputFile, ShardInfo};
+pub use manifest::{AtlasManifest, CorpusInfo, DropCounts, ExpressionInfo, InputFile, ShardInfo};
 pub use open::{corpus_of_atlas, read_info, Corpus, VOCAB_DIR};
-pub use read::{for_each_batch, for_each_shard_batch, read_atlas_tokens, verify_shard, AtlasCells};
+pub use read::{
+    for_each_batch, for_each_shard_batch, for_each_shard_batch_with_expression, read_atlas_tokens, verify_shard,
+    AtlasCells,
+};
 pub use sample::{load_corpus_cells, load_shard_cells, CorpusCells};
+pub use crate::tokenize::ExpressionBatch;
 pub use shard::{token_schema, TokenBatch, TokenShardWriter};
 
 use std::path::{Path, PathBuf};

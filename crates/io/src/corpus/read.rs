@@ -5,20 +5,49 @@ use std::path::Path;
 
 use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
 
 use super::manifest::AtlasManifest;
 use crate::error::{Error, IoContext, Result};
 
-/// Calls `f` with every record batch of one shard file.
-pub fn for_each_shard_batch(path: &Path, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<()> {
+/// Calls `f` with every record batch of one shard file: its token and obs columns (the
+/// expression columns are not decoded: [`for_each_shard_batch_with_expression`]).
+pub fn for_each_shard_batch(path: &Path, f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<()> {
+    read_shard(path, false, f)
+}
+
+/// [`for_each_shard_batch`] with the expression columns too, where the shard has them.
+pub fn for_each_shard_batch_with_expression(path: &Path, f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<()> {
+    read_shard(path, true, f)
+}
+
+fn read_shard(path: &Path, expression: bool, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<()> {
     let file = File::open(path).at(path)?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.with_batch_size(8192).build())
+        .and_then(|b| {
+            let mask = columns_mask(&b, expression);
+            b.with_projection(mask).with_batch_size(8192).build()
+        })
         .map_err(|e| Error::parquet_read(path, e))?;
     for rb in reader {
         f(&rb.map_err(|e| Error::parquet_read(path, e))?)?;
     }
     Ok(())
+}
+
+/// The shard's columns a reader decodes: all, or all but the expression columns.
+pub(super) fn columns_mask<T>(
+    builder: &parquet::arrow::arrow_reader::ArrowReaderBuilder<T>,
+    expression: bool,
+) -> ProjectionMask {
+    let schema = builder.schema();
+    let keep = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| expression || !super::columns::is_expression_column(f.name()))
+        .map(|(i, _)| i);
+    ProjectionMask::roots(builder.parquet_schema(), keep)
 }
 
 /// Calls `f` with every record batch of an atlas, shard by shard, in manifest order; each shard

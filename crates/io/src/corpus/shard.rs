@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
-use arrow_array::{ArrayRef, Int32Array, ListArray, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, Float32Array, Float64Array, Int32Array, ListArray, RecordBatch, StringArray};
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
@@ -13,16 +13,18 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::columns::{ATLAS, CELL_ID, INPUT_IDS, LENGTH};
+use super::columns::{ATLAS, CELL_ID, EXPRESSION_COUNTS, EXPRESSION_TAIL, EXPRESSION_TOTAL, INPUT_IDS, LENGTH};
 use super::manifest::{DropCounts, ShardInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::formats::{ObsField, ObsKind, ObsValues};
+use crate::tokenize::ExpressionBatch;
 use crate::util::atomic::{commit, temp_path};
 use crate::util::writeback::WritebackFile;
 use crate::util::HashingWriter;
 
-/// Arrow schema of token shards: fixed columns, then the requested obs columns.
-pub fn token_schema(obs: &[ObsField]) -> SchemaRef {
+/// Arrow schema of token shards: fixed columns, the requested obs columns, then (shards that
+/// keep each cell's expression) the expression columns.
+pub fn token_schema(obs: &[ObsField], expression: bool) -> SchemaRef {
     let mut fields = vec![
         Field::new(INPUT_IDS, DataType::List(Arc::new(Field::new("item", DataType::Int32, true))), true),
         Field::new(LENGTH, DataType::Int32, true),
@@ -38,11 +40,22 @@ pub fn token_schema(obs: &[ObsField]) -> SchemaRef {
         };
         fields.push(Field::new(&f.name, dt, true));
     }
+    if expression {
+        fields.extend([
+            Field::new(EXPRESSION_COUNTS, DataType::List(Arc::new(Field::new("item", DataType::Float32, true))), true),
+            Field::new(EXPRESSION_TAIL, DataType::List(Arc::new(Field::new("item", DataType::Int32, true))), true),
+            Field::new(EXPRESSION_TOTAL, DataType::Float64, true),
+        ]);
+    }
     Arc::new(Schema::new(fields))
 }
 
 fn ids_path() -> ColumnPath {
-    ColumnPath::from(vec![INPUT_IDS.into(), "list".into(), "item".into()])
+    list_path(INPUT_IDS)
+}
+
+fn list_path(column: &str) -> ColumnPath {
+    ColumnPath::from(vec![column.into(), "list".into(), "item".into()])
 }
 
 /// Tokenized cells ready to be written.
@@ -52,6 +65,8 @@ pub struct TokenBatch {
     pub tokens: Vec<u32>,
     pub cell_ids: Vec<String>,
     pub obs: Vec<ObsValues>,
+    /// The cells' expression (written when the schema has the expression columns).
+    pub expression: Option<ExpressionBatch>,
 }
 
 impl TokenBatch {
@@ -77,8 +92,30 @@ impl TokenBatch {
         for o in &self.obs {
             cols.push(obs_array(o));
         }
+        if schema.column_with_name(EXPRESSION_COUNTS).is_some() {
+            let e = self
+                .expression
+                .ok_or_else(|| Error::internal("ingest", "a batch without the expression its shard keeps"))?;
+            cols.extend(expression_arrays(e)?);
+        }
         RecordBatch::try_new(schema.clone(), cols).map_err(|e| Error::Usage(format!("building token batch: {e}")))
     }
+}
+
+fn expression_arrays(e: ExpressionBatch) -> Result<[ArrayRef; 3]> {
+    let list = |values: ArrayRef, item: DataType, offsets: &[usize]| -> Result<ArrayRef> {
+        let offsets = OffsetBuffer::new(offsets.iter().map(|&o| o as i32).collect::<Vec<_>>().into());
+        let field = Arc::new(Field::new("item", item, true));
+        Ok(Arc::new(
+            ListArray::try_new(field, offsets, values, None).map_err(|e| Error::internal("ingest", e.to_string()))?,
+        ))
+    };
+    let tail = Int32Array::from(bytemuck::allocation::cast_vec::<u32, i32>(e.tail));
+    Ok([
+        list(Arc::new(Float32Array::from(e.counts)), DataType::Float32, &e.count_offsets)?,
+        list(Arc::new(tail), DataType::Int32, &e.tail_offsets)?,
+        Arc::new(Float64Array::from(e.totals)),
+    ])
 }
 
 fn obs_array(values: &ObsValues) -> ArrayRef {
@@ -149,6 +186,14 @@ impl TokenShardWriter {
             .set_column_compression(ids_path(), Compression::UNCOMPRESSED)
             // Nothing filters on token ids, so min/max statistics would only cost time.
             .set_column_statistics_enabled(ids_path(), EnabledStatistics::None)
+            // Counts are mostly small integers as f32: split into byte streams their exponent and
+            // high mantissa bytes repeat, which zstd takes down (session 32: see BENCHMARKS).
+            .set_column_dictionary_enabled(list_path(EXPRESSION_COUNTS), false)
+            .set_column_encoding(list_path(EXPRESSION_COUNTS), Encoding::BYTE_STREAM_SPLIT)
+            .set_column_statistics_enabled(list_path(EXPRESSION_COUNTS), EnabledStatistics::None)
+            .set_column_dictionary_enabled(list_path(EXPRESSION_TAIL), false)
+            .set_column_encoding(list_path(EXPRESSION_TAIL), Encoding::DELTA_BINARY_PACKED)
+            .set_column_statistics_enabled(list_path(EXPRESSION_TAIL), EnabledStatistics::None)
             .build();
         Ok(Self {
             dir: dir.to_path_buf(),

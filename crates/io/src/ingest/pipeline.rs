@@ -6,7 +6,8 @@ use super::request::{IngestRequest, Opened};
 use crate::corpus::{AtlasWriter, DropCounts, TokenBatch};
 use crate::error::{Error, Result};
 use crate::formats::CellSource;
-use crate::tokenize::{tokenize_chunk, GeneMapper};
+use crate::progress::Task;
+use crate::tokenize::{tokenize_chunk, tokenize_chunk_with_expression, GeneMapper};
 use crate::util::Cancel;
 
 struct ReadMsg {
@@ -25,12 +26,7 @@ struct WriteMsg {
 
 /// Reads, tokenizes and writes every chunk from where `writer` resumes, committing a shard
 /// whenever it holds `req.shard_cells` input cells.
-pub(super) fn pipeline(
-    req: &IngestRequest,
-    opened: &mut [Opened],
-    writer: &mut AtlasWriter,
-    bar: &indicatif::ProgressBar,
-) -> Result<()> {
+pub(super) fn pipeline(req: &IngestRequest, opened: &mut [Opened], writer: &mut AtlasWriter, bar: &Task) -> Result<()> {
     let resume_at = writer.resume_at();
     let chunk_cells = req.read.chunk_cells.max(1);
     let (read_tx, read_rx) = crossbeam_channel::bounded::<Result<ReadMsg>>(1);
@@ -139,15 +135,18 @@ fn tokenize_msg(
     gene_ids: &[String],
     mapper: &GeneMapper,
     msg: ReadMsg,
-    bar: &indicatif::ProgressBar,
+    bar: &Task,
 ) -> Result<WriteMsg> {
     let chunk = &msg.chunk;
-    let t = tokenize_chunk(req.inputs[msg.file].as_path(), chunk, gene_ids, mapper, &req.vocab, &req.tokenize)?;
+    let path = req.inputs[msg.file].as_path();
+    let tokenize = if req.expression { tokenize_chunk_with_expression } else { tokenize_chunk };
+    let t = tokenize(path, chunk, gene_ids, mapper, &req.vocab, &req.tokenize)?;
     let batch = TokenBatch {
         offsets: t.offsets,
         tokens: t.tokens,
         cell_ids: t.kept.iter().map(|&i| chunk.cell_ids[i].clone()).collect(),
         obs: chunk.obs.iter().map(|o| o.select(&t.kept)).collect(),
+        expression: t.expression,
     };
     let mut batch = batch;
     if let Some(map) = &req.cell_types {

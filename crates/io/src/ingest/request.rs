@@ -30,6 +30,9 @@ pub struct IngestRequest {
     pub cancel: Cancel,
     /// `--cell-type-map`: the ontology ids of one obs column's labels, stored as `cl_id`.
     pub cell_types: Option<CellTypeMapping>,
+    /// Keep each cell's expression beside its tokens (what value models train on); `false`
+    /// (`ingest --ranks-only`) writes rank tokens only, a smaller corpus for rank models.
+    pub expression: bool,
 }
 
 /// What `ingest --json` prints.

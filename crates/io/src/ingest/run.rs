@@ -11,10 +11,13 @@ use sha2::{Digest, Sha256};
 use super::pipeline::pipeline;
 use super::request::{CellTypeReport, IngestRequest, IngestSummary, Opened};
 use super::{duplicates, hints};
-use crate::corpus::{self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo, DropCounts, InputFile, ShardOptions};
+use crate::corpus::{
+    self, prepare_atlas, AtlasManifest, AtlasWriter, CorpusInfo, DropCounts, ExpressionInfo, InputFile, ShardOptions,
+};
 use crate::error::{Error, Result};
 use crate::formats::{open, ReadOptions};
 use crate::ontology::map::{CellTypeMapping, CL_ID_COLUMN};
+use crate::progress::Task;
 use crate::tokenize::{GeneMapper, MappingStats};
 use crate::util::lock::DirLock;
 
@@ -59,15 +62,14 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
     let mut opened = open_inputs(req, &read)?;
     let fingerprint = fingerprint(req, &opened)?;
     let shard_options = ShardOptions {
-        schema: corpus::token_schema(&req.stored_obs_fields(opened[0].source.obs_fields())),
+        schema: corpus::token_schema(&req.stored_obs_fields(opened[0].source.obs_fields()), req.expression),
         zstd_level: req.zstd_level,
         row_group_cells: req.read.chunk_cells.max(1),
     };
     let mut writer = AtlasWriter::begin(&req.corpus, &req.atlas, &fingerprint, req.restart, shard_options)?;
     let resumed = writer.resumed_shards();
     let total_cells: u64 = opened.iter().map(|o| o.source.n_cells() as u64).sum();
-    let bar = progress_bar(req.show_progress, total_cells);
-    bar.set_position(writer.cells_read());
+    let bar = Task::start(req.show_progress, "ingest", "cells", Some(total_cells), writer.cells_read());
 
     // A new corpus also gets the vocabulary's tables: written beside the pipeline into the
     // staging directory (gone with it on failure), moved into place at the end.
@@ -85,7 +87,7 @@ pub fn run_ingest(req: &IngestRequest) -> Result<IngestSummary> {
         writer.abandon();
         return Err(hints::with_counts_hint(e, &req.read.counts));
     }
-    bar.finish_and_clear();
+    bar.finish();
 
     // All shards are in place: write the manifest, then publish the atlas directory.
     let mut manifest = manifest_template(req, info, &read, &opened);
@@ -183,6 +185,9 @@ fn manifest_template(req: &IngestRequest, info: CorpusInfo, read: &ReadOptions, 
         dropped: DropCounts::default(),
         shards: Vec::new(),
         created_by: format!("corrflow {}", env!("CARGO_PKG_VERSION")),
+        expression: req
+            .expression
+            .then(|| ExpressionInfo::of_inputs(&opened.iter().map(|o| o.mapper.measured_tokens()).collect::<Vec<_>>())),
     }
 }
 
@@ -232,12 +237,6 @@ fn no_gene_matched(req: &IngestRequest, read: &ReadOptions, source: &dyn crate::
         ),
     )
 }
-
-fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {
-    let template = "{spinner} ingest [{bar:30}] {pos}/{len} cells {per_sec} eta {eta}";
-    crate::util::progress::bar(show, total, "ingest", "cells", template)
-}
-
 /// The bytes of an input: a file's size, or every file under a directory (a MatrixMarket
 /// directory, or a zarr store's nested chunks; links inside are not followed).
 fn dir_or_file_size(path: &Path) -> u64 {
@@ -287,6 +286,9 @@ fn fingerprint(req: &IngestRequest, opened: &[Opened]) -> Result<String> {
         "zstd_level": req.zstd_level,
         "cell_type_map": req.cell_types.as_ref().map(|m| &m.sha256),
         "filter_pass": req.read.filter_pass,
+        // Shards keep each cell's expression since value models: a staged ingest from before
+        // them has shards without it, which this one must not continue.
+        "expression": req.expression,
     });
     // Only when given, so that ingests interrupted before the flag existed still resume.
     if let Some(names) = &req.read.cell_names {

@@ -5,7 +5,6 @@
 //! `datasets/fetch.sh`) into the DAG of `corrflow_algorithms::ontology`. [`map`] proposes and
 //! reads label → term maps (`ontology map`, `ingest --cell-type-map`).
 
-pub mod calls;
 pub mod map;
 
 use std::collections::BTreeMap;

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use corrflow_algorithms::{normalized_expression, rank_value_encode, RankScratch};
+use corrflow_algorithms::{normalized_expression, rank_order, rank_value_encode, RankScratch, SequenceLayout};
 
 use super::mapper::UNMAPPED;
-use super::{cell_counts, encode_cell, is_integer, GeneMapper, TokenizeOptions, ValueTransform};
+use super::{cell_counts, is_integer, normalize, sum_duplicates, GeneMapper, TokenizeOptions, ValueTransform};
 use crate::error::Result;
 use crate::formats::{CellChunk, CellValues};
 use crate::vocab::Vocabulary;
@@ -19,14 +19,48 @@ pub(super) struct ChunkTokenizer<'a> {
     pub(super) mapper: &'a GeneMapper,
     pub(super) vocab: &'a Vocabulary,
     pub(super) opts: &'a TokenizeOptions,
+    /// Keep each cell's expression (its raw counts in rank order, the genes past the cut, its
+    /// total) beside its tokens.
+    pub(super) expression: bool,
 }
 
-/// Per-thread buffers of [`ChunkTokenizer`]; `tokens` holds the last cell's tokens.
+/// Per-thread buffers of [`ChunkTokenizer`]; `tokens` holds the last cell's tokens and, when
+/// the expression is kept, `counts`, `tail` and `total` its expression.
 #[derive(Default)]
 pub(super) struct CellBuffers {
     pairs: Vec<(u32, f64)>,
+    /// Each pair's raw count (the expression path; `pairs` hold normalized values).
+    raw: Vec<f64>,
+    order: Vec<u32>,
     scratch: RankScratch,
     pub(super) tokens: Vec<u32>,
+    pub(super) counts: Vec<f32>,
+    pub(super) tail: Vec<u32>,
+    pub(super) total: f64,
+}
+
+impl CellBuffers {
+    /// The cell's tokens from its vocabulary genes (`pairs`: token, normalized value) and, with
+    /// `expression`, the raw counts (`raw`, aligned with `pairs`) in the same rank order. One
+    /// sort serves both: the tokens are the first `max_genes` of the full rank order, exactly
+    /// what `rank_value_encode` writes.
+    fn encode(&mut self, layout: &SequenceLayout, expression: bool, total: f64) {
+        if !expression {
+            rank_value_encode(&self.pairs, layout, &mut self.scratch, &mut self.tokens);
+            return;
+        }
+        rank_order(&self.pairs, &mut self.scratch, &mut self.order);
+        self.tokens.clear();
+        self.tokens.extend(layout.cls);
+        let cut = self.order.len().min(layout.max_genes);
+        self.tokens.extend(self.order[..cut].iter().map(|&i| self.pairs[i as usize].0));
+        self.tokens.extend(layout.eos);
+        self.tail.clear();
+        self.tail.extend(self.order[cut..].iter().map(|&i| self.pairs[i as usize].0));
+        self.counts.clear();
+        self.counts.extend(self.order.iter().map(|&i| self.raw[i as usize] as f32));
+        self.total = total;
+    }
 }
 
 impl ChunkTokenizer<'_> {
@@ -54,23 +88,35 @@ impl ChunkTokenizer<'_> {
         // Branch-free: every value is normalised and written, and the slot is kept only for a
         // vocabulary gene with a count > 0 (whether a gene is in the vocabulary is a coin flip
         // the branch predictor cannot learn).
-        let pairs = &mut buf.pairs;
+        let (pairs, raw) = (&mut buf.pairs, &mut buf.raw);
         pairs.clear();
         pairs.resize(values.len(), (0, 0.0));
         let mut n = 0;
         let slots = pairs.as_mut_slice();
-        for (&col, &v) in cols.iter().zip(values) {
-            let v: f64 = v.into();
-            let (token, median) = self.mapper.column_table[col as usize];
-            slots[n] = (token, normalized_expression(v, n_counts, median));
-            n += usize::from((token != UNMAPPED) & (v > 0.0));
+        if self.expression {
+            raw.clear();
+            raw.resize(values.len(), 0.0);
+            for (&col, &v) in cols.iter().zip(values) {
+                let v: f64 = v.into();
+                let (token, median) = self.mapper.column_table[col as usize];
+                slots[n] = (token, normalized_expression(v, n_counts, median));
+                raw[n] = v;
+                n += usize::from((token != UNMAPPED) & (v > 0.0));
+            }
+        } else {
+            for (&col, &v) in cols.iter().zip(values) {
+                let v: f64 = v.into();
+                let (token, median) = self.mapper.column_table[col as usize];
+                slots[n] = (token, normalized_expression(v, n_counts, median));
+                n += usize::from((token != UNMAPPED) & (v > 0.0));
+            }
         }
         pairs.truncate(n);
         if pairs.is_empty() || n_counts <= 0.0 {
             buf.tokens.clear();
             return Some(false);
         }
-        rank_value_encode(pairs, &self.opts.layout, &mut buf.scratch, &mut buf.tokens);
+        buf.encode(&self.opts.layout, self.expression, n_counts);
         Some(true)
     }
 
@@ -84,8 +130,21 @@ impl ChunkTokenizer<'_> {
                 pairs.push((t, v));
             }
         })?;
-        let (layout, repeats) = (&self.opts.layout, self.mapper.has_duplicates);
-        Ok(encode_cell(self.vocab, layout, pairs, n_counts, repeats, &mut buf.scratch, &mut buf.tokens))
+        let repeats = self.mapper.has_duplicates;
+        if pairs.is_empty() || n_counts <= 0.0 {
+            buf.tokens.clear();
+            return Ok(false);
+        }
+        if repeats {
+            sum_duplicates(pairs);
+        }
+        if self.expression {
+            buf.raw.clear();
+            buf.raw.extend(pairs.iter().map(|p| p.1));
+        }
+        normalize(self.vocab, pairs, n_counts);
+        buf.encode(&self.opts.layout, self.expression, n_counts);
+        Ok(true)
     }
 }
 
@@ -162,6 +221,7 @@ mod tests {
                 mapper: &mapper,
                 vocab: &vocab,
                 opts: &opts,
+                expression: false,
             };
             let (cells, cells32) = (tokenizer(&wide), tokenizer(&narrow));
             let (mut fast, mut general, mut fast32) =

@@ -29,6 +29,15 @@ pub struct MappingStats {
 }
 
 impl GeneMapper {
+    /// The vocabulary tokens the file measures (each once, ascending): a value model reads a
+    /// zero of one of these as "measured, not detected".
+    pub fn measured_tokens(&self) -> Vec<u32> {
+        let mut tokens: Vec<u32> = self.token_of_column.iter().flatten().copied().collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        tokens
+    }
+
     pub fn new(vocab: &Vocabulary, gene_ids: &[String]) -> Self {
         let mut stats = MappingStats { genes_in_file: gene_ids.len(), ..Default::default() };
         let mut seen = vec![false; vocab.len()];

@@ -12,9 +12,11 @@ use crate::formats::CellChunk;
 use crate::vocab::Vocabulary;
 
 mod cell;
+mod expression;
 mod mapper;
 
 use cell::{CellBuffers, ChunkTokenizer};
+pub use expression::ExpressionBatch;
 pub use mapper::{GeneMapper, MappingStats};
 
 /// What the stored values are and how to turn them into counts.
@@ -73,6 +75,8 @@ pub struct TokenizedChunk {
     pub tokens: Vec<u32>,
     /// Cells with no vocabulary gene expressed.
     pub dropped_no_vocab_genes: usize,
+    /// The kept cells' expression ([`tokenize_chunk_with_expression`]).
+    pub expression: Option<ExpressionBatch>,
 }
 
 /// Tokenizes every cell of `chunk`, in parallel, validating each stored value.
@@ -84,11 +88,31 @@ pub fn tokenize_chunk(
     vocab: &Vocabulary,
     opts: &TokenizeOptions,
 ) -> Result<TokenizedChunk> {
+    let cells = ChunkTokenizer { path, chunk, gene_ids, mapper, vocab, opts, expression: false };
+    tokenize_cells(&cells)
+}
+
+/// [`tokenize_chunk`], keeping each kept cell's expression: its raw counts in rank order (the
+/// genes of its tokens, then those past the layout's cut), those genes past the cut, and its
+/// total count over all of the file's genes. The tokens are the same.
+pub fn tokenize_chunk_with_expression(
+    path: &Path,
+    chunk: &CellChunk,
+    gene_ids: &[String],
+    mapper: &GeneMapper,
+    vocab: &Vocabulary,
+    opts: &TokenizeOptions,
+) -> Result<TokenizedChunk> {
+    let cells = ChunkTokenizer { path, chunk, gene_ids, mapper, vocab, opts, expression: true };
+    tokenize_cells(&cells)
+}
+
+fn tokenize_cells(cells: &ChunkTokenizer<'_>) -> Result<TokenizedChunk> {
+    let chunk = cells.chunk;
     // Blocks of cells rather than single cells per task: each block fills one flat token
     // buffer, so there is no allocation per cell and one copy per block when joining.
     const BLOCK: usize = 64;
     let n = chunk.n_cells();
-    let cells = ChunkTokenizer { path, chunk, gene_ids, mapper, vocab, opts };
     let blocks: Vec<TokenizedChunk> = (0..n.div_ceil(BLOCK))
         .into_par_iter()
         .map_init(CellBuffers::default, |buf, b| {
@@ -96,11 +120,18 @@ pub fn tokenize_chunk(
             // A cell has at most its stored values (and the layout's specials) as tokens.
             let bound = chunk.indptr[block.end] - chunk.indptr[block.start] + 2 * block.len();
             let mut t = TokenizedChunk { offsets: vec![0], tokens: Vec::with_capacity(bound), ..Default::default() };
+            if cells.expression {
+                t.expression =
+                    Some(ExpressionBatch { count_offsets: vec![0], tail_offsets: vec![0], ..Default::default() });
+            }
             for i in block {
                 if cells.tokenize(i, buf)? {
                     t.kept.push(i);
                     t.tokens.extend_from_slice(&buf.tokens);
                     t.offsets.push(t.tokens.len());
+                    if let Some(e) = t.expression.as_mut() {
+                        e.push(&buf.counts, &buf.tail, buf.total);
+                    }
                 } else {
                     t.dropped_no_vocab_genes += 1;
                 }
@@ -112,12 +143,18 @@ pub fn tokenize_chunk(
     let mut t =
         TokenizedChunk { offsets: Vec::with_capacity(n + 1), tokens: Vec::with_capacity(total), ..Default::default() };
     t.offsets.push(0);
+    if cells.expression {
+        t.expression = Some(ExpressionBatch { count_offsets: vec![0], tail_offsets: vec![0], ..Default::default() });
+    }
     for b in blocks {
         let base = t.tokens.len();
         t.tokens.extend_from_slice(&b.tokens);
         t.offsets.extend(b.offsets[1..].iter().map(|o| o + base));
         t.kept.extend(b.kept);
         t.dropped_no_vocab_genes += b.dropped_no_vocab_genes;
+        if let (Some(all), Some(part)) = (t.expression.as_mut(), b.expression) {
+            all.append(part);
+        }
     }
     Ok(t)
 }
@@ -269,6 +306,59 @@ pub fn tokenize_named_cell(
     Ok(out)
 }
 
+/// A cell given by gene names and counts, as a value model reads it: its detected vocabulary
+/// genes in rank order with their counts, its total, and the vocabulary genes it names (its
+/// measured genes, zeros included, ascending).
+#[derive(Debug, Default, PartialEq)]
+pub struct NamedCellExpression {
+    pub genes: Vec<u32>,
+    pub counts: Vec<f32>,
+    pub total: f64,
+    pub measured: Vec<u32>,
+    pub unknown_genes: usize,
+}
+
+/// [`tokenize_named_cell`]'s reading of a cell (the same validation, totals and duplicate
+/// sums), kept as expression for a value model.
+pub fn named_cell_expression(
+    vocab: &Vocabulary,
+    genes: &[String],
+    counts: &[f64],
+) -> std::result::Result<NamedCellExpression, String> {
+    if genes.len() != counts.len() {
+        return Err(format!("{} genes but {} counts", genes.len(), counts.len()));
+    }
+    let mut pairs = Vec::with_capacity(genes.len());
+    let mut out = NamedCellExpression::default();
+    for (g, &c) in genes.iter().zip(counts) {
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(format!("gene '{g}': counts must be finite and ≥ 0, got {c}"));
+        }
+        out.total += c;
+        match vocab.lookup(g) {
+            Some(m) => {
+                out.measured.push(m.token());
+                pairs.push((m.token(), c));
+            }
+            None => out.unknown_genes += 1,
+        }
+    }
+    out.measured.sort_unstable();
+    out.measured.dedup();
+    sum_duplicates(&mut pairs);
+    pairs.retain(|p| p.1 > 0.0);
+    if pairs.is_empty() || out.total <= 0.0 {
+        return Ok(out);
+    }
+    let raw: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+    normalize(vocab, &mut pairs, out.total);
+    let mut order = Vec::new();
+    corrflow_algorithms::rank_order(&pairs, &mut RankScratch::default(), &mut order);
+    out.genes = order.iter().map(|&i| pairs[i as usize].0).collect();
+    out.counts = order.iter().map(|&i| raw[i as usize] as f32).collect();
+    Ok(out)
+}
+
 /// The tokens of a cell from its vocabulary genes' raw counts (`pairs`: token, count) and its
 /// total count: duplicates summed (when `may_repeat`), each value normalised by the gene's
 /// median, then rank-value encoded into `out`. Returns whether the cell has any token.
@@ -288,12 +378,17 @@ fn encode_cell(
     if may_repeat {
         sum_duplicates(pairs);
     }
+    normalize(vocab, pairs, n_counts);
+    rank_value_encode(pairs, layout, scratch, out);
+    true
+}
+
+/// Each pair's raw count replaced by its normalized expression (count / total · 10⁴ / median).
+fn normalize(vocab: &Vocabulary, pairs: &mut [(u32, f64)], n_counts: f64) {
     for p in pairs.iter_mut() {
         let median = vocab.median(p.0).expect("vocabulary tokens of genes have medians"); // ok: invariant
         p.1 = normalized_expression(p.1, n_counts, median);
     }
-    rank_value_encode(pairs, layout, scratch, out);
-    true
 }
 
 /// Whether a finite value is an integer. `trunc` is one `roundsd` instruction with SSE4.1

@@ -5,7 +5,6 @@ pub mod csv;
 pub mod lock;
 pub mod parquet_out;
 pub mod paths;
-pub mod progress;
 pub mod sealed;
 pub mod writeback;
 

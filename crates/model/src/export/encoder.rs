@@ -19,8 +19,11 @@ use burn::tensor::Tensor;
 use super::graph::{attr_float, attr_int, attr_ints, value_info, GraphBuilder};
 use super::proto::{dtype, GraphProto};
 use crate::encoder::CellEncoder;
-use corrflow_io::model_meta::{
-    ClassifierTask, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, LOGITS, PROBABILITIES,
+use crate::value::ValueParts;
+use corrflow_infer::model_meta::DECODED;
+use corrflow_infer::model_meta::{
+    ClassifierTask, ModelInput, ValueModel, ATTENTION_MASK, CELL_EMBEDDING, INPUT_IDS, LAST_HIDDEN_STATE, LOGITS,
+    PROBABILITIES, VALUES,
 };
 
 fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
@@ -76,9 +79,17 @@ pub fn encoder_graph<B: Backend>(
     let zero = g.ints("const.zero", &[], &[0]);
     let seq = g.op("Gather", &[&shape, &one], vec![attr_int("axis", 0)]);
     let range = g.op("Range", &[&zero, &seq, &one], vec![]);
-    let tok_emb = g.op("Gather", &[&tok, INPUT_IDS], vec![attr_int("axis", 0)]);
-    let pos_emb = g.op("Gather", &[&pos, &range], vec![attr_int("axis", 0)]);
-    let sum = g.op("Add", &[&tok_emb, &pos_emb], vec![]);
+    let mut tok_emb = g.op("Gather", &[&tok, INPUT_IDS], vec![attr_int("axis", 0)]);
+    if let (Some(parts), Some(config)) = (&model.value, &model.value_config) {
+        tok_emb = add_value_embedding(&mut g, &tok_emb, hidden, model.input, parts, config);
+    }
+    let positions = model.value_config.as_ref().is_none_or(|v| v.positions);
+    let sum = if positions {
+        let pos_emb = g.op("Gather", &[&pos, &range], vec![attr_int("axis", 0)]);
+        g.op("Add", &[&tok_emb, &pos_emb], vec![])
+    } else {
+        tok_emb
+    };
     let mut x = add_layer_norm(&mut g, &sum, &model.embed_norm, layer_norm_eps, "embeddings.norm");
 
     // burn's mask_pad *replaces* the scores at padded keys by min_float (-1e4). Adding it instead
@@ -96,6 +107,9 @@ pub fn encoder_graph<B: Backend>(
     let last = g.op_named("Identity", &[&x], vec![], LAST_HIDDEN_STATE);
 
     add_pooling(&mut g, &last, pool_flags);
+    if let Some(parts) = &model.value {
+        add_decoder(&mut g, &last, parts);
+    }
 
     let h = hidden as i64;
     let mut outputs = vec![
@@ -117,14 +131,75 @@ pub fn encoder_graph<B: Backend>(
         outputs.push(value_info(LOGITS, dtype::FLOAT, &dims));
         outputs.push(value_info(PROBABILITIES, dtype::FLOAT, &dims));
     }
-    g.finish(
-        "corrflow_cell_encoder",
-        vec![
-            value_info(INPUT_IDS, dtype::INT64, &[Err("batch"), Err("sequence")]),
-            value_info(ATTENTION_MASK, dtype::INT64, &[Err("batch"), Err("sequence")]),
-        ],
-        outputs,
-    )
+    if let Some(parts) = &model.value {
+        let width = parts.decoder_out.weight.val().dims()[1] as i64;
+        outputs.push(value_info(DECODED, dtype::FLOAT, &[Err("batch"), Ok(width)]));
+    }
+    let mut inputs = vec![value_info(INPUT_IDS, dtype::INT64, &[Err("batch"), Err("sequence")])];
+    if model.value.is_some() {
+        inputs.push(value_info(VALUES, dtype::FLOAT, &[Err("batch"), Err("sequence")]));
+    }
+    inputs.push(value_info(ATTENTION_MASK, dtype::INT64, &[Err("batch"), Err("sequence")]));
+    g.finish("corrflow_cell_encoder", inputs, outputs)
+}
+
+/// A value model's decoder on the CLS state (position 0 of `last`): its raw outputs `[batch,
+/// genes × outputs per gene]` as `crate::value::ValueParts::decode` computes them (txfm: the
+/// logits `z` before `φ`; wced: detection logits, then levels).
+fn add_decoder<B: Backend>(g: &mut GraphBuilder, last: &str, parts: &ValueParts<B>) {
+    let first = g.ints("decoder.cls_index", &[], &[0]);
+    let mut x = g.op("Gather", &[last, &first], vec![attr_int("axis", 1)]);
+    let mut width = parts.decoder.first().map(|l| l.weight.val().dims()[0]);
+    for (i, layer) in parts.decoder.iter().enumerate() {
+        let y = add_linear(g, &x, layer, &format!("decoder.{i}"));
+        let y = g.op("Relu", &[&y], vec![]);
+        let out = layer.weight.val().dims()[1];
+        x = if width == Some(out) { g.op("Add", &[&x, &y], vec![]) } else { y };
+        width = Some(out);
+    }
+    let z = add_linear(g, &x, &parts.decoder_out, "decoder.out");
+    g.op_named("Identity", &[&z], vec![], DECODED);
+}
+
+/// A value model's tokens from the gene embeddings `tok_emb` `[batch, seq, hidden]` and the
+/// `values` input, as `crate::value::embed_values` computes them: TxFM's `[E (hidden − 1); x]`,
+/// or `E + E_bin(x)` with the same bins (`ceil(x / ln(1 + L) · (bins − 1))` in `1..bins`, 0 for 0).
+fn add_value_embedding<B: Backend>(
+    g: &mut GraphBuilder,
+    tok_emb: &str,
+    hidden: usize,
+    input: ModelInput,
+    parts: &ValueParts<B>,
+    config: &ValueModel,
+) -> String {
+    match (input, &parts.bins) {
+        (ModelInput::Bins, Some(bins)) => {
+            let (dims, w) = param(&bins.weight);
+            let table = g.weight("embeddings.value_bins", &dims, &w);
+            let steps = (config.bins - 1) as f32;
+            let max = g.scalar("values.max", config.max_value() as f32);
+            let steps_c = g.scalar("values.steps", steps);
+            let one = g.scalar("values.one", 1.0);
+            let zero_f = g.scalar("values.zero", 0.0);
+            let scaled = g.op("Div", &[VALUES, &max], vec![]);
+            let scaled = g.op("Mul", &[&scaled, &steps_c], vec![]);
+            let scaled = g.op("Ceil", &[&scaled], vec![]);
+            let scaled = g.op("Clip", &[&scaled, &one, &steps_c], vec![]);
+            let is_zero = g.op("LessOrEqual", &[VALUES, &zero_f], vec![]);
+            let bin = g.op("Where", &[&is_zero, &zero_f, &scaled], vec![]);
+            let bin = g.op("Cast", &[&bin], vec![attr_int("to", i64::from(dtype::INT64))]);
+            let bin_emb = g.op("Gather", &[&table, &bin], vec![attr_int("axis", 0)]);
+            g.op("Add", &[tok_emb, &bin_emb], vec![])
+        }
+        _ => {
+            let starts = g.ints("values.slice_start", &[1], &[0]);
+            let ends = g.ints("values.slice_end", &[1], &[hidden as i64 - 1]);
+            let axes = g.ints("values.slice_axis", &[1], &[2]);
+            let genes = g.op("Slice", &[tok_emb, &starts, &ends, &axes], vec![]);
+            let x = g.op("Unsqueeze", &[VALUES, &axes], vec![]);
+            g.op("Concat", &[&genes, &x], vec![attr_int("axis", 2)])
+        }
+    }
 }
 
 /// One encoder layer on `x`: multi-head attention (scores plus the padding bias `pad4`,

@@ -23,8 +23,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use corrflow_algorithms::SequenceLayout;
+use corrflow_infer::model_meta::{ClassifierTask, HeadActivation, ModelConfig};
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::model_meta::{ClassifierTask, HeadActivation, ModelConfig};
 use corrflow_io::util::atomic::publish_dir;
 
 use crate::burn_encoder::load_checkpoint;

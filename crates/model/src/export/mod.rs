@@ -17,18 +17,18 @@
 pub mod encoder;
 pub mod graph;
 pub mod hf;
-pub use corrflow_io::model_meta::proto;
+pub use corrflow_infer::model_meta::proto;
 
 use std::path::{Path, PathBuf};
 
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::model_meta::integrity::write_model_checksum;
-use corrflow_io::model_meta::{
+use corrflow_infer::model_meta::integrity::write_model_checksum;
+use corrflow_infer::model_meta::{
     vocab_sidecar, ClassifierTask, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
 };
+use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::util::atomic::{commit, publish_dir, temp_path};
 use corrflow_io::vocab::Vocabulary;
 use proto::{GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto};
@@ -40,7 +40,8 @@ use crate::checkpoint::CheckpointState;
 pub struct ExportRequest {
     pub checkpoint: PathBuf,
     pub out: PathBuf,
-    pub pooling: Pooling,
+    /// What `cell_embedding` pools; `None`: mean for rank models, the CLS state for value models.
+    pub pooling: Option<Pooling>,
     /// The layer whose states the model outputs (`embed --layer`'s numbering: 1..=layers, −1 =
     /// last, −2 = second to last): the model exported is the checkpoint's first layers up to it.
     pub layer: i64,
@@ -65,10 +66,12 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     let device = Default::default();
     let loaded = load_checkpoint::<crate::CpuBackend>(&req.checkpoint, &device)?;
     let (state, vocab) = (&loaded.state, &loaded.vocab);
-    let head_task = exported_head(state, vocab, req.pooling)?;
+    let default = if state.model.input.sees_values() { Pooling::Cls } else { Pooling::Mean };
+    let pooling = req.pooling.unwrap_or(default);
+    let head_task = exported_head(state, vocab, pooling)?;
     let layers = exported_layers(state, req.layer, head_task.is_some())?;
     let flags: Vec<f32> = (0..vocab.len() as u32)
-        .map(|t| match req.pooling {
+        .map(|t| match pooling {
             Pooling::Mean => f32::from(u8::from(vocab.is_gene(t))),
             Pooling::Cls => f32::from(u8::from(Some(t) == vocab.cls)),
         })
@@ -84,7 +87,7 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     // A model cut at layer k is a k-layer model: its metadata says so, and runtimes report it.
     let mut cut = state.clone();
     cut.model.layers = layers;
-    let bytes = model_proto(graph, &cut, vocab, req.pooling).encode_to_vec();
+    let bytes = model_proto(graph, &cut, vocab, pooling).encode_to_vec();
     let sidecar = vocab_sidecar(&req.out);
     write_model(&bytes, vocab, &sidecar, &req.out)?;
     Ok(ExportSummary {

@@ -2,7 +2,7 @@
 //! describes.
 
 use corrflow_algorithms::SequenceLayout;
-use corrflow_io::model_meta::{HeadActivation, ModelConfig, DEFAULT_OBJECTIVE};
+use corrflow_infer::model_meta::{HeadActivation, ModelConfig, DEFAULT_OBJECTIVE};
 use corrflow_io::vocab::Vocabulary;
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +149,7 @@ impl HfBertConfig {
             mlm_activation: activation,
             classifier: None,
             hce: None,
+            ..ModelConfig::default()
         };
         config.validate()?;
         if let Some(section) = &self.corrflow {

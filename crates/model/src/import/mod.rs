@@ -20,8 +20,8 @@ use std::path::Path;
 
 use burn::module::Param;
 use burn::tensor::{Tensor, TensorData};
+use corrflow_infer::model_meta::HeadActivation;
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::model_meta::HeadActivation;
 use corrflow_io::vocab::Vocabulary;
 use serde::Serialize;
 
@@ -144,11 +144,10 @@ fn read_checked(record: &mut Option<Record>, dir: &Path, name: &str) -> Result<V
 /// The model record, and the record of a fresh AdamW (a run continued from the import starts its
 /// moments at zero).
 fn write_records(model: &CellEncoder<CpuBackend>, stage: &Path) -> Result<()> {
-    use burn::module::Module;
     use burn::optim::{AdamWConfig, Optimizer};
     use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
     let rec = BinFileRecorder::<FullPrecisionSettings>::new();
-    model.clone().save_file(stage.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(stage, e))?;
+    checkpoint::save_model(model, &stage.join(MODEL_FILE))?;
     let optim = AdamWConfig::new().init::<CpuTraining, CellEncoder<CpuTraining>>();
     rec.record(Optimizer::<CellEncoder<CpuTraining>, CpuTraining>::to_record(&optim), stage.join(OPTIM_FILE))
         .map_err(|e| checkpoint::record_error(stage, e))

@@ -7,7 +7,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use corrflow_algorithms::ontology::hce::LeafHead;
-use corrflow_io::model_meta::{OntologyHead, Pooling};
+use corrflow_infer::model_meta::{OntologyHead, Pooling};
 
 use super::{BatchTensors, Heads, LossOutput, Objective};
 use crate::encoder::CellEncoder;
@@ -62,7 +62,7 @@ impl<B: FusedOps> Objective<B> for Hce {
     }
 
     fn heads(&self, _vocab_size: usize) -> Heads {
-        Heads { cell: None, label: Some(self.head.width()) }
+        Heads { label: Some(self.head.width()), ..Heads::default() }
     }
 
     fn label_column(&self) -> Option<&str> {
@@ -97,7 +97,7 @@ mod tests {
     use super::*;
     use burn::module::Module;
     use corrflow_algorithms::ontology::Term;
-    use corrflow_io::model_meta::ModelConfig;
+    use corrflow_infer::model_meta::ModelConfig;
 
     use crate::objective::{batch_tensors, Targets};
     use crate::InitModel;

@@ -14,7 +14,9 @@ mod hce;
 mod mlm;
 mod multitask;
 mod poisson;
-mod wced;
+mod txfm;
+mod wced_rank;
+mod wced_values;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
@@ -28,7 +30,9 @@ pub use hce::Hce;
 pub use mlm::Mlm;
 pub use multitask::Multitask;
 pub use poisson::Poisson;
-pub use wced::Wced;
+pub use txfm::{txfm_loss, Txfm};
+pub use wced_rank::WcedRank;
+pub use wced_values::{wced_loss, Wced, WCED_TARGET_SUM};
 
 /// The model's optional heads an objective asks for: widths given the vocabulary size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,6 +41,8 @@ pub struct Heads {
     pub cell: Option<usize>,
     /// A two-layer MLP from the pooled embedding to per-cell label logits: the label count.
     pub label: Option<usize>,
+    /// A value model's decoder from the CLS state: outputs per gene of the decoding set.
+    pub decoder: Option<usize>,
 }
 
 /// A pre-training loss over masked batches.
@@ -72,6 +78,12 @@ pub trait Objective<B: FusedOps>: Send + Sync {
         None
     }
 
+    /// Whether the objective trains a value model (batches of visible genes with their values,
+    /// decoding targets over the decoding set) rather than a rank model on masked tokens.
+    fn sees_values(&self) -> bool {
+        false
+    }
+
     /// The loss of a batch from the encoder's final token states `[rows, len, hidden]` (computed
     /// once, so objectives combined by [`Multitask`] share them), and, where the objective has
     /// one, the number of correct predictions (an accuracy's numerator).
@@ -86,7 +98,7 @@ pub trait Objective<B: FusedOps>: Send + Sync {
 
 /// The built-in objectives. A new built-in objective is one line here.
 pub fn builtin<B: FusedOps>() -> Vec<Box<dyn Objective<B>>> {
-    vec![Box::new(Mlm), Box::new(Wced), Box::new(Poisson)]
+    vec![Box::new(Mlm), Box::new(Txfm), Box::new(Wced), Box::new(WcedRank), Box::new(Poisson)]
 }
 
 /// The objective named `name`.
@@ -107,11 +119,52 @@ pub fn require<B: FusedOps>(name: &str) -> Result<Box<dyn Objective<B>>, String>
 /// What trains a model of configuration `m`: `model.objective`, plus the hierarchical
 /// cell-type loss when the model has a hierarchical head (`model.hce`).
 pub fn for_model<B: FusedOps>(m: &crate::ModelConfig) -> Result<Box<dyn Objective<B>>, String> {
-    let base = require::<B>(&m.objective)?;
+    // Models trained before WCED decoded values named its rank proxy `wced`.
+    let name = if m.objective == "wced" && m.input.is_rank() { "wced-rank" } else { m.objective.as_str() };
+    let base = require::<B>(name)?;
+    if base.sees_values() != m.input.sees_values() {
+        return Err(if base.sees_values() {
+            format!(
+                "model.objective '{}' decodes expression values: it needs model.input = 'value' or 'bins' and a \
+                 [model.values] section (see configs/txfm-tiny.toml)",
+                m.objective
+            )
+        } else {
+            format!(
+                "model.objective '{}' is a rank objective; a value model (model.input = '{:?}') needs txfm or wced",
+                m.objective, m.input
+            )
+        });
+    }
     match &m.hce {
         None => Ok(base),
         Some(head) => Ok(Box::new(Multitask::new(base, Hce::new(head)?, head.weight, head.warmup_steps))),
     }
+}
+
+/// A value model's parts, settings and batch (its objectives are only built for value models,
+/// and the trainer gives them value batches: a missing one is a bug, not bad input).
+fn value_parts<'a, B: Backend>(
+    model: &'a CellEncoder<B>,
+    t: &'a BatchTensors<B>,
+) -> (&'a crate::value::ValueParts<B>, &'a corrflow_infer::model_meta::ValueModel, &'a ValueTensors<B>) {
+    let parts = model.value.as_ref().expect("a value model has its decoder"); // ok: invariant
+    let config = model.value_config.as_ref().expect("a value model has its settings"); // ok: invariant
+    let v = t.value.as_ref().expect("value objectives get value batches"); // ok: invariant
+    (parts, config, v)
+}
+
+/// The CLS token's final states `[rows, hidden]` (the first position of every row).
+pub fn cls_states<B: Backend>(states: &Tensor<B, 3>) -> Tensor<B, 2> {
+    let [rows, _, hidden] = states.dims();
+    states.clone().narrow(1, 0, 1).reshape([rows, hidden])
+}
+
+/// The mean of `per_gene` `[rows, genes]` over each row's genes where `weights` is 1, then over
+/// the rows.
+fn masked_cell_mean<B: Backend>(per_gene: Tensor<B, 2>, weights: Tensor<B, 2>) -> Tensor<B, 1> {
+    let per_cell = (per_gene * weights.clone()).sum_dim(1) / weights.sum_dim(1).clamp_min(1.0);
+    per_cell.mean()
 }
 
 /// The loss of a batch and, for MLM, the number of masked tokens predicted correctly.
@@ -150,6 +203,30 @@ pub struct BatchTensors<B: Backend> {
     pub label_codes: Option<std::sync::Arc<Vec<i64>>>,
     /// The optimiser step the batch is for (losses with a warm-up read it).
     pub step: u64,
+    /// A value model's batch (DESIGN.md §11); `None` for rank models.
+    pub value: Option<ValueTensors<B>>,
+}
+
+/// What a value model's batch adds: the encoder's token values and the decoding targets.
+#[derive(Clone, Debug)]
+pub struct ValueTensors<B: Backend> {
+    /// Each token's value `[rows, len]` (0 on the CLS token and padding).
+    pub values: Tensor<B, 2>,
+    /// Each cell's raw count of every gene of the decoding set `[rows, genes]` (0 where it was
+    /// not detected).
+    pub counts: Tensor<B, 2>,
+    /// Each cell's total count `[rows, 1]`.
+    pub n_counts: Tensor<B, 2>,
+    /// 1 where the cell's atlas measured the decoding gene, 0 where it did not: unmeasured genes
+    /// are left out of the cell's loss, never taken as zero `[rows, genes]`.
+    pub measured: Tensor<B, 2>,
+}
+
+impl<B: Backend> ValueTensors<B> {
+    /// `ln(1 + c / n · L)` of every decoding gene `[rows, genes]`.
+    pub fn log_normalized(&self, target_sum: f64) -> Tensor<B, 2> {
+        (self.counts.clone() / self.n_counts.clone() * target_sum).log1p()
+    }
 }
 
 /// What a batch's tensors hold beyond the tokens, as its objective asks.
@@ -221,5 +298,6 @@ pub fn batch_tensors<B: Backend>(
         labels: codes.as_ref().map(|c| int1(c.to_vec())),
         label_codes: codes.map(std::sync::Arc::new),
         step: wanted.step,
+        value: None,
     }
 }

@@ -29,7 +29,7 @@ impl<B: FusedOps> Objective<B> for Multitask<B> {
 
     fn heads(&self, vocab_size: usize) -> Heads {
         let (a, b) = (self.base.heads(vocab_size), self.labels.heads(vocab_size));
-        Heads { cell: a.cell.or(b.cell), label: a.label.or(b.label) }
+        Heads { cell: a.cell.or(b.cell), label: a.label.or(b.label), decoder: a.decoder.or(b.decoder) }
     }
 
     fn whole_cell_targets(&self) -> bool {
@@ -46,6 +46,10 @@ impl<B: FusedOps> Objective<B> for Multitask<B> {
 
     fn per_masked_token(&self) -> bool {
         self.base.per_masked_token()
+    }
+
+    fn sees_values(&self) -> bool {
+        self.base.sees_values()
     }
 
     fn loss(&self, model: &CellEncoder<B>, states: &Tensor<B, 3>, t: &BatchTensors<B>, max: usize) -> LossOutput<B> {

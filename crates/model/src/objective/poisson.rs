@@ -16,7 +16,7 @@ impl<B: crate::fused::FusedOps> Objective<B> for Poisson {
     }
 
     fn heads(&self, vocab_size: usize) -> Heads {
-        Heads { cell: Some(vocab_size), label: None }
+        Heads { cell: Some(vocab_size), ..Heads::default() }
     }
 
     fn whole_cell_targets(&self) -> bool {

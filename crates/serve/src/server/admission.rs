@@ -49,8 +49,13 @@ impl Admitted {
 }
 
 impl Admission {
+    /// How many requests may be in flight at once.
+    pub fn max_requests(options: &ServeOptions) -> usize {
+        2 * options.max_queue.max(1)
+    }
+
     pub fn new(options: &ServeOptions) -> Self {
-        let requests = 2 * options.max_queue.max(1);
+        let requests = Self::max_requests(options);
         let max_kib = kib(options.max_inflight_bytes.max(options.max_body_bytes));
         Self {
             requests: Arc::new(Semaphore::new(requests)),

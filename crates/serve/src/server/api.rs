@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use corrflow_algorithms::SequenceLayout;
-use corrflow_io::tokenize::tokenize_named_cell;
+use corrflow_infer::encode::ModelCells;
+use corrflow_infer::inputs::{value_input, CellExpression};
+use corrflow_infer::model_meta::ValueModel;
+use corrflow_io::tokenize::{named_cell_expression, tokenize_named_cell};
 use corrflow_io::vocab::Vocabulary;
 
 /// `POST /v1/embed`: raw counts per cell, or token ids.
@@ -15,6 +18,10 @@ pub struct EmbedBody {
     pub cells: Option<Vec<CellInput>>,
     #[serde(default)]
     pub input_ids: Option<Vec<Vec<i64>>>,
+    /// A value model's token values beside `input_ids` (same shape; genes only, the server puts
+    /// `<cls>` first).
+    #[serde(default)]
+    pub values: Option<Vec<Vec<f64>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,7 +53,7 @@ pub struct AnnotateResponse {
     pub model: String,
     pub ontology_version: String,
     pub threshold: f64,
-    pub calls: Vec<corrflow_io::ontology::calls::CellCall>,
+    pub calls: Vec<corrflow_infer::annotate::calls::CellCall>,
     pub tokens: Vec<usize>,
     pub unknown_genes: Vec<usize>,
 }
@@ -118,12 +125,14 @@ pub struct InputRules {
     /// Accept non-integer counts (`serve --allow-normalized`), as `ingest --allow-normalized`
     /// does; by default they are refused as ingest refuses them.
     pub allow_normalized: bool,
+    /// A value model's settings and `<cls>` token (`None` for rank models).
+    pub values: Option<(ValueModel, u32)>,
 }
 
-/// A validated request: one token sequence per cell.
+/// A validated request: one token sequence per cell (with values for a value model).
 #[derive(Debug, Default, PartialEq)]
 pub struct ParsedRequest {
-    pub cells: Vec<Vec<u32>>,
+    pub cells: ModelCells,
     pub unknown_genes: Vec<usize>,
 }
 
@@ -142,6 +151,12 @@ pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) 
         return Err(ApiError::new(413, format!("{n} cells in one request; the limit is {}", rules.max_cells)));
     }
     let mut parsed = ParsedRequest::default();
+    if let Some((settings, cls)) = &rules.values {
+        return parse_value_cells(body, vocab, rules, (settings, *cls));
+    }
+    if body.values.is_some() {
+        return Err(ApiError::invalid("\"values\" are for value models; this model takes input_ids alone"));
+    }
     if let Some(cells) = body.cells {
         for (i, c) in cells.iter().enumerate() {
             if !rules.allow_normalized {
@@ -152,7 +167,7 @@ pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) 
             if t.tokens.is_empty() {
                 return Err(ApiError::invalid(no_tokens(i, c, t.unknown_genes)));
             }
-            parsed.cells.push(t.tokens);
+            parsed.cells.tokens.push(t.tokens);
             parsed.unknown_genes.push(t.unknown_genes);
         }
     } else {
@@ -180,9 +195,74 @@ pub fn parse_embed_request(body: &[u8], vocab: &Vocabulary, rules: &InputRules) 
                     "input_ids[{i}] has no gene token, only special tokens (<pad>, <mask>, <cls>, <eos>): it has no cell embedding"
                 )));
             }
-            parsed.cells.push(tokens);
+            parsed.cells.tokens.push(tokens);
             parsed.unknown_genes.push(0);
         }
+    }
+    Ok(parsed)
+}
+
+/// A value model's request: named cells become `<cls>` and the genes the cell measured (the
+/// genes it sends, zeros included) with their values, as `embed` builds them from files
+/// (`corrflow_infer::inputs::value_input`); `input_ids` come with `values` (genes only).
+fn parse_value_cells(
+    body: EmbedBody,
+    vocab: &Vocabulary,
+    rules: &InputRules,
+    (settings, cls): (&ValueModel, u32),
+) -> Result<ParsedRequest, ApiError> {
+    let mut parsed =
+        ParsedRequest { cells: ModelCells { tokens: Vec::new(), values: Some(Vec::new()) }, ..Default::default() };
+    let values = parsed.cells.values.as_mut().expect("set above"); // ok: invariant
+    if let Some(cells) = body.cells {
+        for (i, c) in cells.iter().enumerate() {
+            if !rules.allow_normalized {
+                check_integer_counts(i, c)?;
+            }
+            let e = named_cell_expression(vocab, &c.genes, &c.counts)
+                .map_err(|e| ApiError::invalid(format!("cell {i}: {e}")))?;
+            if e.genes.is_empty() {
+                return Err(ApiError::invalid(no_tokens(i, c, e.unknown_genes)));
+            }
+            let cell = CellExpression { genes: &e.genes, counts: &e.counts, total: e.total };
+            let (t, x) = value_input(cls, settings, &e.measured, cell);
+            parsed.cells.tokens.push(t);
+            values.push(x);
+            parsed.unknown_genes.push(e.unknown_genes);
+        }
+        return Ok(parsed);
+    }
+    let ids = body.input_ids.unwrap_or_default();
+    let given = body.values.ok_or_else(|| {
+        ApiError::invalid("this is a value model: send \"cells\" (genes and counts), or \"input_ids\" with \"values\"")
+    })?;
+    if given.len() != ids.len() {
+        return Err(ApiError::invalid(format!("{} rows of input_ids but {} of values", ids.len(), given.len())));
+    }
+    for (i, (row, vals)) in ids.into_iter().zip(given).enumerate() {
+        if row.is_empty() || row.len() + 1 > rules.max_positions || row.len() != vals.len() {
+            return Err(ApiError::invalid(format!(
+                "input_ids[{i}] has {} genes and values[{i}] {}: the same number, 1..={} allowed",
+                row.len(),
+                vals.len(),
+                rules.max_positions.saturating_sub(1)
+            )));
+        }
+        let mut tokens = vec![cls];
+        let mut x = vec![0.0f32];
+        for (t, v) in row.into_iter().zip(vals) {
+            if !(0..rules.vocab_size as i64).contains(&t) || !vocab.is_gene(t as u32) {
+                return Err(ApiError::invalid(format!("input_ids[{i}]: {t} is not a gene token of the vocabulary")));
+            }
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ApiError::invalid(format!("values[{i}]: {v}; values must be finite and ≥ 0")));
+            }
+            tokens.push(t as u32);
+            x.push(v as f32);
+        }
+        parsed.cells.tokens.push(tokens);
+        values.push(x);
+        parsed.unknown_genes.push(0);
     }
     Ok(parsed)
 }
@@ -225,6 +305,7 @@ mod tests {
             max_positions: 8,
             max_cells: 3,
             allow_normalized: false,
+            values: None,
         }
     }
 
@@ -237,7 +318,7 @@ mod tests {
     fn counts_are_tokenized_and_unknown_genes_only_counted() {
         let p = parse(r#"{"cells":[{"genes":["TSPAN6","nope","ENSG00000000419"],"counts":[3,5,1]}]}"#).unwrap();
         assert_eq!(p.cells.len(), 1);
-        assert_eq!(p.cells[0].len(), 2);
+        assert_eq!(p.cells.tokens[0].len(), 2);
         assert_eq!(p.unknown_genes, vec![1]);
     }
 
@@ -253,7 +334,7 @@ mod tests {
     #[test]
     fn input_ids_pass_through_when_in_range() {
         let p = parse(r#"{"input_ids":[[5,6,7],[9]]}"#).unwrap();
-        assert_eq!(p.cells, vec![vec![5, 6, 7], vec![9]]);
+        assert_eq!(p.cells.tokens, vec![vec![5, 6, 7], vec![9]]);
     }
 
     #[test]

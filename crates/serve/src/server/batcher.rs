@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::metrics::Metrics;
-use corrflow_io::encode::{encode_in_batches, Encoder};
+use corrflow_infer::encode::{encode_in_batches, Encoder, ModelCells};
 
 /// One request's cells and where its results go (row-major `[cells, dim + classes]`: each
 /// embedding, followed by a cell classifier's probabilities).
 pub struct Job {
-    pub cells: Vec<Vec<u32>>,
+    /// The cells' tokens (and a value model's values).
+    pub cells: ModelCells,
     pub reply: oneshot::Sender<Result<Vec<f32>, String>>,
     pub enqueued: Instant,
 }
@@ -53,7 +54,7 @@ pub async fn run_batcher<E: Encoder + 'static>(
         if abandoned(&first, &metrics) {
             continue;
         }
-        let mut tokens: usize = first.cells.iter().map(Vec::len).sum();
+        let mut tokens: usize = first.cells.tokens.iter().map(Vec::len).sum();
         let mut jobs = vec![first];
         let deadline = tokio::time::Instant::now() + config.max_wait;
         while tokens < config.token_budget {
@@ -66,7 +67,7 @@ pub async fn run_batcher<E: Encoder + 'static>(
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
             };
             if !abandoned(&job, &metrics) {
-                tokens += job.cells.iter().map(Vec::len).sum::<usize>();
+                tokens += job.cells.tokens.iter().map(Vec::len).sum::<usize>();
                 jobs.push(job);
             }
         }
@@ -81,7 +82,14 @@ pub async fn run_batcher<E: Encoder + 'static>(
         }
         // Every cell of the gathered requests, flattened; results go back per request.
         let counts: Vec<usize> = jobs.iter().map(|j| j.cells.len()).collect();
-        let cells: Vec<Vec<u32>> = jobs.iter_mut().flat_map(|j| std::mem::take(&mut j.cells)).collect();
+        let mut cells = ModelCells::default();
+        for j in &mut jobs {
+            let taken = std::mem::take(&mut j.cells);
+            cells.tokens.extend(taken.tokens);
+            if let Some(v) = taken.values {
+                cells.values.get_or_insert_with(Vec::new).extend(v);
+            }
+        }
         let enc = encoder.clone();
         let m = metrics.clone();
         let result = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, String> {
@@ -89,7 +97,8 @@ pub async fn run_batcher<E: Encoder + 'static>(
             // Tests hold batches here (`FAILPOINTS=serve-batch=sleep(MS)`, `failpoints` builds only)
             // to fill the server.
             fail::fail_point!("serve-batch");
-            encode_in_batches(&cells, pad, dim, config.token_budget, config.max_rows, |batch| {
+            let budget = (config.token_budget, config.max_rows);
+            encode_in_batches(&cells.tokens, cells.values.as_deref(), pad, dim, budget, |batch| {
                 m.batch_cells.observe(batch.rows as f64);
                 m.batch_tokens.observe(batch.tokens() as f64);
                 let t = Instant::now();

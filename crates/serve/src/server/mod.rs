@@ -26,11 +26,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use corrflow_io::encode::Encoder;
+use corrflow_infer::encode::Encoder;
 
-use crate::runtime::{OrtEncoder, RuntimeOptions};
 use api::InputRules;
 use batcher::{BatchConfig, Job};
+use corrflow_infer::onnxruntime::{OrtEncoder, RuntimeOptions};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::vocab::Vocabulary;
 use metrics::Metrics;
@@ -108,7 +108,7 @@ pub struct Ready {
     /// (empty: embeddings only).
     pub classes: Vec<String>,
     /// The hierarchical head's decoder (`/v1/annotate`), with the default threshold.
-    pub annotator: Option<corrflow_io::ontology::calls::Annotator>,
+    pub annotator: Option<corrflow_infer::annotate::calls::Annotator>,
     pub ontology_version: Option<String>,
     pub name: String,
     pub info: serde_json::Value,
@@ -153,13 +153,16 @@ pub async fn serve(
             // built with the `failpoints` feature only) to see the 503s.
             fail::fail_point!("serve-load");
             let encoder = OrtEncoder::open(&opts.model, &opts.runtime)?;
-            corrflow_io::encode::check_batch_memory(&encoder, opts.batch.token_budget)?;
+            corrflow_infer::encode::check_batch_memory(&encoder, opts.batch.token_budget)?;
             Ok(encoder)
         })
         .await;
         match loaded {
             Ok(Ok(encoder)) => {
-                let (tx, rx) = mpsc::channel(loader_state.options.max_queue.max(1));
+                // As deep as admission is wide, so that an admitted request always finds room:
+                // with a queue of `--max-queue`, two requests arriving before the batcher took
+                // the first one saw 429 though admission had let both in (CI, session 32).
+                let (tx, rx) = mpsc::channel(admission::Admission::max_requests(&loader_state.options));
                 let ready = ready_state(&loader_state.options, &encoder, tx);
                 tokio::spawn(batcher::run_batcher(
                     encoder,
@@ -250,10 +253,12 @@ fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender
             max_positions: meta.model.max_positions,
             max_cells: options.max_cells_per_request,
             allow_normalized: options.allow_normalized,
+            values: corrflow_infer::inputs::value_settings(&meta.model)
+                .and_then(|v| encoder.vocab.cls.map(|cls| (v.clone(), cls))),
         },
         dim: meta.model.hidden,
         classes: encoder.classes().to_vec(),
-        annotator: meta.model.hce.as_ref().and_then(|h| corrflow_io::ontology::calls::Annotator::new(h, 0.5).ok()),
+        annotator: meta.model.hce.as_ref().and_then(|h| corrflow_infer::annotate::calls::Annotator::new(h, 0.5).ok()),
         ontology_version: meta.model.hce.as_ref().map(|h| h.ontology_version.clone()),
         name,
         info,

@@ -5,9 +5,9 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use corrflow_algorithms::classes::Part;
+use corrflow_infer::model_meta::Pooling;
 use corrflow_io::corpus::CorpusIndex;
 use corrflow_io::error::Result;
-use corrflow_io::model_meta::Pooling;
 use corrflow_io::vocab::Vocabulary;
 use corrflow_mask::plan::DataPlan;
 

@@ -1,6 +1,6 @@
 //! Fine-tuning's settings and their checks.
 
-use corrflow_io::model_meta::Pooling;
+use corrflow_infer::model_meta::Pooling;
 use serde::{Deserialize, Serialize};
 
 /// Fine-tuning settings (`[finetune]` in a config; flags override).

@@ -23,19 +23,17 @@ mod labels;
 mod outputs;
 mod run_dir;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::optim::GradientsParams;
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use corrflow_algorithms::batches::PlannedBatch;
 use corrflow_algorithms::classes::{balanced_weights, Part};
+use corrflow_infer::model_meta::{Classifier, ClassifierTask, ModelConfig, Pooling};
 use corrflow_io::corpus::Corpus;
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::model_meta::{Classifier, ClassifierTask, ModelConfig, Pooling};
 use corrflow_io::util::atomic::write_json_atomic;
 use corrflow_io::util::lock::DirLock;
 use corrflow_io::vocab::Vocabulary;
@@ -43,17 +41,16 @@ use corrflow_mask::dataflow::Feed;
 use corrflow_mask::plan::DataPlan;
 use corrflow_model::checkpoint;
 use corrflow_model::classifier::cross_entropy;
-use corrflow_model::{learning_rate, load_checkpoint, CellEncoder, InitModel, TrainingBackend};
+use corrflow_model::{load_checkpoint, CellEncoder, InitModel, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::progress_bar;
-use crate::run::mix;
-use batches::{BatchSpec, ClassBatch};
+use crate::learner::{run_loop, AfterStep, Forward, Schedule, Stepped, TrainStep, Trainee};
+use batches::BatchSpec;
 pub use config::FinetuneConfig;
 pub use evaluate::{ClassMetrics, Scores, SplitMetrics};
 use labels::Supervision;
 pub use labels::{FinetuneTask, PartSizes};
-use run_dir::{clear_or_refuse, init_or_resume, prune, save, Best, Trainee};
+use run_dir::{clear_or_refuse, init_or_resume, prune, save, Best, FinetuneState};
 
 const PROGRESS_FILE: &str = "finetune.json";
 const RESULTS_FILE: &str = "results.json";
@@ -125,6 +122,13 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
             c.max_len
         )));
     }
+    if base.state.model.input.sees_values() {
+        return Err(Error::Usage(format!(
+            "{} is a value model (it sees expression values); finetune adds heads to rank models only for now \
+             (docs/values.md)",
+            req.checkpoint.display()
+        )));
+    }
     if base.state.model.classifier.is_some() {
         return Err(Error::Usage(format!(
             "{} is already fine-tuned (it has a classifier); fine-tune its pre-trained base instead",
@@ -164,6 +168,7 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
         eval_fraction: 0.0,
         seed: c.seed,
         subset: (!supervision.genes).then(|| Arc::new(supervision.training_cells())),
+        expression: None,
     };
     let bytes =
         corrflow_model::memory::training_bytes(m, base.vocab.len(), c.batch_size, max_len) + plan.masking_bytes(4);
@@ -220,7 +225,7 @@ pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) ->
     std::fs::create_dir_all(&req.out).at(&req.out)?;
     let _lock = DirLock::inside(&req.out, "finetune")?;
     clear_or_refuse(req)?;
-    let mut trainee = init_or_resume(req, &setup, &device)?;
+    let (mut trainee, progress) = init_or_resume(req, &setup, &device)?;
     setup.base.vocab.publish_dir(&req.out.join("vocab"))?;
     let c = &req.config;
     let mut summary = FinetuneSummary::started(req, &setup, &trainee);
@@ -229,51 +234,30 @@ pub fn finetune<B: TrainingBackend>(req: &FinetuneRequest, device: B::Device) ->
         let n = w.len();
         Tensor::<B, 1>::from_data(TensorData::new(w, [n]), &device)
     });
-    let metrics_path = req.out.join("metrics.jsonl");
-    let mut metrics = std::fs::OpenOptions::new().create(true).append(true).open(&metrics_path).at(&req.out)?;
-    let bar = progress_bar("finetune", req.progress, setup.total, trainee.step);
-    let (mut cells_done, mut train_secs) = (0u64, 0.0f64);
-    let spec =
-        BatchSpec { supervision: &setup.supervision, vocab: &setup.base.vocab, pooling: c.pooling, part: Part::Train };
-    let mut ended = false;
-    for_each_planned_batch(&setup.plan, trainee.step, |planned| {
-        let t0 = Instant::now();
-        let batch = spec.build(&planned.cells);
-        let loss = optimise(req, &setup, &mut trainee, &batch, weights.clone(), &device)?;
-        trainee.step += 1;
-        let step = trainee.step;
-        if let Some(loss) = loss {
-            cells_done += batch.rows as u64;
-            train_secs += t0.elapsed().as_secs_f64();
-            bar.set_position(step);
-            bar.set_message(format!("loss {loss:.4}"));
-            if step.is_multiple_of(c.log_every) {
-                let lr = learning_rate(c.lr, step - 1, c.warmup_steps, setup.total);
-                let line = serde_json::json!({"step": step, "epoch": planned.epoch, "loss": loss, "lr": lr,
-                    "cells_per_s": batch.rows as f64 / t0.elapsed().as_secs_f64().max(1e-9)});
-                writeln!(metrics, "{line}").at(&req.out)?;
-            }
-        }
-        let epoch_end = step.is_multiple_of(setup.per_epoch);
-        if epoch_end {
-            let line = end_of_epoch(&setup, &mut trainee, c, &device)?;
-            writeln!(metrics, "{line}").at(&req.out)?;
-            summary.stopped_early = trainee.state.stale >= c.patience && step < setup.total;
-            ended = summary.stopped_early || step >= setup.total;
-        }
-        if epoch_end || req.stop_after == Some(step) {
-            summary.checkpoint = Some(save(req, &setup, &trainee, planned.epoch)?.display().to_string());
-        }
-        Ok(!ended && req.stop_after != Some(step))
+    let schedule = Schedule {
+        name: "finetune",
+        seed: c.seed,
+        lr: c.lr,
+        warmup_steps: c.warmup_steps,
+        total: setup.total,
+        grad_clip: c.grad_clip,
+        progress: req.progress,
+        profile: false,
+    };
+    let mut kind = Finetuning { req, setup: &setup, weights, progress, ended: false, stopped_early: false };
+    let metrics = req.out.join("metrics.jsonl");
+    let report = with_planned_batches(&setup.plan, trainee.step, |batches| {
+        run_loop(&mut kind, &mut trainee, batches, &schedule, &metrics, &device)
     })?;
-    bar.finish_and_clear();
-    metrics.flush().at(&req.out)?;
+    let (ended, progress) = (kind.ended, kind.progress);
+    summary.stopped_early = kind.stopped_early;
+    summary.checkpoint = report.checkpoint.map(|p| p.display().to_string());
+    summary.cells_per_s = report.work as f64 / report.seconds.max(1e-9);
     summary.steps = trainee.step;
     summary.epochs = trainee.step / setup.per_epoch;
-    summary.best_step = trainee.state.best.map(|b| b.step);
-    summary.cells_per_s = cells_done as f64 / train_secs.max(1e-9);
+    summary.best_step = progress.best.map(|b| b.step);
     if ended || trainee.step >= setup.total {
-        finish(req, &setup, &trainee, &device, &mut summary)?;
+        finish(req, &setup, &progress, &device, &mut summary)?;
     }
     summary.seconds = start.elapsed().as_secs_f64();
     if summary.finished {
@@ -314,27 +298,31 @@ impl FinetuneSummary {
 /// epochs without improvement (early stopping's patience); returns the metrics line.
 fn end_of_epoch<B: TrainingBackend>(
     setup: &Setup<B>,
-    trainee: &mut Trainee<B>,
+    (trainee, progress): (&Trainee<B>, &mut FinetuneState),
     c: &FinetuneConfig,
     device: &B::Device,
 ) -> Result<serde_json::Value> {
     let step = trainee.step;
     let scores = validate(setup, &trainee.model, c, device)?;
-    let better = trainee.state.best.is_none_or(|b| scores.items.macro_f1 > b.macro_f1);
+    let better = progress.best.is_none_or(|b| scores.items.macro_f1 > b.macro_f1);
     if better {
-        trainee.state.best = Some(Best { step, macro_f1: scores.items.macro_f1 });
-        trainee.state.stale = 0;
+        progress.best = Some(Best { step, macro_f1: scores.items.macro_f1 });
+        progress.stale = 0;
     } else {
-        trainee.state.stale += 1;
+        progress.stale += 1;
     }
     Ok(serde_json::json!({"step": step, "epoch": step / setup.per_epoch, "validation_loss": scores.items.loss,
         "validation_accuracy": scores.items.accuracy, "validation_macro_f1": scores.items.macro_f1,
         "best": better}))
 }
 
-/// Runs `f` on the planned batches of the run from batch `first`, until it returns false; the
-/// corpus is read and planned on a thread of its own.
-fn for_each_planned_batch(plan: &DataPlan, first: u64, mut f: impl FnMut(PlannedBatch) -> Result<bool>) -> Result<()> {
+/// Runs `f` on the planned batches of the run from batch `first` (read and planned on a thread
+/// of its own); `f` may stop early, which stops the reader.
+fn with_planned_batches<T>(
+    plan: &DataPlan,
+    first: u64,
+    f: impl FnOnce(&mut dyn Iterator<Item = Result<PlannedBatch>>) -> Result<T>,
+) -> Result<T> {
     let (tx, rx) = crossbeam_channel::bounded::<PlannedBatch>(4);
     let feed = plan.clone().feed(first, None);
     let reader = std::thread::spawn(move || {
@@ -343,52 +331,90 @@ fn for_each_planned_batch(plan: &DataPlan, first: u64, mut f: impl FnMut(Planned
             Feed::Graph(_) => true,
         })
     });
-    let mut result = Ok(());
-    for planned in rx.iter() {
-        match f(planned) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
+    let result = f(&mut rx.iter().map(Ok));
     drop(rx);
     let read = reader.join().map_err(|_| Error::internal("finetune", "the corpus reader panicked"))?;
-    result.and(read)
+    let out = result?;
+    read.map(|()| out)
 }
 
-/// Forward, backward, clipping and the AdamW update of one batch; `None` when the batch has no
-/// target (a gene batch without labelled genes of the training part).
-fn optimise<B: TrainingBackend>(
-    req: &FinetuneRequest,
-    setup: &Setup<B>,
-    trainee: &mut Trainee<B>,
-    batch: &ClassBatch,
+/// Fine-tuning as a [`TrainStep`]: classification batches of the planned cells (or genes), the
+/// cross-entropy of the head, validation at the end of every epoch with early stopping, and a
+/// checkpoint there (and at `--stop-at-step`).
+struct Finetuning<'a, B: TrainingBackend> {
+    req: &'a FinetuneRequest,
+    setup: &'a Setup<B>,
     weights: Option<Tensor<B, 1>>,
-    device: &B::Device,
-) -> Result<Option<f64>> {
-    if batch.targets.is_empty() {
-        return Ok(None);
+    progress: FinetuneState,
+    ended: bool,
+    stopped_early: bool,
+}
+
+impl<B: TrainingBackend> TrainStep<B> for Finetuning<'_, B> {
+    type Batch = PlannedBatch;
+
+    fn forward(
+        &mut self,
+        model: &CellEncoder<B>,
+        planned: &PlannedBatch,
+        _step: u64,
+        _phases: &mut crate::step::StepPhases,
+        device: &B::Device,
+    ) -> Result<Option<Forward<B>>> {
+        let spec = BatchSpec {
+            supervision: &self.setup.supervision,
+            vocab: &self.setup.base.vocab,
+            pooling: self.req.config.pooling,
+            part: Part::Train,
+        };
+        let batch = spec.build(&planned.cells);
+        if batch.targets.is_empty() {
+            return Ok(None);
+        }
+        let t = batch.tensors::<B>(device);
+        let logits = if self.setup.supervision.genes {
+            model.token_logits(t.input_ids, t.pad, t.index)
+        } else {
+            model.cell_logits(t.input_ids, t.pad, t.weights)
+        };
+        let loss = cross_entropy(logits, t.targets, self.weights.clone());
+        Ok(Some(Forward { loss, parts: Vec::new(), masked: 0 }))
     }
-    let (c, step) = (&req.config, trainee.step);
-    B::seed(device, mix(c.seed, step));
-    let t = batch.tensors::<B>(device);
-    let logits = if setup.supervision.genes {
-        trainee.model.token_logits(t.input_ids, t.pad, t.index)
-    } else {
-        trainee.model.cell_logits(t.input_ids, t.pad, t.weights)
-    };
-    let loss = cross_entropy(logits, t.targets, weights);
-    let value = loss.clone().into_scalar().elem::<f64>();
-    if !value.is_finite() {
-        return Err(Error::Usage(format!("fine-tuning diverged at step {step}: loss is {value}")));
+
+    fn work(&self, planned: &PlannedBatch) -> u64 {
+        planned.cells.len() as u64
     }
-    let grads = GradientsParams::from_grads(loss.backward(), &trainee.model);
-    let lr = learning_rate(c.lr, step, c.warmup_steps, setup.total);
-    trainee.model = trainee.optim.step(lr, trainee.model.clone(), grads, c.grad_clip);
-    Ok(Some(value))
+
+    fn after_step(
+        &mut self,
+        trainee: &mut Trainee<B>,
+        planned: &PlannedBatch,
+        stepped: Option<&Stepped>,
+        device: &B::Device,
+    ) -> Result<AfterStep> {
+        let (c, step) = (&self.req.config, trainee.step);
+        let mut after = AfterStep::default();
+        if let Some(s) = stepped {
+            after.message = format!("loss {:.4}", s.loss);
+            if step.is_multiple_of(c.log_every) {
+                after.lines.push(serde_json::json!({"step": step, "epoch": planned.epoch, "loss": s.loss, "lr": s.lr,
+                    "cells_per_s": s.rate}));
+            }
+        }
+        let epoch_end = step.is_multiple_of(self.setup.per_epoch);
+        if epoch_end {
+            after.lines.push(end_of_epoch(self.setup, (trainee, &mut self.progress), c, device)?);
+            self.stopped_early = self.progress.stale >= c.patience && step < self.setup.total;
+            self.ended = self.stopped_early || step >= self.setup.total;
+        }
+        after.checkpoint = epoch_end || self.req.stop_after == Some(step);
+        after.stop = self.ended || self.req.stop_after == Some(step);
+        Ok(after)
+    }
+
+    fn save(&mut self, trainee: &Trainee<B>, planned: &PlannedBatch) -> Result<std::path::PathBuf> {
+        save(self.req, self.setup, (trainee, &self.progress), planned.epoch)
+    }
 }
 
 /// Scores of the model (without dropout) on the validation part.
@@ -413,12 +439,12 @@ fn validate<B: TrainingBackend>(
 fn finish<B: TrainingBackend>(
     req: &FinetuneRequest,
     setup: &Setup<B>,
-    trainee: &Trainee<B>,
+    progress: &FinetuneState,
     device: &B::Device,
     summary: &mut FinetuneSummary,
 ) -> Result<()> {
     let c = &req.config;
-    let best = trainee.state.best.ok_or_else(|| Error::internal("finetune", "finished without a validation score"))?;
+    let best = progress.best.ok_or_else(|| Error::internal("finetune", "finished without a validation score"))?;
     let dir = checkpoint::checkpoint_dir(&req.out, best.step);
     let model = checkpoint::load_model(setup.model.init::<B>(setup.base.vocab.len(), device), &dir, device)?;
     summary.validation = Some(validate(setup, &model, c, device)?);

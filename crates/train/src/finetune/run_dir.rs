@@ -3,18 +3,18 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::util::atomic::write_json_atomic;
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use corrflow_model::fused::AdamWHyper;
-use corrflow_model::{head, CellEncoder, InitModel, TrainConfig, TrainingBackend};
+use corrflow_model::{head, InitModel, TrainConfig, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
 use super::{
     freeze, FinetuneConfig, FinetuneRequest, FinetuneTask, Setup, PREDICTIONS_FILE, PROGRESS_FILE, RESULTS_FILE,
 };
+use crate::learner::Trainee;
 use crate::metrics::truncate_metrics;
 use crate::optim::FlatAdamW;
 
@@ -39,22 +39,13 @@ pub(super) struct FinetuneState {
     pub(super) stale: usize,
 }
 
-/// The model and optimizer at the step the run continues from, with early stopping's state.
-pub(super) struct Trainee<B: TrainingBackend> {
-    pub(super) model: CellEncoder<B>,
-    pub(super) optim: FlatAdamW<B>,
-    pub(super) step: u64,
-    pub(super) state: FinetuneState,
-    pub(super) resumed_from: Option<u64>,
-}
-
 /// The latest checkpoint of `req.out` (which must be of the same base model, task and
-/// settings), or the base model with a new head at step 0.
+/// settings), or the base model with a new head at step 0; with early stopping's state.
 pub(super) fn init_or_resume<B: TrainingBackend>(
     req: &FinetuneRequest,
     setup: &Setup<B>,
     device: &B::Device,
-) -> Result<Trainee<B>> {
+) -> Result<(Trainee<B>, FinetuneState)> {
     let c = &req.config;
     let hyper = AdamWHyper { weight_decay: c.weight_decay as f32, ..AdamWHyper::default() };
     let fresh = FinetuneState {
@@ -72,7 +63,7 @@ pub(super) fn init_or_resume<B: TrainingBackend>(
         model.label_head = Some(head(setup.model.hidden, setup.supervision.classes.len(), device));
         let model = freeze(model, c.freeze_layers);
         let optim = FlatAdamW::new(hyper, &model, device);
-        return Ok(Trainee { model, optim, step: 0, state: fresh, resumed_from: None });
+        return Ok((Trainee { model, optim, step: 0, resumed_from: None }, fresh));
     };
     let ckpt = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
     let p = dir.join(PROGRESS_FILE);
@@ -98,7 +89,7 @@ pub(super) fn init_or_resume<B: TrainingBackend>(
     optim.load_record(record).map_err(|e| Error::format(dir.join(OPTIM_FILE), e))?;
     truncate_metrics(&req.out.join("metrics.jsonl"), ckpt.step)?;
     tracing::info!(step = ckpt.step, "resumed from {}", dir.display());
-    Ok(Trainee { model, optim, step: ckpt.step, state, resumed_from: Some(ckpt.step) })
+    Ok((Trainee { model, optim, step: ckpt.step, resumed_from: Some(ckpt.step) }, state))
 }
 
 /// Clears a run directory for `--restart`, or refuses one that holds a finished run.
@@ -126,7 +117,7 @@ pub(super) fn clear_or_refuse(req: &FinetuneRequest) -> Result<()> {
 pub(super) fn save<B: TrainingBackend>(
     req: &FinetuneRequest,
     setup: &Setup<B>,
-    trainee: &Trainee<B>,
+    (trainee, progress): (&Trainee<B>, &FinetuneState),
     epoch: u64,
 ) -> Result<PathBuf> {
     let c = &req.config;
@@ -159,11 +150,11 @@ pub(super) fn save<B: TrainingBackend>(
     };
     let dir = checkpoint::save(&req.out, state, usize::MAX, |dir| {
         let rec = Rec::new();
-        trainee.model.clone().save_file(dir.join(MODEL_FILE), &rec).map_err(|e| checkpoint::record_error(dir, e))?;
+        checkpoint::save_model(&trainee.model, &dir.join(MODEL_FILE))?;
         rec.record(trainee.optim.to_record(), dir.join(OPTIM_FILE)).map_err(|e| checkpoint::record_error(dir, e))?;
-        write_json_atomic(&dir.join(PROGRESS_FILE), &trainee.state)
+        write_json_atomic(&dir.join(PROGRESS_FILE), progress)
     })?;
-    let best = trainee.state.best.map(|b| checkpoint::checkpoint_dir(&req.out, b.step));
+    let best = progress.best.map(|b| checkpoint::checkpoint_dir(&req.out, b.step));
     prune(&req.out, &[Some(dir.clone()), best])?;
     Ok(dir)
 }

@@ -13,8 +13,8 @@ use super::error;
 use super::openapi::{error_response, json_body, model_errors};
 use crate::server::api::AnnotateResponse;
 use crate::server::AppState;
-use corrflow_io::encode::split_probabilities;
-use corrflow_io::ontology::calls::Annotator;
+use corrflow_infer::annotate::calls::Annotator;
+use corrflow_infer::encode::split_probabilities;
 
 #[derive(serde::Deserialize)]
 pub struct AnnotateQuery {

@@ -11,7 +11,7 @@ use super::encode::encode_request;
 use super::openapi::{json_body, model_errors};
 use crate::server::api::{EmbedResponse, Predictions, Rows};
 use crate::server::AppState;
-use corrflow_io::encode::split_probabilities;
+use corrflow_infer::encode::split_probabilities;
 
 pub async fn handle(State(s): State<Arc<AppState>>, req: Request) -> Response {
     let (ready, done) = match encode_request(&s, req).await {

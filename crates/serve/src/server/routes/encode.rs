@@ -65,7 +65,7 @@ pub async fn encode_request(s: &Arc<AppState>, req: Request) -> Result<(&Ready, 
     drop(bytes);
     let ParsedRequest { cells, unknown_genes } = parsed?;
     let n = cells.len();
-    let tokens: Vec<usize> = cells.iter().map(Vec::len).collect();
+    let tokens: Vec<usize> = cells.tokens.iter().map(Vec::len).collect();
     let (reply, answer) = oneshot::channel();
     match ready.queue.try_send(Job { cells, reply, enqueued: Instant::now() }) {
         Ok(()) => {}

@@ -1,0 +1,149 @@
+//! The configuration of models that see expression (DESIGN.md §11): what a token carries
+//! ([`ModelInput`]) and, for value models, how values are normalized, whether tokens have
+//! positions, the decoder from the CLS state and the genes it decodes ([`ValueModel`]).
+//! Plain data: the runtimes read it to build a value model's inputs without burn.
+
+use serde::{Deserialize, Serialize};
+
+/// What a model's tokens carry (`model.input`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelInput {
+    /// Geneformer's rank-value tokens: a gene's embedding plus its position's; no value.
+    #[default]
+    Rank,
+    /// TxFM's token: `[E_gene (hidden − 1); x]`, the gene's learned embedding with its value
+    /// as the last coordinate.
+    Value,
+    /// scGPT-style: `E_gene + E_bin(x)`, the value cut into `values.bins` equal-width bins over
+    /// `(0, ln(1 + L)]` (bin 0 holds the zeros).
+    Bins,
+}
+
+impl ModelInput {
+    pub fn is_rank(&self) -> bool {
+        *self == Self::Rank
+    }
+
+    /// Whether tokens carry values (`input_ids` come with `values`).
+    pub fn sees_values(&self) -> bool {
+        !self.is_rank()
+    }
+}
+
+/// A value model's settings (`[model.values]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ValueModel {
+    /// The library size L values are normalized to: `x = ln(1 + c / n_counts · L)` (TxFM 1e5).
+    pub target_sum: f64,
+    /// Learned absolute positions over the rank order (TxFM: none, a cell is a set).
+    pub positions: bool,
+    /// Value bins of `input = "bins"` (bin 0 is zero expression).
+    pub bins: usize,
+    /// Hidden layers of the decoder MLP from the CLS state (TxFM's default decoder has 4 layers
+    /// in all: 3 hidden and the output).
+    pub decoder_layers: usize,
+    /// Width of the decoder's hidden layers (0: the model's hidden size).
+    pub decoder_width: usize,
+    /// How the decoding set is chosen: `measured` (every gene the corpus' atlases measured),
+    /// `graph` (the dependency graph's genes) or `hvg:N` (the N most variable genes).
+    pub decode: String,
+    /// The decoding set, resolved by the trainer: vocabulary tokens in the decoder's output order.
+    pub decode_genes: Vec<u32>,
+    /// Most genes an inference sees per cell: every measured gene up to it; past it a seeded
+    /// uniform sample of that many measured genes, detected or not.
+    pub inference_genes: usize,
+}
+
+impl Default for ValueModel {
+    fn default() -> Self {
+        Self {
+            target_sum: 1e5,
+            positions: false,
+            bins: 51,
+            decoder_layers: 3,
+            decoder_width: 0,
+            decode: "measured".into(),
+            decode_genes: Vec::new(),
+            inference_genes: 2048,
+        }
+    }
+}
+
+impl ValueModel {
+    /// The value of a count: `ln(1 + c / n_counts · L)` (0 for a cell without counts).
+    pub fn value(&self, count: f64, n_counts: f64) -> f32 {
+        if n_counts > 0.0 {
+            (count / n_counts * self.target_sum).ln_1p() as f32
+        } else {
+            0.0
+        }
+    }
+
+    /// The largest value a count can have: `ln(1 + L)`.
+    pub fn max_value(&self) -> f64 {
+        self.target_sum.ln_1p()
+    }
+
+    pub fn validate(&self, input: ModelInput) -> Result<(), String> {
+        if !(self.target_sum > 0.0 && self.target_sum.is_finite()) {
+            return Err(format!("model.values.target_sum must be a finite number > 0, got {}", self.target_sum));
+        }
+        if input == ModelInput::Bins && !(2..=4096).contains(&self.bins) {
+            return Err(format!("model.values.bins must be in 2..=4096, got {}", self.bins));
+        }
+        if self.decoder_layers > 64 || self.decoder_width > 1 << 16 {
+            return Err("model.values.decoder_layers must be at most 64 and decoder_width at most 65,536".into());
+        }
+        if !(1..=1 << 16).contains(&self.inference_genes) {
+            return Err(format!("model.values.inference_genes must be in 1..=65,536, got {}", self.inference_genes));
+        }
+        DecodeSet::parse(&self.decode)?;
+        Ok(())
+    }
+}
+
+/// `values.decode` parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeSet {
+    Measured,
+    Graph,
+    Hvg(usize),
+}
+
+impl DecodeSet {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "measured" => Ok(Self::Measured),
+            "graph" => Ok(Self::Graph),
+            _ => match s.strip_prefix("hvg:").map(str::parse::<usize>) {
+                Some(Ok(n)) if n >= 1 => Ok(Self::Hvg(n)),
+                _ => Err(format!("model.values.decode must be 'measured', 'graph' or 'hvg:N' (N ≥ 1), got '{s}'")),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_log1p_of_counts_normalized_to_the_library_size() {
+        let v = ValueModel::default();
+        assert!((v.value(3.0, 1000.0) - (1.0f64 + 300.0).ln() as f32).abs() < 1e-6);
+        assert_eq!(v.value(0.0, 1000.0), 0.0);
+        assert_eq!(v.value(5.0, 0.0), 0.0);
+        assert!((v.max_value() - 100_001f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn decoding_sets_parse_and_bad_ones_are_named() {
+        assert_eq!(DecodeSet::parse("measured"), Ok(DecodeSet::Measured));
+        assert_eq!(DecodeSet::parse("hvg:2000"), Ok(DecodeSet::Hvg(2000)));
+        for bad in ["hvg:0", "hvg:x", "all"] {
+            assert!(DecodeSet::parse(bad).unwrap_err().contains(bad));
+        }
+    }
+}

@@ -1,7 +1,0 @@
-//! Inference on exported models with ONNX Runtime (`ort`, library loaded at run time).
-
-pub mod library;
-pub mod session;
-
-pub use corrflow_io::encode::{encode_in_batches, plan_batches, PaddedBatch};
-pub use session::{OrtEncoder, RuntimeDevice, RuntimeOptions};

@@ -1,0 +1,292 @@
+"""Models that see expression (REPORT.md §10; issue "Models that see expression", item 7).
+
+Every score comes from one `eval cells` run per dataset, beside the PCA, HVG and
+random-projection baselines of the same cells. A model "beats" PCA on a metric when the 95%
+t-interval of (model − PCA) over the *training* seeds excludes zero (PCA is deterministic, so the
+pairing is with the one PCA score of the run).
+
+  fit     (b) fit-on-target, TxFM's Table 3 setting: self-supervised training on a dataset's own
+              cells (no labels), then those cells scored. PCA is fit on the same cells.
+  zero    (a) zero-shot: pre-trained on the PBMC corpus (Kang ctrl + stim, pbmc3k), scored on
+              pbmc68k_reduced and the Spectra sample (held out from pre-training).
+  corrmask (c) the hidden set chosen by CorrMask (Algorithm 2, λ 0.5) against random, paired seeds,
+              fit-on-target.
+  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target).
+
+Variants are edits of configs/txfm-tiny.toml (VARIANTS below).
+
+usage: python experiments/value_models.py --out DIR --experiment fit|zero|corrmask|budget
+       [--sets pbmc68k,spectra,cbmc,zeisel,kang] [--variants txfm-2x128] [--seeds 0-4]
+       [--steps N] [--corrflow BIN]
+Writes DIR/<experiment>.json and DIR/<experiment>.md. Finished runs in DIR are reused.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(HERE, "datasets", "data")
+PRESET = os.path.join(HERE, "configs", "txfm-tiny.toml")
+PYTHON = os.environ.get("CORRFLOW_PYTHON", os.path.expanduser("~/.cache/corrflow/test-venv/bin/python"))
+
+# name: (file, read flags, label column, exclude labels, vocabulary: builtin or built from the set)
+SETS = {
+    "pbmc68k": ("pbmc68k_reduced.h5ad", ["--counts", "raw", "--log1p"], "bulk_labels", [], "builtin"),
+    "spectra": ("spectra_sample.h5ad", ["--log1p"], "cell_type_annotations", [], "builtin"),
+    "cbmc": ("cbmc_citeseq.h5ad", [], "cell_type", ["Mouse", "Unknown"], "own"),
+    "zeisel": ("zeisel.h5ad", ["--log1p"], "cell_type", [], "own"),
+    "kang": ("kang.h5ad", [], "condition", [], "builtin"),
+}
+METRICS = [("ari", "ARI"), ("nmi", "NMI"), ("silhouette_label", "silhouette"), ("macro_f1", "logistic macro-F1"),
+           ("knn_macro_f1", "k-NN macro-F1")]
+TARGET = ["ari", "nmi", "macro_f1"]
+
+# name: (description, preset edits (key, value) in their TOML section, steps)
+BASE = {"hidden": "128", "ffn": "256", "batch_size": "32", "epochs": "1000", "visible_genes": "0", "warmup_steps": "100",
+        "eval_every": "1000", "checkpoint_every": "1000", "log_every": "50", "max_steps": "3000",
+        "inference_genes": "1024"}
+VARIANTS = {
+    # K = 10% of the cell's measured genes (TxFM's ~90% masked), 1,024 HVGs decoded.
+    "txfm-2x128": ("TxFM, 2 x 128 (FFN 256), 90% hidden, 1,024 HVGs decoded", dict(BASE), 3000),
+    "txfm-2x128-k256": ("TxFM, 2 x 128, K 256", {**BASE, "visible_genes": "256"}, 3000),
+    # For sets of thousands of genes on 2 cores: 10% of Spectra's 6,397 genes made a step ~3 s.
+    "txfm-2x128-k128": ("TxFM, 2 x 128, K 128, 1,024 HVGs decoded", {**BASE, "visible_genes": "128"}, 3000),
+    "txfm-4x128": ("TxFM, 4 x 128 (FFN 256), 90% hidden", {**BASE, "layers": "4"}, 3000),
+    "txfm-2x128-meas": ("TxFM, 2 x 128, every measured gene decoded", {**BASE, "decode": '"measured"'}, 3000),
+    "txfm-2x128-75": ("TxFM, 2 x 128, 75% hidden", {**BASE, "p": "0.75"}, 3000),
+    "wced-2x128": ("WCED, 2 x 128, 90% hidden, 1,024 HVGs decoded",
+                   {**BASE, "objective": '"wced"', "target_sum": "1e4", "decoder_layers": "1"}, 3000),
+    "bins-2x128": ("TxFM with value bins (scGPT-style), 2 x 128", {**BASE, "input": '"bins"'}, 3000),
+}
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def interval(diffs):
+    """Mean and half-width of the 95% t-interval of the differences."""
+    n = len(diffs)
+    mean = statistics.mean(diffs)
+    if n < 2:
+        return mean, float("nan")
+    return mean, T975.get(n - 1, 2.0) * statistics.stdev(diffs) / math.sqrt(n)
+
+
+def corrflow(binary, *args):
+    cmd = [binary, *args, "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def once(path, make):
+    if not os.path.exists(path):
+        make()
+    return path
+
+
+def seeds_of(spec):
+    if "-" in spec:
+        lo, hi = spec.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in spec.split(",")]
+
+
+KANG = r'''
+import sys, anndata as ad
+ctrl, stim, out = sys.argv[1:]
+a, b = ad.read_h5ad(ctrl), ad.read_h5ad(stim)
+a.obs["condition"] = "ctrl"; b.obs["condition"] = "stim"
+c = ad.concat([a, b], join="inner", index_unique="-")
+c.write_h5ad(out)
+'''
+
+
+def dataset(name, out):
+    """The set's h5ad (Kang: ctrl and stim in one file, labelled by condition)."""
+    f = SETS[name][0]
+    if name == "kang":
+        path = os.path.join(out, "kang.h5ad")
+        once(path, lambda: subprocess.run([PYTHON, "-c", KANG, os.path.join(DATA, "kang_ctrl.h5ad"),
+                                           os.path.join(DATA, "kang_stim.h5ad"), path], check=True))
+        return path
+    return os.path.join(DATA, f)
+
+
+def corpus_of(binary, out, name):
+    """The set's own cells as a corpus (with expression), its vocabulary, and its graph."""
+    d = os.path.join(out, "sets", name)
+    os.makedirs(d, exist_ok=True)
+    h5ad, flags = dataset(name, out), SETS[name][1]
+    vocab = "geneformer-v1"
+    if SETS[name][4] == "own":
+        vocab = os.path.join(d, "vocab")
+        once(vocab, lambda: corrflow(binary, "vocab", "build", "--config", PRESET, "--out", vocab, *flags, h5ad))
+    corpus = os.path.join(d, "corpus")
+    once(os.path.join(corpus, "atlases", name), lambda: corrflow(
+        binary, "ingest", "--config", PRESET, "--vocab", vocab, "--atlas", name, "--out", corpus, *flags, h5ad))
+    graph = os.path.join(d, "graph")
+    once(graph, lambda: corrflow(binary, "graph", "build", "--config", PRESET, "--corpus", corpus, "--out", graph))
+    return h5ad, corpus, graph
+
+
+def config_of(out, name, edits, strategy):
+    """The preset with the variant's edits (each `key = value` line replaced where it is)."""
+    with open(PRESET) as f:
+        lines = f.read().splitlines()
+    seen = set()
+    for i, line in enumerate(lines):
+        key = line.split("=")[0].strip() if "=" in line and not line.lstrip().startswith("#") else None
+        if key in edits:
+            lines[i] = f"{key} = {edits[key]}"
+            seen.add(key)
+        if key == "strategy" and strategy:
+            lines[i] = f'strategy = "{strategy}"'
+    missing = set(edits) - seen
+    if missing:
+        sys.exit(f"preset {PRESET} has no {missing}")
+    path = os.path.join(out, f"{name}.toml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def train(binary, out, name, variant, seed, corpus, graph, steps, strategy="random"):
+    """A trained and exported model of set `name` (reused when done): the ONNX file and the
+    run's summary."""
+    desc, edits, default_steps = VARIANTS[variant]
+    tag = f"{name}-{variant}-{strategy}-{steps or default_steps}-{seed}"
+    run = os.path.join(out, "runs", tag)
+    done = os.path.join(run, "done.json")
+    if not os.path.exists(done):
+        os.makedirs(run, exist_ok=True)
+        cfg = config_of(run, "config", edits, strategy)
+        t0 = time.time()
+        s = corrflow(binary, "train", "--config", cfg, "--corpus", corpus, "--graph", graph, "--seed", str(seed),
+                     "--max-steps", str(steps or default_steps), "--out", run, "--restart")
+        corrflow(binary, "export", "onnx", "--checkpoint", run, "--out", os.path.join(run, "model.onnx"))
+        s["wall_seconds"] = time.time() - t0
+        with open(done, "w") as f:
+            json.dump(s, f)
+    with open(done) as f:
+        return os.path.join(run, "model.onnx"), json.load(f)
+
+
+def score(binary, out, name, h5ad, models):
+    """One `eval cells` of the set with every model's embeddings and the baselines."""
+    _, flags, label, exclude, _ = SETS[name]
+    work = os.path.join(out, "eval", name + "-" + "-".join(sorted(models))[:120])
+    os.makedirs(work, exist_ok=True)
+    embeddings, names = [], []
+    for tag, model in sorted(models.items()):
+        emb = os.path.join(work, f"{tag}.parquet")
+        once(emb, lambda: corrflow(binary, "embed", "--model", model, "--input", h5ad, *flags, "--out", emb))
+        embeddings += ["--embeddings", emb]
+        names.append(tag)
+    report = os.path.join(work, "eval.json")
+    if not os.path.exists(report):
+        extra = ["--exclude", ",".join(exclude)] if exclude else []
+        r = corrflow(binary, "eval", "cells", "--input", h5ad, *flags, "--label", label, *extra,
+                     "--name", ",".join(names), *embeddings)
+        with open(report, "w") as f:
+            json.dump(r, f)
+    with open(report) as f:
+        return json.load(f)
+
+
+def summarize(report, tags, against="pca"):
+    """Per metric: the model's mean ± sd over seeds, the baseline, and the interval of the difference."""
+    m = report["methods"]
+    rows = {}
+    for key, _ in METRICS:
+        xs = [m[t][key] for t in tags if m.get(t, {}).get(key) is not None]
+        base = m.get(against, {}).get(key)
+        if not xs or base is None:
+            continue
+        mean, half = interval([x - base for x in xs])
+        rows[key] = {"model": statistics.mean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                     "baseline": base, "diff": mean, "half_width": half,
+                     "beats": (mean - half) > 0 if not math.isnan(half) else False,
+                     "hvg": m.get("hvg", {}).get(key), "random": m.get("random", {}).get(key)}
+    return rows
+
+
+def md_table(title, rows):
+    out = [f"### {title}", "", "| metric | model (mean ± sd) | PCA | Δ (95% CI) | beats PCA | HVG | random |",
+           "|---|---|---|---|---|---|---|"]
+    for key, label in METRICS:
+        r = rows.get(key)
+        if not r:
+            continue
+        fmt = lambda v: "—" if v is None else f"{v:.3f}"
+        out.append(f"| {label} | {r['model']:.3f} ± {r['sd']:.3f} | {r['baseline']:.3f} | "
+                   f"{r['diff']:+.3f} ± {r['half_width']:.3f} | {'**yes**' if r['beats'] else 'no'} | "
+                   f"{fmt(r['hvg'])} | {fmt(r['random'])} |")
+    return out + [""]
+
+
+def fit(a, experiment):
+    results, lines = {}, [f"## {experiment}", ""]
+    strategies = ["random", "corrmask"] if experiment == "corrmask" else ["random"]
+    for name in a.sets.split(","):
+        h5ad, corpus, graph = corpus_of(a.corrflow, a.out, name)
+        for variant in a.variants.split(","):
+            models, costs = {}, {}
+            for strategy in strategies:
+                for seed in seeds_of(a.seeds):
+                    model, s = train(a.corrflow, a.out, name, variant, seed, corpus, graph, a.steps, strategy)
+                    models[f"{variant}-{strategy}-{seed}"] = model
+                    costs[f"{variant}-{strategy}-{seed}"] = s["wall_seconds"]
+            report = score(a.corrflow, a.out, name, h5ad, models)
+            for strategy in strategies:
+                tags = [t for t in models if f"-{strategy}-" in t]
+                rows = summarize(report, tags)
+                key = f"{name}/{variant}/{strategy}"
+                results[key] = {"rows": rows, "seconds": statistics.mean(costs[t] for t in tags), "seeds": len(tags)}
+                lines += md_table(f"{name}, {VARIANTS[variant][0]}, {strategy} ({len(tags)} training seeds, "
+                                  f"{results[key]['seconds'] / 60:.1f} min each)", rows)
+            if experiment == "corrmask":
+                m = report["methods"]
+                paired = {}
+                for k, label in METRICS:
+                    d = [m[f"{variant}-corrmask-{s}"][k] - m[f"{variant}-random-{s}"][k] for s in seeds_of(a.seeds)
+                         if m.get(f"{variant}-corrmask-{s}", {}).get(k) is not None]
+                    if d:
+                        paired[k] = interval(d)
+                results[f"{name}/{variant}/corrmask-random"] = paired
+                lines.append("CorrMask − random, paired by seed: " + ", ".join(
+                    f"{k} {mu:+.3f} ± {h:.3f}" for k, (mu, h) in paired.items()))
+                lines.append("")
+    return results, lines
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--experiment", required=True, choices=["fit", "corrmask", "zero", "budget"])
+    ap.add_argument("--sets", default="pbmc68k,spectra,cbmc,zeisel,kang")
+    ap.add_argument("--variants", default="txfm-2x128")
+    ap.add_argument("--seeds", default="0-4")
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--corrflow", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser(
+        "~/.cache/corrflow/target")), "release", "corrflow"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    if a.experiment in ("fit", "corrmask"):
+        results, lines = fit(a, a.experiment)
+    else:
+        sys.exit(f"experiment {a.experiment}: see REPORT.md §10 for how it was run")
+    with open(os.path.join(a.out, f"{a.experiment}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(a.out, f"{a.experiment}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+//! Models that see expression (DESIGN.md §11): their losses against a direct numpy
+//! implementation, and a txfm / wced model through training, ONNX export (ONNX Runtime against
+//! burn), `embed`, `eval cells` and the server; old corpora refused for them with what to do.
+
+mod common;
+
+use burn::tensor::{Tensor, TensorData};
+use common::*;
+use corrflow::model::objective::{txfm_loss, wced_loss, ValueTensors};
+use corrflow::model::CpuBackend;
+
+type B = CpuBackend;
+
+/// A random case: logits, counts (a third zero), totals and a measured mask with holes.
+fn case(rows: usize, genes: usize, seed: u64) -> serde_json::Value {
+    let mut state = seed.wrapping_mul(6364136223846793005) | 1;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let z: Vec<f64> = (0..rows * genes).map(|_| (next() - 0.5) * 40.0).collect();
+    let out: Vec<f64> = (0..rows * 2 * genes).map(|_| (next() - 0.5) * 6.0).collect();
+    let counts: Vec<f64> =
+        (0..rows * genes).map(|_| if next() < 0.33 { 0.0 } else { (next() * 30.0).floor() }).collect();
+    let totals: Vec<f64> = (0..rows).map(|r| counts[r * genes..(r + 1) * genes].iter().sum::<f64>() + 100.0).collect();
+    let measured: Vec<f64> = (0..rows * genes).map(|i| if i % 7 == 3 { 0.0 } else { 1.0 }).collect();
+    let rowed = |v: &[f64], w: usize| v.chunks(w).map(|c| c.to_vec()).collect::<Vec<_>>();
+    serde_json::json!({"z": rowed(&z, genes), "out": rowed(&out, 2 * genes), "counts": rowed(&counts, genes),
+        "totals": totals, "measured": rowed(&measured, genes), "target_sum": 1e5})
+}
+
+fn tensor2(v: &serde_json::Value) -> Tensor<B, 2> {
+    let rows: Vec<Vec<f32>> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect();
+    let (n, m) = (rows.len(), rows[0].len());
+    Tensor::from_data(TensorData::new(rows.concat(), [n, m]), &Default::default())
+}
+
+#[test]
+fn txfm_and_wced_losses_equal_a_direct_numpy_implementation() {
+    let Some(py) = python() else { return };
+    for seed in 1..4 {
+        let c = case(5, 40, seed);
+        let totals: Vec<f32> = c["totals"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        let v = ValueTensors::<B> {
+            values: Tensor::zeros([5, 1], &Default::default()),
+            counts: tensor2(&c["counts"]),
+            n_counts: Tensor::from_data(TensorData::new(totals, [5, 1]), &Default::default()),
+            measured: tensor2(&c["measured"]),
+        };
+        let ours_txfm = txfm_loss(tensor2(&c["z"]), &v, 1e5).into_scalar() as f64;
+        let (bce, mse) = wced_loss(tensor2(&c["out"]), &v);
+        let (bce, mse) = (bce.into_scalar() as f64, mse.into_scalar() as f64);
+        let mut child = std::process::Command::new(&py)
+            .arg(repo().join("tests/python/value_losses.py"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(c.to_string().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let numpy: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for (name, ours) in [("txfm", ours_txfm), ("bce", bce), ("mse", mse)] {
+            let theirs = numpy[name].as_f64().unwrap();
+            let rel = (ours - theirs).abs() / theirs.abs().max(1.0);
+            assert!(rel < 1e-5, "seed {seed}, {name}: corrflow {ours}, numpy {theirs}");
+        }
+    }
+}
+
+/// Reads an `embed` output's embeddings by cell id.
+fn read_embeddings(path: &std::path::Path) -> Vec<(String, Vec<f32>)> {
+    use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
+    let mut out = Vec::new();
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    for rb in reader {
+        let rb = rb.unwrap();
+        let ids = rb.column_by_name("cell_id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let emb =
+            rb.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
+        for i in 0..rb.num_rows() {
+            let row = emb.value(i);
+            let row = row.as_any().downcast_ref::<Float32Array>().unwrap();
+            out.push((ids.value(i).to_string(), row.values().to_vec()));
+        }
+    }
+    out
+}
+
+/// The bundled cells ingested by this corrflow (with their expression) and a value model
+/// trained on them for a few steps with `preset`.
+fn trained(dir: &std::path::Path, preset: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (corpus, run) = (dir.join("c"), dir.join("run"));
+    let (c, r, b) = (corpus.display().to_string(), run.display().to_string(), bundled().display().to_string());
+    ok_json(&corrflow(&["ingest", "--json", "--atlas", "pbmc", "--gene-column", "gene_ids", "--out", &c, &b]));
+    let config = repo().join("configs").join(preset).display().to_string();
+    let s =
+        ok_json(&corrflow(&["train", "--json", "--config", &config, "--corpus", &c, "--out", &r, "--max-steps", "6"]));
+    assert_eq!(s["steps"], 6, "{s}");
+    assert!(s["last_loss"].as_f64().unwrap().is_finite(), "{s}");
+    (corpus, run)
+}
+
+#[test]
+fn a_txfm_model_trains_exports_and_embeds_the_same_with_burn_and_onnx_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, run) = trained(dir.path(), "txfm-tiny.toml");
+    let model = dir.path().join("m.onnx");
+    let (r, m, b) = (run.display().to_string(), model.display().to_string(), bundled().display().to_string());
+    ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &r, "--out", &m]));
+    let (a, o) = (dir.path().join("burn.parquet"), dir.path().join("ort.parquet"));
+    let common = ["--gene-column", "gene_ids", "--input", &b];
+    let s = ok_json(&corrflow(
+        &[&["embed", "--json", "--checkpoint", &r, "--out", a.to_str().unwrap()][..], &common].concat(),
+    ));
+    assert_eq!(s["cells"], 1000, "{s}");
+    let threads = ["--threads", "1"];
+    ok_json(&corrflow(
+        &[&["embed", "--json", "--model", &m, "--out", o.to_str().unwrap()][..], &common, &threads].concat(),
+    ));
+    let (burn, ort) = (read_embeddings(&a), read_embeddings(&o));
+    assert_eq!(burn.len(), 1000);
+    let mut worst = 0f32;
+    for ((id_a, x), (id_b, y)) in burn.iter().zip(&ort) {
+        assert_eq!(id_a, id_b);
+        worst = worst.max(max_abs_diff(x, y));
+    }
+    assert!(worst <= 1e-4, "ONNX Runtime and burn differ by {worst}");
+    // Cells differ from each other: the CLS state is not a constant. After a few steps from
+    // initialisation it barely is (cells differ by ~1e-4 on a scale of 1; after 1,000 steps on
+    // pbmc68k by ~0.3), so the bar is set against the backends' own difference.
+    let spread = max_abs_diff(&burn[0].1, &burn[1].1);
+    assert!(spread > 1e-5 && spread > 10.0 * worst, "cells differ by {spread}, the backends by {worst}");
+}
+
+#[test]
+fn a_wced_model_trains_and_its_exported_model_embeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, run) = trained(dir.path(), "wced-tiny.toml");
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    assert!(last["loss_detection"].as_f64().unwrap() > 0.0 && last["loss_level"].as_f64().unwrap() >= 0.0, "{last}");
+    let model = dir.path().join("m.onnx");
+    let (r, m) = (run.display().to_string(), model.display().to_string());
+    ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &r, "--out", &m]));
+    let o = dir.path().join("ort.parquet");
+    let b = bundled().display().to_string();
+    let s = ok_json(&corrflow(&[
+        "embed",
+        "--json",
+        "--model",
+        &m,
+        "--gene-column",
+        "gene_ids",
+        "--input",
+        &b,
+        "--out",
+        o.to_str().unwrap(),
+    ]));
+    assert_eq!(s["cells"], 1000, "{s}");
+}
+
+#[test]
+fn a_corpus_without_expression_serves_rank_models_and_is_refused_for_value_models_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("c");
+    let (c, b) = (corpus.display().to_string(), bundled().display().to_string());
+    ok_json(&corrflow(&["ingest", "--json", "--atlas", "pbmc", "--gene-column", "gene_ids", "--out", &c, &b]));
+    strip_expression(&corpus.join("atlases/pbmc"));
+    let tiny = repo().join("configs/tiny.toml").display().to_string();
+    let run = dir.path().join("rank").display().to_string();
+    let s = ok_json(&corrflow(&[
+        "train",
+        "--json",
+        "--config",
+        &tiny,
+        "--corpus",
+        &c,
+        "--out",
+        &run,
+        "--max-steps",
+        "2",
+        "--strategy",
+        "random",
+    ]));
+    assert_eq!(s["steps"], 2);
+    let txfm = repo().join("configs/txfm-tiny.toml").display().to_string();
+    let value_run = dir.path().join("value").display().to_string();
+    let o = corrflow(&["train", "--config", &txfm, "--corpus", &c, "--out", &value_run, "--max-steps", "2"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("ingested before corrflow kept expression") && e.contains("ingest its files again"), "{e}");
+}
+
+/// Makes an atlas look as one ingested before corrflow kept expression: its shards without the
+/// expression columns and its manifest without the expression record (checksums kept valid).
+fn strip_expression(atlas: &std::path::Path) {
+    use sha2::Digest;
+    let manifest_path = atlas.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    manifest.as_object_mut().unwrap().remove("expression");
+    for shard in manifest["shards"].as_array_mut().unwrap() {
+        let path = atlas.join(shard["file"].as_str().unwrap());
+        let file = std::fs::File::open(&path).unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+        let batches: Vec<arrow_array::RecordBatch> = reader.map(|b| b.unwrap()).collect();
+        let keep: Vec<usize> = (0..batches[0].num_columns())
+            .filter(|&i| !batches[0].schema().field(i).name().starts_with("expression_"))
+            .collect();
+        let schema = std::sync::Arc::new(batches[0].schema().project(&keep).unwrap());
+        let out = std::fs::File::create(&path).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(out, schema, None).unwrap();
+        for b in &batches {
+            w.write(&b.project(&keep).unwrap()).unwrap();
+        }
+        w.close().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        shard["bytes"] = bytes.len().into();
+        shard["sha256"] = hex::encode(sha2::Sha256::digest(&bytes)).into();
+    }
+    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest).unwrap()).unwrap();
+}

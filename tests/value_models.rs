@@ -167,6 +167,58 @@ fn a_wced_model_trains_and_its_exported_model_embeds() {
     assert_eq!(s["cells"], 1000, "{s}");
 }
 
+/// BMFM-RNA's best recipe: WCED + hierarchical cross-entropy on mapped cell types.
+#[test]
+fn wced_with_hce_trains_the_decoder_and_the_cell_type_head_together() {
+    let (Some(p68), Some(ontology)) = (data("pbmc68k_reduced.h5ad"), data("CL-ontology-v2026-03-26.json.zst")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, run) = (dir.path().join("c"), dir.path().join("run"));
+    let (c, r) = (corpus.display().to_string(), run.display().to_string());
+    let map = repo().join("datasets/cell_type_maps/pbmc68k_reduced.tsv").display().to_string();
+    let (f, o) = (p68.display().to_string(), ontology.display().to_string());
+    ok_json(&corrflow(&[
+        "ingest",
+        "--json",
+        "--atlas",
+        "p68",
+        "--out",
+        &c,
+        "--obs-columns",
+        "bulk_labels",
+        "--cell-type-map",
+        &map,
+        "--counts",
+        "raw",
+        "--log1p",
+        &f,
+    ]));
+    let config = repo().join("configs/wced-tiny.toml").display().to_string();
+    let s = ok_json(&corrflow(&[
+        "train",
+        "--json",
+        "--config",
+        &config,
+        "--corpus",
+        &c,
+        "--out",
+        &r,
+        "--max-steps",
+        "12",
+        "--hce-ontology",
+        &o,
+        "--hce-warmup",
+        "2",
+    ]));
+    assert_eq!(s["steps"], 12, "{s}");
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    let (rec, hce) = (last["loss_reconstruction"].as_f64().unwrap(), last["loss_hce"].as_f64().unwrap());
+    assert!(rec > 0.0 && hce > 0.0, "{last}");
+    assert!((last["loss"].as_f64().unwrap() - (rec + hce)).abs() < 1e-3 * (rec + hce), "{last}");
+}
+
 #[test]
 fn a_corpus_without_expression_serves_rank_models_and_is_refused_for_value_models_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();

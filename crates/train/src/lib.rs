@@ -22,7 +22,10 @@ pub use run::{TrainRequest, TrainSummary};
 
 /// Runs (or resumes) training on backend `B`: the rank loop or, for a model that reads
 /// expression values, the value loop (both on `learner::run_loop`).
-pub fn train<B: corrflow_model::TrainingBackend>(req: &TrainRequest, device: B::Device) -> corrflow_io::Result<TrainSummary> {
+pub fn train<B: corrflow_model::TrainingBackend>(
+    req: &TrainRequest,
+    device: B::Device,
+) -> corrflow_io::Result<TrainSummary> {
     if req.model.input.sees_values() {
         values::train_values::<B>(req, device)
     } else {

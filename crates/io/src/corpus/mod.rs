@@ -21,6 +21,7 @@ mod read;
 mod sample;
 mod shard;
 
+pub use crate::tokenize::ExpressionBatch;
 pub use atlas_writer::{prepare_atlas, AtlasWriter, ShardOptions};
 pub use cells::{CellBlock, CorpusIndex, ShardRef};
 pub use expression::ExpressionBlock;
@@ -33,7 +34,6 @@ pub use read::{
     AtlasCells,
 };
 pub use sample::{load_corpus_cells, load_shard_cells, CorpusCells};
-pub use crate::tokenize::ExpressionBatch;
 pub use shard::{token_schema, TokenBatch, TokenShardWriter};
 
 use std::path::{Path, PathBuf};

@@ -177,10 +177,11 @@ def train(binary, out, name, variant, seed, corpus, graph, steps, strategy="rand
         return os.path.join(run, "model.onnx"), json.load(f)
 
 
-def score(binary, out, name, h5ad, models):
+def score(binary, out, name, h5ad, models, steps):
     """One `eval cells` of the set with every model's embeddings and the baselines."""
     _, flags, label, exclude, _ = SETS[name]
-    work = os.path.join(out, "eval", name + "-" + "-".join(sorted(models))[:120])
+    # The budget in the name: the same tags at another --steps are other models.
+    work = os.path.join(out, "eval", f"{name}-{steps or 'default'}-" + "-".join(sorted(models))[:120])
     os.makedirs(work, exist_ok=True)
     embeddings, names = [], []
     for tag, model in sorted(models.items()):
@@ -242,7 +243,7 @@ def fit(a, experiment):
                     model, s = train(a.corrflow, a.out, name, variant, seed, corpus, graph, a.steps, strategy)
                     models[f"{variant}-{strategy}-{seed}"] = model
                     costs[f"{variant}-{strategy}-{seed}"] = s["wall_seconds"]
-            report = score(a.corrflow, a.out, name, h5ad, models)
+            report = score(a.corrflow, a.out, name, h5ad, models, a.steps)
             for strategy in strategies:
                 tags = [t for t in models if f"-{strategy}-" in t]
                 rows = summarize(report, tags)

@@ -85,6 +85,49 @@ pub struct AfterStep {
     pub message: String,
 }
 
+impl Stepped {
+    /// Its `metrics.jsonl` line: step, loss, learning rate, rate (`tokens_per_s`), each loss
+    /// part as `loss_NAME`, the profiled phases, and `fields`, the training kind's own.
+    pub fn metrics_line(&self, fields: serde_json::Value) -> serde_json::Value {
+        let mut line = serde_json::json!({
+            "step": self.step, "loss": self.loss, "lr": self.lr, "tokens_per_s": self.rate,
+        });
+        if let (Some(line), serde_json::Value::Object(fields)) = (line.as_object_mut(), fields) {
+            line.extend(fields);
+        }
+        for (name, value) in &self.parts {
+            line[format!("loss_{name}")] = (*value).into();
+        }
+        if let Some(p) = &self.phases {
+            line["phase_ms"] = p.clone();
+        }
+        line
+    }
+}
+
+impl AfterStep {
+    /// A pre-training schedule's answer to step `s` of `total`: `line` logged every
+    /// `log_every` steps, at an evaluation (an `eval_loss` in it) and at the last step; a
+    /// checkpoint every `checkpoint_every` steps and at the last; the run stopped at
+    /// `stop_after`.
+    pub fn scheduled(
+        line: serde_json::Value,
+        s: &Stepped,
+        total: u64,
+        stop_after: Option<u64>,
+        train: &corrflow_model::TrainConfig,
+    ) -> Self {
+        let last = s.step == total || stop_after == Some(s.step);
+        let log = s.step.is_multiple_of(train.log_every) || line.get("eval_loss").is_some() || last;
+        AfterStep {
+            lines: if log { vec![line] } else { Vec::new() },
+            checkpoint: s.step.is_multiple_of(train.checkpoint_every) || last,
+            stop: stop_after == Some(s.step),
+            message: format!("loss {:.4} lr {:.2e} {:.0} tok/s", s.loss, s.lr, s.rate),
+        }
+    }
+}
+
 /// One kind of training.
 pub trait TrainStep<B: TrainingBackend> {
     type Batch;

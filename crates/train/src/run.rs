@@ -421,28 +421,14 @@ impl<B: TrainingBackend> TrainStep<B> for Pretraining<'_, B> {
     ) -> Result<AfterStep> {
         let Some(s) = stepped else { return Ok(AfterStep::default()) };
         let (t, step) = (&self.req.train, s.step);
-        let mut line = serde_json::json!({
-            "step": step, "epoch": batch.epoch, "loss": s.loss, "lr": s.lr, "tokens_per_s": s.rate,
-            "tokens": batch.tokens() as u64, "masked": s.masked, "graph_time": batch.graph_time,
-        });
-        for (name, value) in &s.parts {
-            line[format!("loss_{name}")] = (*value).into();
-        }
-        if let Some(p) = &s.phases {
-            line["phase_ms"] = p.clone();
-        }
-        let last = step == self.setup.total || self.req.stop_after == Some(step);
+        let mut line = s.metrics_line(serde_json::json!({
+            "epoch": batch.epoch, "tokens": batch.tokens() as u64, "masked": s.masked, "graph_time": batch.graph_time,
+        }));
         if step.is_multiple_of(t.eval_every) || step == self.setup.total {
             let at = (self.setup, self.req, step);
             evaluate_into(&trainee.model.valid(), &self.eval_set, at, device, &mut line, self.summary);
         }
-        let log = step.is_multiple_of(t.log_every) || line.get("eval_loss").is_some() || last;
-        Ok(AfterStep {
-            lines: if log { vec![line] } else { Vec::new() },
-            checkpoint: step.is_multiple_of(t.checkpoint_every) || last,
-            stop: self.req.stop_after == Some(step),
-            message: format!("loss {:.4} lr {:.2e} {:.0} tok/s", s.loss, s.lr, s.rate),
-        })
+        Ok(AfterStep::scheduled(line, s, self.setup.total, self.req.stop_after, t))
     }
 
     fn save(&mut self, trainee: &Trainee<B>, batch: &TrainingBatch) -> Result<PathBuf> {

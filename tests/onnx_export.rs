@@ -140,22 +140,7 @@ fn metadata_and_the_vocabulary_sidecar_round_trip_and_broken_models_fail_clearly
 
 /// cell_id → embedding of an `embed` Parquet output.
 fn read_embeddings(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
-    use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
-    let f = std::fs::File::open(path).unwrap();
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
-    let mut out = std::collections::HashMap::new();
-    for rb in reader {
-        let rb = rb.unwrap();
-        let ids = rb.column_by_name("cell_id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
-        let emb =
-            rb.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
-        for i in 0..rb.num_rows() {
-            let v = emb.value(i);
-            let v = v.as_any().downcast_ref::<Float32Array>().unwrap();
-            out.insert(ids.value(i).to_string(), v.values().to_vec());
-        }
-    }
-    out
+    embedding_rows(path).into_iter().collect()
 }
 
 #[test]
@@ -203,6 +188,46 @@ fn embed_with_the_onnx_model_matches_embed_with_the_checkpoint() {
         "1",
     ]);
     assert!(!out.status.success() && stderr(&out).contains("--layer applies to checkpoints"), "{}", stderr(&out));
+}
+
+#[test]
+fn embed_shards_in_order_are_the_one_process_output_row_for_row() {
+    let f = tiny_model();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = bundled();
+    let embed = |out: &Path, shard: Option<&str>| {
+        let mut args =
+            vec!["embed", "--json", "--model", f.model.to_str().unwrap(), "--input", input.to_str().unwrap()];
+        args.extend(["--gene-column", "gene_ids", "--out", out.to_str().unwrap()]);
+        if let Some(s) = shard {
+            args.extend(["--shard", s]);
+        }
+        corrflow(&args)
+    };
+    let whole = tmp.path().join("whole.parquet");
+    ok_json(&embed(&whole, None));
+    let whole = embedding_rows(&whole);
+    // Three parts of 1,000 cells (333, 333, 334), read in order, are the whole output.
+    let mut parts = Vec::new();
+    for i in 0..3 {
+        let out = tmp.path().join(format!("part{i}.parquet"));
+        let s = ok_json(&embed(&out, Some(&format!("{i}/3"))));
+        assert_eq!(s["cells"], if i == 2 { 334 } else { 333 }, "{s}");
+        parts.extend(embedding_rows(&out));
+    }
+    assert_eq!(parts.len(), whole.len());
+    let ids = |v: &[(String, Vec<f32>)]| v.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&parts), ids(&whole), "cell order");
+    let worst = parts.iter().zip(&whole).map(|(a, b)| max_abs_diff(&a.1, &b.1)).fold(0f32, f32::max);
+    assert!(worst <= 1e-5, "a sharded embedding differs from the whole run's by {worst}");
+    // Bad shards are refused naming the flag; more parts than cells names the input's size.
+    for bad in ["3/3", "1/0", "x/2", "1"] {
+        let o = embed(&tmp.path().join("bad.parquet"), Some(bad));
+        assert!(!o.status.success() && stderr(&o).contains("--shard"), "{bad}: {}", stderr(&o));
+    }
+    let o = embed(&tmp.path().join("bad.parquet"), Some("1500/2000"));
+    assert!(!o.status.success() && stderr(&o).contains("use at most 1000 shards"), "{}", stderr(&o));
+    assert!(!tmp.path().join("bad.parquet").exists());
 }
 
 #[test]

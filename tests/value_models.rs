@@ -74,26 +74,6 @@ fn txfm_and_wced_losses_equal_a_direct_numpy_implementation() {
     }
 }
 
-/// Reads an `embed` output's embeddings by cell id.
-fn read_embeddings(path: &std::path::Path) -> Vec<(String, Vec<f32>)> {
-    use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
-    let mut out = Vec::new();
-    let file = std::fs::File::open(path).unwrap();
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
-    for rb in reader {
-        let rb = rb.unwrap();
-        let ids = rb.column_by_name("cell_id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
-        let emb =
-            rb.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
-        for i in 0..rb.num_rows() {
-            let row = emb.value(i);
-            let row = row.as_any().downcast_ref::<Float32Array>().unwrap();
-            out.push((ids.value(i).to_string(), row.values().to_vec()));
-        }
-    }
-    out
-}
-
 /// The bundled cells ingested by this corrflow (with their expression) and a value model
 /// trained on them for a few steps with `preset`.
 fn trained(dir: &std::path::Path, preset: &str) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -125,7 +105,7 @@ fn a_txfm_model_trains_exports_and_embeds_the_same_with_burn_and_onnx_runtime() 
     ok_json(&corrflow(
         &[&["embed", "--json", "--model", &m, "--out", o.to_str().unwrap()][..], &common, &threads].concat(),
     ));
-    let (burn, ort) = (read_embeddings(&a), read_embeddings(&o));
+    let (burn, ort) = (embedding_rows(&a), embedding_rows(&o));
     assert_eq!(burn.len(), 1000);
     let mut worst = 0f32;
     for ((id_a, x), (id_b, y)) in burn.iter().zip(&ort) {

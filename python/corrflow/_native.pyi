@@ -168,6 +168,7 @@ class ValueBatches:
         mask_p: float = 0.9,
         mask_lambda: float = 0.5,
         decode: str = "hvg:1024",
+        visible: str = "measured",
         target_sum: float = 1e5,
         group_batches: int = 50,
         shuffle_buffer: int = 10000,

@@ -139,7 +139,11 @@ impl<'py> ModelRun<'py> {
         // A value model reads each cell's expression: its measured genes are the matrix's.
         let values = encoder.config().and_then(value_settings).cloned();
         let value = match &values {
-            Some(v) => Some((v, cls_token(encoder.vocab()).map_err(py_err)?, self.tok.mapper.measured_tokens())),
+            Some(v) => Some((
+                v,
+                cls_token(encoder.vocab()).map_err(py_err)?,
+                v.visible_pool(&self.tok.mapper.measured_tokens()),
+            )),
             None => None,
         };
         // Heard only when `corrflow.set_progress` installed a receiver.

@@ -38,7 +38,7 @@ pub(crate) struct ValueBatches {
 #[pymethods]
 impl ValueBatches {
     #[new]
-    #[pyo3(signature = (corpus, graph=None, strategy="random", batch_size=12, epoch=0, seed=0, rank=0, world_size=1, visible_genes=256, mask_p=0.9, mask_lambda=0.5, decode="hvg:1024", target_sum=1e5, group_batches=50, shuffle_buffer=10_000, eval_fraction=0.05, atlases=Vec::new(), start=0))]
+    #[pyo3(signature = (corpus, graph=None, strategy="random", batch_size=12, epoch=0, seed=0, rank=0, world_size=1, visible_genes=256, mask_p=0.9, mask_lambda=0.5, decode="hvg:1024", visible="measured", target_sum=1e5, group_batches=50, shuffle_buffer=10_000, eval_fraction=0.05, atlases=Vec::new(), start=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -54,6 +54,7 @@ impl ValueBatches {
         mask_p: f64,
         mask_lambda: f64,
         decode: &str,
+        visible: &str,
         target_sum: f64,
         group_batches: usize,
         shuffle_buffer: usize,
@@ -73,6 +74,13 @@ impl ValueBatches {
         if !(0.0..1.0).contains(&eval_fraction) {
             return Err(PyValueError::new_err(format!("eval_fraction must be in [0, 1), got {eval_fraction}")));
         }
+        let decoded_only = match visible {
+            "measured" => false,
+            "decoded" => true,
+            _ => {
+                return Err(PyValueError::new_err(format!("visible must be 'measured' or 'decoded', got '{visible}'")))
+            }
+        };
         let strategy =
             MaskStrategy::parse(strategy).filter(|s| !matches!(s.name(), "pmi" | "pmi-rand")).ok_or_else(|| {
                 PyValueError::new_err(format!("strategy must be 'random' or 'corrmask', got '{strategy}'"))
@@ -110,7 +118,7 @@ impl ValueBatches {
             let dir = graph.clone().unwrap_or_default();
             let ctx = MaskContext::load(&c.info, &c.vocab, &index, g.as_ref(), &dir, params, false)?;
             let cls = vocab.cls.unwrap_or_default();
-            let atlases = CellAtlases::new(&index, measured, &decode);
+            let atlases = CellAtlases::new(&index, measured, &decode, decoded_only);
             Ok((plan, decode, atlases, ctx, cls, vocab.pad))
         });
         let (plan, decode, atlases, ctx, cls, pad) = opened.map_err(py_err)?;

@@ -45,6 +45,7 @@ impl ReadArgs {
             open_patience: None,
             filter_pass: false,
             cell_names: self.loom_cell_names.clone(),
+            shard: None,
         }
     }
 

@@ -127,6 +127,11 @@ pub(crate) struct EmbedArgs {
     /// in (Geneformer's gene mode): Parquet with gene_id, symbol, token_id, n_cells, embedding.
     #[arg(long, conflicts_with_all = ["h5ad_out", "obs_columns"])]
     pub(crate) genes: bool,
+    /// Embed only part I of N consecutive parts of the input's cells (0 ≤ I < N), so that N
+    /// processes or hosts (a SLURM array) split an atlas: their outputs, read in order of I, are
+    /// the one-process output row for row.
+    #[arg(long, value_name = "I/N", conflicts_with_all = ["h5ad_out", "genes"])]
+    pub(crate) shard: Option<corrflow::formats::Shard>,
 }
 
 #[derive(Args)]

@@ -22,9 +22,10 @@ pub(crate) fn model_inputs(model: &ModelSource, overlap: Overlap) -> Overlap {
 }
 
 pub(crate) fn embed(cfg: &Config, args: EmbedArgs, json: bool) -> Result<()> {
-    let EmbedArgs { cells, out, h5ad_out, obs_columns, pooling, layer, emb_layer, genes } = args;
+    let EmbedArgs { cells, out, h5ad_out, obs_columns, pooling, layer, emb_layer, genes, shard } = args;
     let layer = layer_or_emb_layer(layer, emb_layer)?;
-    let cells = cells.run(cfg, obs_columns, !json);
+    let mut cells = cells.run(cfg, obs_columns, !json);
+    cells.read.shard = shard;
     model_inputs(&cells.model, super::overlap().input("--input", &cells.input))
         .output("--out", &out)
         .output_opt("--h5ad-out", h5ad_out.as_deref())

@@ -209,3 +209,22 @@ pub fn named_weights(run: &Path) -> Vec<(String, Vec<f32>)> {
 pub fn weights(run: &Path) -> Vec<f32> {
     named_weights(run).into_iter().flat_map(|(_, w)| w).collect()
 }
+
+/// An `embed` output's rows in order: (cell id, embedding).
+pub fn embedding_rows(path: &Path) -> Vec<(String, Vec<f32>)> {
+    use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
+    let f = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+    let mut out = Vec::new();
+    for rb in reader {
+        let rb = rb.unwrap();
+        let ids = rb.column_by_name("cell_id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let emb =
+            rb.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
+        for i in 0..rb.num_rows() {
+            let v = emb.value(i);
+            out.push((ids.value(i).to_string(), v.as_any().downcast_ref::<Float32Array>().unwrap().values().to_vec()));
+        }
+    }
+    out
+}

@@ -1,9 +1,11 @@
-//! Geneformer's cell filter: its tokenizer keeps only the cells whose `filter_pass` (an obs
-//! column, or a loom column attribute) is 1. A source wrapped here reads just those cells, in
-//! file order, so every stage downstream sees the filtered file.
+//! Sources restricted to some of their cells, in file order, so that every stage downstream sees
+//! only those: Geneformer's cell filter (its tokenizer keeps only the cells whose `filter_pass`,
+//! an obs column or a loom column attribute, is 1) and a [`Shard`] (one of N consecutive parts,
+//! for embedding an atlas with N processes or hosts).
 
 use std::ops::Range;
 use std::path::Path;
+use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::{CellChunk, CellSource, ChunkValues, ObsKind, ObsValues, SourceMeta};
@@ -24,7 +26,89 @@ pub fn honour_filter_pass(mut source: Box<dyn CellSource>, chunk_cells: usize) -
         "filter_pass: reading only the cells marked 1 (--ignore-filter-pass reads all)"
     );
     let meta = SourceMeta { n_cells: kept.len(), ..source.meta().clone() };
-    Ok(Box::new(FilterPass { inner: source, meta, kept, chunk_cells: chunk_cells.max(1) }))
+    let selection = source.selection();
+    Ok(Box::new(Selected { inner: source, meta, rows: Rows::List(kept), chunk_cells: chunk_cells.max(1), selection }))
+}
+
+/// Part `index` of `count` consecutive parts of a source's cells (`I/N` on the command line,
+/// 0-based): rows `⌊n·I/N⌋ .. ⌊n·(I+1)/N⌋`, so the parts in order are the source, row for row,
+/// and their sizes differ by at most one cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// The rows of this part of `n` cells.
+    pub fn rows(&self, n: usize) -> Range<usize> {
+        let at = |i: usize| (n as u128 * i as u128 / self.count as u128) as usize;
+        at(self.index)..at(self.index + 1)
+    }
+}
+
+impl FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || {
+            format!("a shard is I/N with 0 ≤ I < N (e.g. 0/4 .. 3/4; a SLURM array's $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), got '{s}'")
+        };
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Self { index, count })
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// `source` restricted to the cells of `shard` (after any other selection). A part without a
+/// cell is refused: more parts than cells.
+pub fn take_shard(source: Box<dyn CellSource>, shard: Shard, chunk_cells: usize) -> Result<Box<dyn CellSource>> {
+    let n = source.n_cells();
+    let rows = shard.rows(n);
+    if rows.is_empty() {
+        return Err(Error::Usage(format!(
+            "shard {shard} of {} holds no cell: the input has {n} cells, so use at most {n} shards",
+            source.path().display()
+        )));
+    }
+    let selection = Some(match source.selection() {
+        Some(inner) => format!("{inner}; shard {shard}: rows {}..{} of {n}", rows.start, rows.end),
+        None => format!("shard {shard}: rows {}..{} of {n}", rows.start, rows.end),
+    });
+    let meta = SourceMeta { n_cells: rows.len(), ..source.meta().clone() };
+    Ok(Box::new(Selected { inner: source, meta, rows: Rows::Range(rows), chunk_cells: chunk_cells.max(1), selection }))
+}
+
+/// Which rows of the inner source a selection reads, ascending.
+enum Rows {
+    List(Vec<usize>),
+    Range(Range<usize>),
+}
+
+impl Rows {
+    fn len(&self) -> usize {
+        match self {
+            Rows::List(v) => v.len(),
+            Rows::Range(r) => r.len(),
+        }
+    }
+
+    /// Inner rows of the selected rows `rows`.
+    fn of(&self, rows: Range<usize>) -> Vec<usize> {
+        match self {
+            Rows::List(v) => v[rows].to_vec(),
+            Rows::Range(r) => rows.map(|i| r.start + i).collect(),
+        }
+    }
 }
 
 /// Indices of the cells whose value is 1 (missing values and anything else are left out).
@@ -44,22 +128,23 @@ fn kept_rows(path: &Path, values: &ObsValues) -> Result<Vec<usize>> {
     Ok(pass.iter().enumerate().filter(|(_, &p)| p).map(|(i, _)| i).collect())
 }
 
-struct FilterPass {
+struct Selected {
     inner: Box<dyn CellSource>,
     /// The inner source's, with the kept cells' count.
     meta: SourceMeta,
-    /// Rows of `inner` that pass, ascending.
-    kept: Vec<usize>,
+    /// Rows of `inner` read.
+    rows: Rows,
     chunk_cells: usize,
+    selection: Option<String>,
 }
 
-impl CellSource for FilterPass {
+impl CellSource for Selected {
     fn meta(&self) -> &SourceMeta {
         &self.meta
     }
 
     fn selection(&self) -> Option<String> {
-        self.inner.selection()
+        self.selection.clone()
     }
 
     fn gene_column(&self) -> Option<&str> {
@@ -67,11 +152,11 @@ impl CellSource for FilterPass {
     }
 
     fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
-        if rows.end > self.kept.len() {
-            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.kept.len())));
+        if rows.end > self.rows.len() {
+            return Err(Error::Usage(format!("rows {rows:?} beyond {} cells", self.rows.len())));
         }
         let mut out = CellChunk { first_cell: rows.start, indptr: vec![0], ..Default::default() };
-        let want = &self.kept[rows];
+        let want = &self.rows.of(rows);
         if want.is_empty() {
             out.obs = self
                 .obs_fields()
@@ -120,7 +205,8 @@ impl CellSource for FilterPass {
     }
 
     fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
-        Ok(self.inner.read_obs_column(name)?.map(|v| v.select(&self.kept)))
+        let all = 0..self.rows.len();
+        Ok(self.inner.read_obs_column(name)?.map(|v| v.select(&self.rows.of(all))))
     }
 }
 
@@ -190,5 +276,25 @@ mod tests {
         assert_eq!(c.indptr, [0, 1, 2, 3, 4, 5]);
         assert_eq!(c.obs, [ObsValues::Int64(vec![Some(1); 5])]);
         assert_eq!(f.read_chunk(6..7).unwrap().cell_ids, ["c19"]);
+    }
+
+    #[test]
+    fn shards_partition_the_cells_in_order_and_are_read_within_the_sources_chunks() {
+        let meta = SourceMeta { path: "grid".into(), n_cells: 10, genes: Vec::new(), obs_fields: Vec::new() };
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let shard: Shard = format!("{i}/3").parse().unwrap();
+            let mut s = take_shard(Box::new(Grid(meta.clone())), shard, 4).unwrap();
+            let n = s.n_cells();
+            assert_eq!(n, [3, 3, 4][i]);
+            assert!(s.selection().unwrap().contains(&format!("shard {i}/3")));
+            ids.extend(s.read_chunk(0..n).unwrap().cell_ids);
+        }
+        assert_eq!(ids, (0..10).map(|i| format!("c{i}")).collect::<Vec<_>>());
+        for bad in ["3/3", "0/0", "a/2", "2", "-1/2"] {
+            assert!(bad.parse::<Shard>().unwrap_err().contains(bad), "{bad}");
+        }
+        let e = take_shard(Box::new(Grid(meta)), "0/11".parse().unwrap(), 4).err().unwrap().to_string();
+        assert!(e.contains("holds no cell") && e.contains("at most 10 shards"), "{e}");
     }
 }

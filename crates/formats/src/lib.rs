@@ -37,6 +37,7 @@ use std::str::FromStr;
 
 pub use error::{Error, IoContext, Result};
 
+pub use filter::Shard;
 pub use h5ad_copy::check_editable;
 pub use obs::{ObsKind, ObsValues};
 pub use registry::{register, CellFormat, Input};
@@ -139,6 +140,8 @@ pub struct ReadOptions {
     /// Loom files: the column attribute holding the cell names (`None`: the first of `CellID`,
     /// `obs_names`, `cell_id`, `cell_ids`, else the only column attribute of distinct strings).
     pub cell_names: Option<String>,
+    /// Read only this part of the (filtered) cells: `embed --shard I/N`.
+    pub shard: Option<Shard>,
 }
 
 impl Default for ReadOptions {
@@ -153,6 +156,7 @@ impl Default for ReadOptions {
             open_patience: None,
             filter_pass: false,
             cell_names: None,
+            shard: None,
         }
     }
 }
@@ -215,9 +219,12 @@ pub trait CellSource: Send {
 /// `filter_pass` is 1 are read, when the file has that obs column or loom attribute. Chunks
 /// come in canonical form: each cell's genes ascending, a gene listed twice in a cell summed.
 pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
-    let source = canonical::canonical(registry::open_any(path, opts)?);
+    let mut source = canonical::canonical(registry::open_any(path, opts)?);
     if opts.filter_pass {
-        return filter::honour_filter_pass(source, opts.chunk_cells);
+        source = filter::honour_filter_pass(source, opts.chunk_cells)?;
     }
-    Ok(source)
+    match opts.shard {
+        Some(shard) => filter::take_shard(source, shard, opts.chunk_cells),
+        None => Ok(source),
+    }
 }

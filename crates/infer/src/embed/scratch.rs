@@ -20,7 +20,8 @@ use crate::model_meta::ValueModel;
 struct ValueSource {
     settings: ValueModel,
     cls: u32,
-    /// The input's measured vocabulary genes (its scratch atlas' record).
+    /// The input's measured vocabulary genes (its scratch atlas' record) the model's encoder
+    /// may see (`ValueModel::visible_pool`).
     measured: Vec<u32>,
     is_gene: Arc<Vec<bool>>,
     vocab_size: usize,
@@ -36,7 +37,9 @@ impl ScratchCells {
         let Some(settings) = encoder.config().and_then(value_settings) else { return Ok(Self { value: None }) };
         let vocab = encoder.vocab();
         let measured = match index.shards.first().and_then(|s| s.path.parent()) {
-            Some(dir) => AtlasManifest::load(dir)?.expression.map(|e| e.measured).unwrap_or_default(),
+            Some(dir) => {
+                settings.visible_pool(&AtlasManifest::load(dir)?.expression.map(|e| e.measured).unwrap_or_default())
+            }
             None => Vec::new(),
         };
         let is_gene = Arc::new((0..vocab.len() as u32).map(|t| vocab.is_gene(t)).collect());

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::vocab::Vocabulary;
 use proto::ModelMetadataProto;
-pub use values::{DecodeSet, ModelInput, ValueModel};
+pub use values::{DecodeSet, ModelInput, ValueModel, VisiblePool};
 
 pub const OPSET: i64 = 17;
 /// IR version 8 is the one that goes with opset 17.

@@ -54,6 +54,21 @@ pub struct ValueModel {
     /// Most genes an inference sees per cell: every measured gene up to it; past it a seeded
     /// uniform sample of that many measured genes, detected or not.
     pub inference_genes: usize,
+    /// Which genes the encoder's input is drawn from, in training and at inference.
+    pub visible: VisiblePool,
+}
+
+/// The genes a value model's encoder sees are drawn from (`model.values.visible`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VisiblePool {
+    /// Every gene the cell's source measured, zeros included (TxFM §3).
+    #[default]
+    Measured,
+    /// Only the measured genes of the decoding set (e.g. its HVGs): a sparse cell's uniform
+    /// draw from thousands of measured genes is mostly zeros, whose count tells the encoder the
+    /// cell's depth more than its type (REPORT §10).
+    Decoded,
 }
 
 impl Default for ValueModel {
@@ -67,6 +82,7 @@ impl Default for ValueModel {
             decode: "measured".into(),
             decode_genes: Vec::new(),
             inference_genes: 2048,
+            visible: VisiblePool::Measured,
         }
     }
 }
@@ -78,6 +94,19 @@ impl ValueModel {
             (count / n_counts * self.target_sum).ln_1p() as f32
         } else {
             0.0
+        }
+    }
+
+    /// The genes the encoder's input is drawn from, given a source's measured genes (ascending):
+    /// all of them, or those the model decodes (`visible = "decoded"`). Ascending.
+    pub fn visible_pool(&self, measured: &[u32]) -> Vec<u32> {
+        match self.visible {
+            VisiblePool::Measured => measured.to_vec(),
+            VisiblePool::Decoded => {
+                let mut decoded = self.decode_genes.clone();
+                decoded.sort_unstable();
+                measured.iter().copied().filter(|g| decoded.binary_search(g).is_ok()).collect()
+            }
         }
     }
 
@@ -136,6 +165,20 @@ mod tests {
         assert_eq!(v.value(0.0, 1000.0), 0.0);
         assert_eq!(v.value(5.0, 0.0), 0.0);
         assert!((v.max_value() - 100_001f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_inference_pool_follows_the_training_pool_and_old_metadata_reads_as_measured() {
+        let v = ValueModel { decode_genes: vec![9, 4, 1], ..ValueModel::default() };
+        assert_eq!(v.visible_pool(&[1, 2, 4, 7]), [1, 2, 4, 7]);
+        let d = ValueModel { visible: VisiblePool::Decoded, ..v };
+        assert_eq!(d.visible_pool(&[1, 2, 4, 7]), [1, 4]);
+        // Metadata written before `visible` existed.
+        let old: ValueModel = serde_json::from_str(r#"{"target_sum": 1e4, "decode": "measured"}"#).unwrap();
+        assert_eq!(old.visible, VisiblePool::Measured);
+        let new: ValueModel = serde_json::from_str(r#"{"visible": "decoded"}"#).unwrap();
+        assert_eq!(new.visible, VisiblePool::Decoded);
+        assert!(serde_json::from_str::<ValueModel>(r#"{"visible": "hvg"}"#).is_err());
     }
 
     #[test]

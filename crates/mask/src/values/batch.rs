@@ -58,10 +58,10 @@ impl BatchMaker<'_> {
         b.measured = Vec::with_capacity(cells.len() * genes);
         for (r, (key, cell)) in cells.iter().enumerate() {
             let atlas = self.atlases.of(*key);
-            let value = cell_values(&atlas.measured, cell);
-            let k = visible_count(self.visible_genes, self.ctx.params.p, atlas.measured.len());
+            let value = cell_values(&atlas.pool, cell);
+            let k = visible_count(self.visible_genes, self.ctx.params.p, atlas.pool.len());
             choose_visible(
-                &atlas.measured,
+                &atlas.pool,
                 k,
                 &self.ctx.params,
                 self.ctx.tables(),
@@ -75,7 +75,7 @@ impl BatchMaker<'_> {
             tokens.push(self.cls);
             vals.push(0.0);
             for &i in &chosen {
-                tokens.push(atlas.measured[i as usize]);
+                tokens.push(atlas.pool[i as usize]);
                 vals.push(value_of(f64::from(value[i as usize]), cell.total, self.target_sum));
             }
             b.visible += chosen.len();

@@ -13,17 +13,25 @@ pub const NOT_DECODED: u32 = u32::MAX;
 /// An atlas' measured genes and their place in the decoding set.
 #[derive(Clone, Debug)]
 pub struct AtlasGenes {
-    /// The measured genes (ascending tokens): the list the hidden set is chosen from.
-    pub measured: Vec<u32>,
+    /// The genes the visible set is drawn from (ascending tokens; the hidden set is the rest of
+    /// them): every measured gene, or only the measured genes of the decoding set
+    /// (`model.values.visible = "decoded"`).
+    pub pool: Vec<u32>,
     /// 1 where the decoding gene is measured by the atlas, 0 where not (its cells' loss skips it).
     pub decode_measured: Vec<f32>,
 }
 
 impl AtlasGenes {
-    /// An atlas measuring `measured` (ascending), for the decoding set `decode`.
-    pub fn new(decode: &[u32], measured: &[u32]) -> Self {
+    /// An atlas measuring `measured` (ascending), for the decoding set `decode` (ascending);
+    /// `decoded_only` draws the visible genes from the decoding set alone.
+    pub fn new(decode: &[u32], measured: &[u32], decoded_only: bool) -> Self {
         let decode_measured = decode.iter().map(|t| f32::from(u8::from(measured.binary_search(t).is_ok()))).collect();
-        Self { measured: measured.to_vec(), decode_measured }
+        let pool = if decoded_only {
+            measured.iter().copied().filter(|t| decode.binary_search(t).is_ok()).collect()
+        } else {
+            measured.to_vec()
+        };
+        Self { pool, decode_measured }
     }
 }
 
@@ -38,11 +46,12 @@ pub struct CellAtlases {
 }
 
 impl CellAtlases {
-    /// The atlases of `index` (each with its measured genes) and the decoding set `decode`.
-    pub fn new(index: &CorpusIndex, measured: Vec<(String, Vec<u32>)>, decode: &[u32]) -> Self {
+    /// The atlases of `index` (each with its measured genes) and the decoding set `decode`
+    /// (ascending); `decoded_only`: see [`AtlasGenes::new`].
+    pub fn new(index: &CorpusIndex, measured: Vec<(String, Vec<u32>)>, decode: &[u32], decoded_only: bool) -> Self {
         let position = |name: &str| measured.iter().position(|(n, _)| n == name).unwrap_or(0);
         let starts = index.shards.iter().map(|s| (s.first_key, position(&s.atlas))).collect();
-        let atlases = measured.iter().map(|(_, m)| AtlasGenes::new(decode, m)).collect();
+        let atlases = measured.iter().map(|(_, m)| AtlasGenes::new(decode, m, decoded_only)).collect();
         let size = decode.iter().map(|&t| t as usize + 1).max().unwrap_or(0);
         let mut decode_index = vec![NOT_DECODED; size];
         for (i, &t) in decode.iter().enumerate() {
@@ -129,5 +138,17 @@ mod tests {
         assert_eq!(b, (0..30).collect::<Vec<_>>());
         assert_eq!(visible_count(0, 0.9, 1000), 100);
         assert_eq!(visible_count(256, 0.9, 100), 100);
+    }
+
+    #[test]
+    fn the_visible_pool_is_every_measured_gene_or_the_decoded_ones_only() {
+        let (measured, decode) = ([2u32, 4, 6, 8, 10], [1u32, 4, 8, 9]);
+        let all = AtlasGenes::new(&decode, &measured, false);
+        assert_eq!(all.pool, measured);
+        // The loss still skips decoding genes the atlas did not measure, whatever the pool.
+        assert_eq!(all.decode_measured, [0.0, 1.0, 1.0, 0.0]);
+        let decoded = AtlasGenes::new(&decode, &measured, true);
+        assert_eq!(decoded.pool, [4, 8]);
+        assert_eq!(decoded.decode_measured, all.decode_measured);
     }
 }

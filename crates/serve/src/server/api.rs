@@ -225,7 +225,7 @@ fn parse_value_cells(
                 return Err(ApiError::invalid(no_tokens(i, c, e.unknown_genes)));
             }
             let cell = CellExpression { genes: &e.genes, counts: &e.counts, total: e.total };
-            let (t, x) = value_input(cls, settings, &e.measured, cell);
+            let (t, x) = value_input(cls, settings, &settings.visible_pool(&e.measured), cell);
             parsed.cells.tokens.push(t);
             values.push(x);
             parsed.unknown_genes.push(e.unknown_genes);

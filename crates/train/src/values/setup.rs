@@ -82,7 +82,8 @@ pub(crate) fn prepare(req: &TrainRequest) -> Result<ValueSetup> {
         ..m.clone()
     };
     let decode = model.values.as_ref().map(|v| v.decode_genes.clone()).unwrap_or_default();
-    let atlases = Arc::new(CellAtlases::new(&index, measured, &decode));
+    let decoded_only = values.visible == corrflow_infer::model_meta::VisiblePool::Decoded;
+    let atlases = Arc::new(CellAtlases::new(&index, measured, &decode, decoded_only));
     let graph_dir = t.graph.clone().unwrap_or_default();
     let ctx = Arc::new(MaskContext::load(
         &opened.info,

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Atlas scale (issue "Atlas scale"): every stage of corrflow on synthetic atlases of 1x, 4x, 16x
+# and 64x of BASE cells (default 65,536, so 64x is 4.2M cells), each stage timed with its peak
+# RSS, beside what a user would otherwise run at that size:
+#   ingest (h5ad, zarr)   anndata read_h5ad(backed="r") + corrflow.tokenize in blocks of 8,192
+#   vocab build, graph build (N_sub 100,000 and all cells), graph update --add (an atlas of 10%)
+#   one MaskedBatches epoch, 200 training steps (throughput), embed --model over all cells
+#   eval cells on 100,000 cells   scanpy + scib-metrics (benches/eval_cells_reference.py)
+# The atlases come from benches/atlas_synth.py (real Kang, CBMC and pbmc3k cells resampled with
+# count noise, written block by block as gzip h5ad and AnnData zarr).
+#
+# Reads come from disk: the page cache is dropped before each stage when this runs as root
+# (`echo 3 > /proc/sys/vm/drop_caches`), and with MEM_LIMIT (e.g. MEM_LIMIT=2G) each stage runs
+# in a cgroup-v1 memory group of that size, page cache included, so inputs larger than it are
+# larger than the memory the stage has (this machine's disk cannot hold an atlas larger than its
+# 24 GB of RAM beside the corpora the stages write).
+#
+# usage: benches/atlas_scale.sh [SIZES (default 1,4,16,64)]
+#   BASE=65536 WORK=~/.cache/corrflow/bench/atlas MEM_LIMIT= ALL_CELLS_GRAPH_MAX=16 (largest
+#   size whose all-cells graph is built) KEEP=1 (keep the largest size's files)
+# Writes WORK/stages.tsv (size, stage, tool, cells, seconds, peak RSS MB), WORK/atlas_scale.md
+# (table, slopes, RSS ratios) and WORK/atlas_scale.svg (benches/atlas_plot.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${CARGO_TARGET_DIR:=$HOME/.cache/corrflow/target}"
+bin="$CARGO_TARGET_DIR/release/corrflow"
+py="$(scripts/python-package.sh)"   # the test venv with this corrflow's Python package
+sizes="${1:-1,4,16,64}"
+base="${BASE:-65536}"
+work="${WORK:-$HOME/.cache/corrflow/bench/atlas}"
+all_cells_max="${ALL_CELLS_GRAPH_MAX:-16}"
+mkdir -p "$work"
+tsv="$work/stages.tsv"
+[ -s "$tsv" ] || printf 'size\tstage\ttool\tcells\tseconds\tpeak_rss_mb\n' >"$tsv"
+[ -x "$bin" ] || { echo "build corrflow first: make build" >&2; exit 1; }
+
+cgroup=""
+if [ -n "${MEM_LIMIT:-}" ]; then
+  cgroup=/sys/fs/cgroup/memory/corrflow-atlas
+  mkdir -p "$cgroup" || { echo "MEM_LIMIT needs cgroup v1's memory controller as root" >&2; exit 1; }
+  echo "$MEM_LIMIT" >"$cgroup/memory.limit_in_bytes"
+fi
+
+drop_caches() {
+  sync
+  if [ -w /proc/sys/vm/drop_caches ]; then echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; fi
+}
+
+# stage SIZE NAME TOOL CELLS command...: one timed run, appended to stages.tsv.
+stage() {
+  local size="$1" name="$2" tool="$3" cells="$4"; shift 4
+  drop_caches
+  local t="$work/time.txt"
+  if [ -n "$cgroup" ]; then
+    /usr/bin/time -v bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup" "$@" >"$work/out.txt" 2>"$t" \
+      || { tail -20 "$t" >&2; echo "failed: $name ($tool) at ${size}x" >&2; return 1; }
+  else
+    /usr/bin/time -v "$@" >"$work/out.txt" 2>"$t" || { tail -20 "$t" >&2; echo "failed: $name ($tool) at ${size}x" >&2; return 1; }
+  fi
+  local wall rss
+  wall=$(awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$t")
+  rss=$(awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$t")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$name" "$tool" "$cells" "$wall" "$rss" >>"$tsv"
+  echo "${size}x $name ($tool): ${wall}s, ${rss} MB"
+}
+
+# The model of the embedding stages: configs/tiny.toml trained for 40 steps on the first size's
+# corpus (its vocabulary is the synthetic atlases', whose CBMC genes have no Ensembl id or symbol).
+model="$work/model/model.onnx"
+
+tokenize_anchor='
+import sys, time, anndata as ad, corrflow
+n = 0
+for path in sys.argv[1:]:
+    a = ad.read_h5ad(path, backed="r")
+    for s in range(0, a.n_obs, 8192):
+        n += len(corrflow.tokenize(a[s:s + 8192].to_memory(), vocab=VOCAB))
+print(n)
+'
+
+for m in ${sizes//,/ }; do
+  cells=$((base * m))
+  d="$work/x$m"
+  mkdir -p "$d"
+  if [ ! -s "$d/synth.json" ]; then
+    "$py" benches/atlas_synth.py datasets/data "$d/data" --cells "$cells" >"$d/synth.json.tmp"
+    mv "$d/synth.json.tmp" "$d/synth.json"
+  fi
+  h5ads=("$d/data/kang.h5ad" "$d/data/cbmc.h5ad" "$d/data/pbmc3k.h5ad")
+  echo "## ${m}x: $cells cells, $(du -sh "$d/data" | cut -f1) on disk (h5ad + zarr)"
+  rm -rf "$d/vocab" "$d/corpus" "$d/corpus_zarr" "$d/graph" "$d/graph_all" "$d/graph_inc"
+  stage "$m" "vocab build" corrflow "$cells" "$bin" vocab build --out "$d/vocab" "${h5ads[@]}"
+  stage "$m" "ingest h5ad" corrflow "$cells" bash -c "
+    for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"$d/corpus\" \"$d/data/\$a.h5ad\" >/dev/null || exit 1; done"
+  stage "$m" "ingest h5ad" "anndata backed + corrflow.tokenize" "$cells" \
+    "$py" -c "${tokenize_anchor/VOCAB/\"$d/vocab\"}" "${h5ads[@]}"
+  stage "$m" "ingest zarr" corrflow "$cells" bash -c "
+    for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"$d/corpus_zarr\" \"$d/data/\$a.zarr\" >/dev/null || exit 1; done"
+  rm -rf "$d/corpus_zarr"
+  stage "$m" "graph build N_sub 100k" corrflow "$cells" "$bin" graph build --corpus "$d/corpus" --out "$d/graph"
+  if [ "$m" -le "$all_cells_max" ]; then
+    stage "$m" "graph build all cells" corrflow "$cells" "$bin" graph build --n-sub 0 --incremental \
+      --atlas kang --atlas cbmc --corpus "$d/corpus" --out "$d/graph_inc"
+    stage "$m" "graph update --add (10%)" corrflow "$((cells / 10))" "$bin" graph update --graph "$d/graph_inc" \
+      --add "$d/corpus/atlases/pbmc3k"
+  fi
+  if [ ! -s "$model" ]; then
+    "$bin" --config configs/tiny.toml train --corpus "$d/corpus" --graph "$d/graph" --out "$work/model/run" --restart >/dev/null
+    "$bin" export onnx --checkpoint "$work/model/run" --out "$model" >/dev/null
+  fi
+  stage "$m" "MaskedBatches epoch" corrflow "$cells" "$py" -c "
+import sys, corrflow
+n = sum(len(b['cell_index']) for b in corrflow.MaskedBatches(sys.argv[1], sys.argv[2], batch_size=64, shuffle_buffer=2000))
+print(n)" "$d/corpus" "$d/graph"
+  stage "$m" "train 200 steps" corrflow "$((200 * 8))" "$bin" --config configs/tiny.toml train --corpus "$d/corpus" \
+    --graph "$d/graph" --out "$d/run" --max-steps 200 --restart
+  rm -rf "$d/run"
+  stage "$m" "embed --model" corrflow "$cells" bash -c "
+    for a in kang cbmc pbmc3k; do \"$bin\" embed --model \"$model\" --input \"$d/data/\$a.h5ad\" --out \"$d/emb-\$a.parquet\" >/dev/null || exit 1; done"
+  if [ "${KEEP:-}" != 1 ]; then rm -rf "$d/data" "$d/corpus" "$d"/emb-*.parquet; fi
+done
+
+# eval cells on EVAL_CELLS (100,000) cells of a Kang atlas (label: condition), beside scanpy +
+# scib-metrics.
+n_eval="${EVAL_CELLS:-100000}"
+e="$work/eval$n_eval"
+if [ ! -s "$e/kang.parquet" ]; then
+  # Kang is 60% of an atlas.
+  "$py" benches/atlas_synth.py datasets/data "$e/data" --cells $(((n_eval * 10 + 5) / 6)) --formats h5ad >/dev/null
+  "$bin" embed --model "$model" --input "$e/data/kang.h5ad" --out "$e/kang.parquet" >/dev/null
+fi
+stage "eval $n_eval" "eval cells" corrflow "$n_eval" "$bin" eval cells --embeddings "$e/kang.parquet" \
+  --input "$e/data/kang.h5ad" --label cell_type
+stage "eval $n_eval" "eval cells" "scanpy + scib-metrics" "$n_eval" "$py" benches/eval_cells_reference.py \
+  "$e/data/kang.h5ad" "$e/kang.parquet" cell_type
+
+"$py" benches/atlas_plot.py "$tsv" "$work/atlas_scale.md" "$work/atlas_scale.svg"
+cat "$work/atlas_scale.md"

@@ -50,13 +50,11 @@ drop_caches() {
 stage() {
   local size="$1" name="$2" tool="$3" cells="$4"; shift 4
   drop_caches
-  local t="$work/time.txt"
-  if [ -n "$cgroup" ]; then
-    /usr/bin/time -v bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup" "$@" >"$work/out.txt" 2>"$t" \
-      || { tail -20 "$t" >&2; echo "failed: $name ($tool) at ${size}x" >&2; return 1; }
-  else
-    /usr/bin/time -v "$@" >"$work/out.txt" 2>"$t" || { tail -20 "$t" >&2; echo "failed: $name ($tool) at ${size}x" >&2; return 1; }
-  fi
+  local t="$work/time.txt" run=("$@")
+  # In the memory group, a shell joins it and then becomes the stage.
+  [ -z "$cgroup" ] || run=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup" "$@")
+  /usr/bin/time -v "${run[@]}" >"$work/out.txt" 2>"$t" \
+    || { tail -20 "$t" >&2; echo "failed: $name ($tool) at ${size}x" >&2; return 1; }
   local wall rss
   wall=$(awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$t")
   rss=$(awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$t")
@@ -82,7 +80,8 @@ for m in ${sizes//,/ }; do
   cells=$((base * m))
   d="$work/x$m"
   mkdir -p "$d"
-  if [ ! -s "$d/synth.json" ]; then
+  # A run without KEEP removed the data of the sizes it finished.
+  if [ ! -s "$d/synth.json" ] || [ ! -e "$d/data/kang.h5ad" ]; then
     "$py" benches/atlas_synth.py datasets/data "$d/data" --cells "$cells" >"$d/synth.json.tmp"
     mv "$d/synth.json.tmp" "$d/synth.json"
   fi

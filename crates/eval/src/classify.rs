@@ -3,11 +3,12 @@
 
 use corrflow_algorithms::auroc::auroc;
 use corrflow_algorithms::classes::f1_scores;
-use linfa::prelude::*;
-use linfa_logistic::MultiLogisticRegression;
-use ndarray15::{Array1, Array2, Axis};
+use faer::prelude::{Reborrow, ReborrowMut};
+use ndarray15::{Array2, Axis};
 
 use corrflow_io::error::{Error, Result};
+
+use crate::logistic::{Logistic, Settings};
 
 /// Scores of one split; per-class vectors are indexed by class (NaN: class not in the test part).
 pub struct SplitScores {
@@ -49,24 +50,42 @@ impl Classifiers<'_> {
     /// raised tenfold at a time up to at least 1,000 (which fitted every case seen); the report
     /// says when the penalty was raised. A penalty of 0 could never be raised this way, which is
     /// why `check_alpha` bounds it below.
-    fn fit_logistic(
-        &self,
-        x: &Array2<f64>,
-        y: &Array1<usize>,
-    ) -> Result<(linfa_logistic::MultiFittedLogisticRegression<f64, usize>, f64)> {
+    fn fit_logistic(&self, x: &Array2<f64>, y: &[usize]) -> Result<(Logistic, f64)> {
+        let x = x.as_standard_layout();
+        let x = x.as_slice().ok_or_else(|| Error::internal("eval probe", "a fold matrix not in row-major order"))?;
         let mut last = String::new();
-        for (alpha, tolerance) in penalty_ladder(self.alpha) {
-            match MultiLogisticRegression::default()
-                .alpha(alpha)
-                .max_iterations(self.max_iterations)
-                .gradient_tolerance(tolerance)
-                .fit(&Dataset::new(x.clone(), y.clone()))
-            {
+        for (alpha, gradient_tolerance) in penalty_ladder(self.alpha) {
+            let settings = Settings { alpha, max_iterations: self.max_iterations, gradient_tolerance };
+            match Logistic::fit(x, self.dim, y, settings) {
                 Ok(model) => return Ok((model, alpha)),
-                Err(e) => last = e.to_string(),
+                Err(e) => last = e,
             }
         }
         Err(Error::internal("eval probe", format!("logistic regression failed at every penalty and tolerance: {last}")))
+    }
+
+    /// The logistic probe's predictions, per-class one-vs-rest AUROC (NaN for a class the fold
+    /// did not train on) and penalty.
+    fn logistic_probe(
+        &self,
+        xtr: &Array2<f64>,
+        ytr: &[usize],
+        xte: &Array2<f64>,
+        yte: &[usize],
+    ) -> Result<(Vec<usize>, Vec<f64>, f64)> {
+        let (model, alpha) = self.fit_logistic(xtr, ytr)?;
+        let probs = model.probabilities(xte.as_standard_layout().as_slice().expect("standard layout"));
+        let pred = Logistic::predict(&probs, &model.classes);
+        let k = model.classes.len();
+        let mut aurocs = vec![f64::NAN; self.classes];
+        for (col, &c) in model.classes.iter().enumerate() {
+            let scores: Vec<f64> = probs.iter().skip(col).step_by(k).copied().collect();
+            let positive: Vec<bool> = yte.iter().map(|&t| t == c).collect();
+            if let Some(a) = auroc(&scores, &positive) {
+                aurocs[c] = a;
+            }
+        }
+        Ok((pred, aurocs, alpha))
     }
 
     /// Trains on `train`, scores on `test`.
@@ -81,21 +100,15 @@ impl Classifiers<'_> {
         let sd = xtr.std_axis(Axis(0), 0.0).mapv(|s| if s > 1e-12 { s } else { 1.0 });
         xtr = (xtr - &mean) / &sd;
         xte = (xte - &mean) / &sd;
-        let ytr: Array1<usize> = train.iter().map(|&i| self.y[i]).collect();
+        let ytr: Vec<usize> = train.iter().map(|&i| self.y[i]).collect();
         let yte: Vec<usize> = test.iter().map(|&i| self.y[i]).collect();
-        let (model, alpha) = self.fit_logistic(&xtr, &ytr)?;
-        let pred: Vec<usize> = model.predict(&xte).to_vec();
-        let probs = model.predict_probabilities(&xte);
-        // One-vs-rest AUROC per class from its probability column (classes the fold trained on).
-        let mut aurocs = vec![f64::NAN; self.classes];
-        for (col, &c) in model.classes().iter().enumerate() {
-            let scores: Vec<f64> = probs.column(col).to_vec();
-            let positive: Vec<bool> = yte.iter().map(|&t| t == c).collect();
-            if let Some(a) = auroc(&scores, &positive) {
-                aurocs[c] = a;
-            }
-        }
-        let knn = knn_predict(&xtr, ytr.as_slice().expect("contiguous"), &xte, self.neighbours, self.classes);
+        // The two probes of a fold are independent: rayon runs them side by side (and steals
+        // across folds), so the slower logistic fit does not leave a thread idle.
+        let (logistic, knn) = rayon::join(
+            || self.logistic_probe(&xtr, &ytr, &xte, &yte),
+            || knn_predict(&xtr, &ytr, &xte, self.neighbours, self.classes),
+        );
+        let (pred, aurocs, alpha) = logistic?;
         let (f1, support) = f1_scores(&yte, &pred, self.classes);
         let (knn_f1, _) = f1_scores(&yte, &knn, self.classes);
         let acc = |p: &[usize]| yte.iter().zip(p).filter(|(a, b)| a == b).count() as f64 / yte.len().max(1) as f64;
@@ -122,37 +135,74 @@ fn penalty_ladder(alpha: f64) -> Vec<(f64, f64)> {
     tries
 }
 
-/// Majority class among the `k` most cosine-similar training rows (ties: the smaller class id).
-fn knn_predict(train: &Array2<f64>, y: &[usize], test: &Array2<f64>, k: usize, classes: usize) -> Vec<usize> {
-    let norms = |m: &Array2<f64>| m.rows().into_iter().map(|r| r.dot(&r).sqrt().max(1e-12)).collect::<Vec<_>>();
-    let (ntr, nte) = (norms(train), norms(test));
-    // faer's GEMM (one pass, packed once) instead of ndarray's: this product is
-    // test × train × dim (2,800 × 11,200 × 2,000 for Kang's HVG baseline).
-    let sims = gram(test, train);
-    let k = k.clamp(1, y.len().max(1));
-    sims.rows()
-        .into_iter()
-        .enumerate()
-        .map(|(i, row)| {
-            let mut order: Vec<(f64, usize)> =
-                row.iter().enumerate().map(|(j, &s)| (s / (ntr[j] * nte[i]), j)).collect();
-            order.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut votes = vec![0usize; classes];
-            order[..k].iter().for_each(|&(_, j)| votes[y[j]] += 1);
-            (0..classes).max_by_key(|&c| (votes[c], std::cmp::Reverse(c))).unwrap_or(0)
-        })
-        .collect()
+/// Test rows per block of the k-NN vote: the block's similarities are `train × rows` f32 (about
+/// 32 MB), never the whole test × train matrix (12.8 GB at 100,000 cells in f64).
+fn knn_block_rows(train: usize) -> usize {
+    ((1usize << 23) / train.max(1)).clamp(64, 2048)
 }
 
-/// `a · bᵀ` for row-major `a` (m × d) and `b` (n × d).
-fn gram(a: &Array2<f64>, b: &Array2<f64>) -> Array2<f64> {
-    let (m, n, d) = (a.nrows(), b.nrows(), a.ncols());
-    let (a, b) = (a.as_standard_layout(), b.as_standard_layout());
-    let fa = faer::MatRef::from_row_major_slice(a.as_slice().expect("standard layout"), m, d);
-    let fb = faer::MatRef::from_row_major_slice(b.as_slice().expect("standard layout"), n, d);
-    let mut out = faer::Mat::<f64>::zeros(m, n);
-    faer::linalg::matmul::matmul(out.as_mut(), faer::Accum::Replace, fa, fb.transpose(), 1.0, faer::Par::Seq);
-    Array2::from_shape_fn((m, n), |(i, j)| out[(i, j)])
+/// Majority class among the `k` most cosine-similar training rows (ties: the smaller class id).
+/// Similarities are f32 dot products of unit rows (faer's GEMM, the test rows in blocks), as
+/// scikit-learn computes them on float32 embeddings.
+fn knn_predict(train: &Array2<f64>, y: &[usize], test: &Array2<f64>, k: usize, classes: usize) -> Vec<usize> {
+    knn_vote(train, y, test, k, classes, knn_block_rows(train.nrows()))
+}
+
+fn knn_vote(
+    train: &Array2<f64>,
+    y: &[usize],
+    test: &Array2<f64>,
+    k: usize,
+    classes: usize,
+    block: usize,
+) -> Vec<usize> {
+    let (ntr, d) = (train.nrows(), train.ncols());
+    let (tr, te) = (unit_rows(train), unit_rows(test));
+    let tr = faer::MatRef::from_row_major_slice(&tr, ntr, d);
+    let k = k.clamp(1, y.len().max(1));
+    let mut sims = faer::Mat::<f32>::zeros(ntr, block.min(test.nrows()).max(1));
+    let mut order: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+    let mut out = Vec::with_capacity(test.nrows());
+    for start in (0..test.nrows()).step_by(block) {
+        let rows = block.min(test.nrows() - start);
+        let te = faer::MatRef::from_row_major_slice(&te[start * d..(start + rows) * d], rows, d);
+        let mut s = sims.as_mut().subcols_mut(0, rows);
+        faer::linalg::matmul::matmul(s.rb_mut(), faer::Accum::Replace, tr, te.transpose(), 1.0, faer::Par::Seq);
+        for r in 0..rows {
+            let col = s.rb().col(r).try_as_col_major().expect("a column of a column-major Mat");
+            nearest(col.as_slice(), k, &mut order);
+            let mut votes = vec![0usize; classes];
+            order.iter().for_each(|&(_, j)| votes[y[j]] += 1);
+            out.push((0..classes).max_by_key(|&c| (votes[c], std::cmp::Reverse(c))).unwrap_or(0));
+        }
+    }
+    out
+}
+
+/// The `k` most similar (largest, ties: the smaller index) of `sims`, into `best`, most similar
+/// first. One comparison per entry once `best` is full: k is ~10 among ~10⁴ training cells.
+fn nearest(sims: &[f32], k: usize, best: &mut Vec<(f32, usize)>) {
+    best.clear();
+    let better = |a: &(f32, usize), b: &(f32, usize)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+    for (j, &v) in sims.iter().enumerate() {
+        if best.len() == k && v <= best[k - 1].0 {
+            continue;
+        }
+        let c = (v, j);
+        let at = best.partition_point(|b| better(b, &c));
+        best.insert(at, c);
+        best.truncate(k);
+    }
+}
+
+/// The rows scaled to unit length, as f32 (a zero row stays zero).
+fn unit_rows(m: &Array2<f64>) -> Vec<f32> {
+    let mut out = Vec::with_capacity(m.len());
+    for row in m.rows() {
+        let norm = row.dot(&row).sqrt().max(1e-12);
+        out.extend(row.iter().map(|&v| (v / norm) as f32));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -167,6 +217,31 @@ mod tests {
     }
 
     #[test]
+    fn knn_blocks_vote_as_one_pass_and_as_a_direct_computation() {
+        let train = Array2::from_shape_fn((50, 6), |(i, j)| ((i * 6 + j) as f64 * 0.71).sin() + (i % 3) as f64 * 0.2);
+        let test = Array2::from_shape_fn((23, 6), |(i, j)| ((i * 6 + j) as f64 * 0.37).cos());
+        let y: Vec<usize> = (0..50).map(|i| i % 3).collect();
+        let direct: Vec<usize> = test
+            .rows()
+            .into_iter()
+            .map(|t| {
+                let cos = |r: ndarray15::ArrayView1<f64>| r.dot(&t) / (r.dot(&r).sqrt() * t.dot(&t).sqrt());
+                let mut all: Vec<(f64, usize)> =
+                    train.rows().into_iter().enumerate().map(|(j, r)| (cos(r), j)).collect();
+                all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                let mut votes = [0usize; 3];
+                all[..5].iter().for_each(|&(_, j)| votes[y[j]] += 1);
+                (0..3).max_by_key(|&c| (votes[c], std::cmp::Reverse(c))).unwrap()
+            })
+            .collect();
+        let one = knn_vote(&train, &y, &test, 5, 3, 1000);
+        assert_eq!(one, direct);
+        for block in [1, 4, 7] {
+            assert_eq!(knn_vote(&train, &y, &test, 5, 3, block), one, "block {block}");
+        }
+    }
+
+    #[test]
     fn the_penalty_is_raised_tenfold_until_it_fits() {
         assert_eq!(penalty_ladder(1.0), vec![(1.0, 1e-4), (1.0, 1e-3), (10.0, 1e-4), (100.0, 1e-4), (1000.0, 1e-3)]);
         let low = penalty_ladder(1e-4);
@@ -175,14 +250,5 @@ mod tests {
         let high = penalty_ladder(1e6);
         assert_eq!(high.len(), 4);
         assert!(high.iter().all(|(a, _)| a.is_finite()));
-    }
-
-    #[test]
-    fn gram_equals_ndarrays_product() {
-        let a = Array2::from_shape_fn((7, 5), |(i, j)| ((i * 5 + j) as f64 * 0.37).sin());
-        let b = Array2::from_shape_fn((9, 5), |(i, j)| ((i * 3 + j) as f64 * 0.11).cos());
-        let want = a.dot(&b.t());
-        let got = gram(&a, &b);
-        assert!(want.iter().zip(got.iter()).all(|(x, y)| (x - y).abs() < 1e-12));
     }
 }

@@ -16,6 +16,7 @@ pub mod cells;
 mod classify;
 mod embeddings_file;
 pub mod genes;
+mod logistic;
 pub mod metrics;
 mod probe;
 

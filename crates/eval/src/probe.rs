@@ -3,6 +3,7 @@
 //! vote (`classify`); accuracy, macro-F1, per-class F1 and one-vs-rest AUROC as mean ± sd over the
 //! folds, and the macro-F1 of the rarest classes.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -226,12 +227,13 @@ fn check_request(req: &ProbeRequest) -> Result<()> {
 pub fn probe(req: &ProbeRequest) -> Result<ProbeReport> {
     check_request(req)?;
     let (x, labels, dim) = read(&req.embeddings, &req.label)?;
-    probe_matrix(req, x, labels, dim)
+    probe_matrix(req, Cow::Owned(x), labels, dim)
 }
 
-/// The probes of embeddings already in memory (`x`: one row of `dim` per label); `req.embeddings`
-/// names them in messages and the report.
-pub fn probe_matrix(req: &ProbeRequest, x: Vec<f64>, labels: Vec<String>, dim: usize) -> Result<ProbeReport> {
+/// The probes of embeddings already in memory (`x`: one row of `dim` per label; borrowed, it is
+/// copied only when some labels are left out); `req.embeddings` names them in messages and the
+/// report.
+pub fn probe_matrix(req: &ProbeRequest, x: Cow<'_, [f64]>, labels: Vec<String>, dim: usize) -> Result<ProbeReport> {
     let p = &req.embeddings;
     check_request(req)?;
     if dim == 0 {
@@ -272,13 +274,18 @@ pub fn probe_matrix(req: &ProbeRequest, x: Vec<f64>, labels: Vec<String>, dim: u
 }
 
 /// The rows whose label passes `keep`.
-fn select(x: Vec<f64>, labels: Vec<String>, dim: usize, keep: impl Fn(&str) -> bool) -> (Vec<f64>, Vec<String>) {
+fn select<'a>(
+    x: Cow<'a, [f64]>,
+    labels: Vec<String>,
+    dim: usize,
+    keep: impl Fn(&str) -> bool,
+) -> (Cow<'a, [f64]>, Vec<String>) {
     if labels.iter().all(|l| keep(l)) {
         return (x, labels);
     }
     let rows: Vec<usize> = (0..labels.len()).filter(|&i| keep(&labels[i])).collect();
-    let x = rows.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect();
-    (x, rows.into_iter().map(|i| labels[i].clone()).collect())
+    let x: Vec<f64> = rows.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect();
+    (Cow::Owned(x), rows.into_iter().map(|i| labels[i].clone()).collect())
 }
 
 /// The classes the probes score (sorted) and those left out ([`probe_classes`]); an error when

@@ -36,13 +36,14 @@ pub fn pca(x: &[f64], rows: usize, cols: usize, n_comps: usize) -> Result<(Vec<f
 fn by_covariance(centred: &Mat<f64>, n_comps: usize) -> Result<Mat<f64>, String> {
     let (rows, cols) = (centred.nrows(), centred.ncols());
     let mut cov = Mat::<f64>::zeros(cols, cols);
-    matmul(
-        cov.as_mut(),
-        Accum::Replace,
-        centred.transpose(),
-        centred.as_ref(),
-        1.0 / (rows as f64 - 1.0).max(1.0),
-        Par::Seq,
+    // Two column panels on rayon's threads: each entry comes from one sequential product over
+    // the same rows, so the result does not depend on the thread count.
+    let half = cols / 2;
+    let scale = 1.0 / (rows as f64 - 1.0).max(1.0);
+    let (left, right) = cov.as_mut().split_at_col_mut(half);
+    rayon::join(
+        || matmul(left, Accum::Replace, centred.transpose(), centred.subcols(0, half), scale, Par::Seq),
+        || matmul(right, Accum::Replace, centred.transpose(), centred.subcols(half, cols - half), scale, Par::Seq),
     );
     let eig = cov.self_adjoint_eigen(Side::Lower).map_err(|e| format!("eigendecomposition failed: {e:?}"))?;
     // Eigenvalues ascend: the leading components are the last columns.

@@ -68,7 +68,9 @@ pub(super) fn build(
     }
     let dense = dense_columns(&x, &hvg);
     let (rows, cols) = (keep.len(), hvg.len());
+    let start = std::time::Instant::now();
     let (scores, comps) = pca(&dense, rows, cols, opts.n_comps)?;
+    tracing::debug!(rows, cols, seconds = start.elapsed().as_secs_f64(), "eval cells: PCA baseline");
     let random = random_projection(&dense, rows, cols, random_dim, opts.seed);
     let recipe = format!("normalize_total → log1p → {cols} HVGs (seurat)");
     Ok((

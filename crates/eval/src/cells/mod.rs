@@ -214,6 +214,7 @@ pub fn eval_cells(req: &CellEvalRequest) -> Result<CellEvalReport> {
     let start = std::time::Instant::now();
     validate(req)?;
     let cells = input::read_cells(&req.input, &req.read, req.transform, &req.label, req.batch.as_deref())?;
+    tracing::debug!(seconds = start.elapsed().as_secs_f64(), "eval cells: input read");
     let data = CellData {
         source: req.input.display().to_string(),
         ids: cells.ids,
@@ -280,6 +281,13 @@ pub fn evaluate(
             }
         }
     }
+    tracing::debug!(seconds = start.elapsed().as_secs_f64(), "eval cells: baselines built");
+    // The PCA and HVG panels are the PCA baseline's two leading components (the PCA of the same
+    // centred HVG matrix), which saves a second eigendecomposition of the HVG covariance.
+    let baseline_layout = methods
+        .iter()
+        .find(|m| m.1 == "baseline" && m.0 == "pca" && m.4 >= 2)
+        .map(|m| m.3.chunks(m.4).map(|r| [r[0], r[1]]).collect::<Vec<_>>());
     let mut report = CellEvalReport {
         command: "eval cells".into(),
         input: data.source.clone(),
@@ -308,7 +316,11 @@ pub fn evaluate(
         tracing::info!(method = %name, dim, cells = keep.len(), "eval cells: scoring");
         let points = Points { data: &data, dim };
         let scores = score::score(&name, &kind, source, points, &cohort, opts)?;
-        report.layouts.push((name.clone(), layout(&data, keep.len(), dim)));
+        let panel = match &baseline_layout {
+            Some(l) if kind == "baseline" && (name == "pca" || name == "hvg") => l.clone(),
+            _ => layout(&data, keep.len(), dim),
+        };
+        report.layouts.push((name.clone(), panel));
         report.order.push(name.clone());
         report.methods.insert(name, scores);
     }

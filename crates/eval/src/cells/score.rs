@@ -78,6 +78,7 @@ pub fn score(
     let graph_k = opts.neighbours.saturating_sub(1).max(1);
     let k = if batches.is_some() { graph_k.max(opts.lisi_neighbours.saturating_sub(1)) } else { graph_k };
     let pass = metrics::distance_pass(points, k, labels, batches);
+    tracing::debug!(method = name, seconds = start.elapsed().as_secs_f64(), "distance pass done");
     let graph_nb = pass.neighbours.truncate(graph_k);
     let graph = metrics::umap_connectivities(&graph_nb);
     let leiden: Vec<LeidenScore> = opts
@@ -99,7 +100,9 @@ pub fn score(
         _ => Some(s),
     });
     let mean = |f: fn(&LeidenScore) -> f64| leiden.iter().map(f).sum::<f64>() / leiden.len().max(1) as f64;
+    tracing::debug!(method = name, seconds = start.elapsed().as_secs_f64(), "Leiden done");
     let probe = probe_of(name, points, cohort, opts)?;
+    tracing::debug!(method = name, seconds = start.elapsed().as_secs_f64(), "probes done");
     let (silhouette_batch, graph_connectivity, ilisi, clisi) = match (batches, pass.batch_sums.as_ref()) {
         (Some(b), Some(sums)) => {
             let lisi_nb = pass.neighbours.truncate(opts.lisi_neighbours.saturating_sub(1));
@@ -162,7 +165,7 @@ fn probe_of(name: &str, points: Points<'_>, cohort: &Cohort, opts: &CellEvalOpti
         neighbours: opts.probe_neighbours,
     };
     let labels = cohort.labels.iter().map(|&c| cohort.label_names[c].clone()).collect();
-    probe_matrix(&req, points.data.to_vec(), labels, points.dim)
+    probe_matrix(&req, std::borrow::Cow::Borrowed(points.data), labels, points.dim)
 }
 
 fn no_probe(name: &str, cohort: &Cohort, opts: &CellEvalOptions) -> crate::ProbeReport {

@@ -83,7 +83,8 @@ mod tests {
         let g = Groups { codes: &codes, count: 2 };
         let p = distance_pass(Points { data: &data, dim: 1 }, 2, g, None);
         let s = silhouette_score(&p.label_sums, g);
-        assert!((s - 0.808173359207842).abs() < 1e-12, "{s}");
+        // The distance pass's products are f32 (its distances agree to ~1e-7 relative).
+        assert!((s - 0.808173359207842).abs() < 1e-6, "{s}");
         assert!((silhouette_label(&p.label_sums, g) - (s + 1.0) / 2.0).abs() < 1e-15);
     }
 

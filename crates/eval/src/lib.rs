@@ -15,6 +15,7 @@ pub mod baselines;
 pub mod cells;
 mod classify;
 mod embeddings_file;
+mod fold_rows;
 pub mod genes;
 mod logistic;
 pub mod metrics;

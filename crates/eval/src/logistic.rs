@@ -20,6 +20,8 @@ use faer::prelude::{Reborrow, ReborrowMut};
 use faer::{Accum, Mat, MatRef, Par};
 use ndarray15::Array1;
 
+use crate::fold_rows::Rows;
+
 /// A fitted model: `classes[c]` is the class of score column `c`.
 pub struct Logistic {
     dim: usize,
@@ -44,8 +46,7 @@ fn block_rows(dim: usize) -> usize {
 
 /// The penalised negative log-likelihood of the training cells and its gradient.
 struct Problem<'a> {
-    x: &'a [f64],
-    dim: usize,
+    x: &'a dyn Rows,
     /// The column (index into `classes`) of each training cell's class.
     target: Vec<usize>,
     classes: usize,
@@ -73,18 +74,20 @@ impl Problem<'_> {
 
     /// `−Σ log softmax(XW + b)[y] + α/2 ‖W‖²`, and its gradient `[Xᵀ(P − Y) + αW; Σ(P − Y)]`.
     fn cost_and_gradient(&self, p: &[f64]) -> (f64, Vec<f64>) {
-        let (d, k) = (self.dim, self.classes);
+        let (d, k) = (self.x.dim(), self.classes);
         let n = self.target.len();
         let w = MatRef::from_row_major_slice(&p[..d * k], d, k);
         let b = &p[d * k..];
         let rows = block_rows(d);
+        let mut block = vec![0.0; rows * d];
         let mut scores = Mat::<f64>::zeros(rows, k);
         let mut grad_w = Mat::<f64>::zeros(d, k);
         let mut grad_b = vec![0.0; k];
         let mut loss = 0.0;
         for start in (0..n).step_by(rows) {
             let m = rows.min(n - start);
-            let xb = MatRef::from_row_major_slice(&self.x[start * d..(start + m) * d], m, d);
+            self.x.read(start, &mut block[..m * d]);
+            let xb = MatRef::from_row_major_slice(&block[..m * d], m, d);
             let mut h = scores.as_mut().subrows_mut(0, m);
             matmul(h.rb_mut(), Accum::Replace, xb, w, 1.0, Par::Seq);
             for r in 0..m {
@@ -134,21 +137,20 @@ impl Gradient for Problem<'_> {
 }
 
 impl Logistic {
-    /// Fits `x` (`y.len() × dim`, row-major) to the classes `y`. The error is the solver's
-    /// message (e.g. the line search's "search direction must be a descent direction").
-    pub fn fit(x: &[f64], dim: usize, y: &[usize], settings: Settings) -> Result<Logistic, String> {
-        if dim == 0 || x.len() != y.len() * dim || y.is_empty() {
-            return Err(format!("{} values for {} cells of {dim} features", x.len(), y.len()));
-        }
-        if x.iter().any(|v| !v.is_finite()) {
-            return Err("the features hold a NaN or infinite value".into());
+    /// Fits the rows of `x` (one per entry of `y`; finite, as the probes' inputs are checked to
+    /// be) to the classes `y`. The error is the solver's message (e.g. the line search's "search
+    /// direction must be a descent direction").
+    pub fn fit(x: &dyn Rows, y: &[usize], settings: Settings) -> Result<Logistic, String> {
+        let dim = x.dim();
+        if dim == 0 || x.len() != y.len() || y.is_empty() {
+            return Err(format!("{} rows of {dim} features for {} classes", x.len(), y.len()));
         }
         let mut classes = y.to_vec();
         classes.sort_unstable();
         classes.dedup();
         let target = y.iter().map(|c| classes.binary_search(c).unwrap_or(0)).collect();
         let k = classes.len();
-        let problem = Problem { x, dim, target, classes: k, alpha: settings.alpha, memo: Mutex::new(None) };
+        let problem = Problem { x, target, classes: k, alpha: settings.alpha, memo: Mutex::new(None) };
         let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
             .with_tolerance_grad(settings.gradient_tolerance)
             .map_err(|e| e.to_string())?;
@@ -170,13 +172,19 @@ impl Logistic {
     }
 
     /// Class probabilities of each row of `x` (`rows × classes.len()`, row-major).
-    pub fn probabilities(&self, x: &[f64]) -> Vec<f64> {
-        let (d, k) = (self.dim, self.classes.len());
-        let n = x.len() / d;
+    pub fn probabilities(&self, x: &dyn Rows) -> Vec<f64> {
+        let (d, k, n) = (self.dim, self.classes.len(), x.len());
         let w = MatRef::from_row_major_slice(&self.params[..d * k], d, k);
         let b = &self.params[d * k..];
+        let rows = block_rows(d);
+        let mut block = vec![0.0; rows * d];
         let mut h = Mat::<f64>::zeros(n, k);
-        matmul(h.as_mut(), Accum::Replace, MatRef::from_row_major_slice(x, n, d), w, 1.0, Par::Seq);
+        for start in (0..n).step_by(rows) {
+            let m = rows.min(n - start);
+            x.read(start, &mut block[..m * d]);
+            let xb = MatRef::from_row_major_slice(&block[..m * d], m, d);
+            matmul(h.as_mut().subrows_mut(start, m), Accum::Replace, xb, w, 1.0, Par::Seq);
+        }
         let mut out = Vec::with_capacity(n * k);
         for r in 0..n {
             let max = (0..k).map(|c| h[(r, c)] + b[c]).fold(f64::NEG_INFINITY, f64::max);
@@ -206,6 +214,7 @@ mod tests {
     use ndarray15::Array2;
 
     use super::*;
+    use crate::fold_rows::Dense;
 
     /// Three overlapping Gaussian classes in 5 dimensions (not separable, so the optimum is
     /// finite and well defined).
@@ -226,7 +235,8 @@ mod tests {
     #[test]
     fn the_gradient_is_the_cost_derivative() {
         let (x, y) = blobs(60);
-        let problem = Problem { x: &x, dim: 5, target: y, classes: 3, alpha: 0.7, memo: Mutex::new(None) };
+        let rows = Dense { x: &x, dim: 5 };
+        let problem = Problem { x: &rows, target: y, classes: 3, alpha: 0.7, memo: Mutex::new(None) };
         let p: Vec<f64> = (0..18).map(|i| ((i as f64) * 0.37).sin() * 0.3).collect();
         let (_, grad) = problem.cost_and_gradient(&p);
         for i in 0..p.len() {
@@ -245,7 +255,8 @@ mod tests {
         let x: Vec<f64> = (0..n * d).map(|i| ((i as f64) * 0.013).sin()).collect();
         let y: Vec<usize> = (0..n).map(|i| i % 2).collect();
         let p: Vec<f64> = (0..(d + 1) * 2).map(|i| ((i as f64) * 0.7).cos() * 0.01).collect();
-        let problem = Problem { x: &x, dim: d, target: y.clone(), classes: 2, alpha: 1.0, memo: Mutex::new(None) };
+        let rows = Dense { x: &x, dim: d };
+        let problem = Problem { x: &rows, target: y.clone(), classes: 2, alpha: 1.0, memo: Mutex::new(None) };
         let (cost, grad) = problem.cost_and_gradient(&p);
         let mut want = 0.0;
         for r in 0..n {
@@ -263,7 +274,7 @@ mod tests {
     fn the_fit_reaches_linfas_optimum() {
         let (x, y) = blobs(300);
         let fit = Settings { alpha: 1.0, max_iterations: 200, gradient_tolerance: 1e-4 };
-        let ours = Logistic::fit(&x, 5, &y, fit).unwrap();
+        let ours = Logistic::fit(&Dense { x: &x, dim: 5 }, &y, fit).unwrap();
         let theirs = MultiLogisticRegression::default()
             .alpha(1.0)
             .max_iterations(200)
@@ -271,7 +282,7 @@ mod tests {
             .fit(&Dataset::new(Array2::from_shape_vec((300, 5), x.clone()).unwrap(), Array1::from(y.clone())))
             .unwrap();
         let want = theirs.predict_probabilities(&Array2::from_shape_vec((300, 5), x.clone()).unwrap());
-        let got = ours.probabilities(&x);
+        let got = ours.probabilities(&Dense { x: &x, dim: 5 });
         let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-3, "largest probability difference {worst}");
         assert_eq!(ours.classes, vec![0, 1, 2]);
@@ -281,9 +292,9 @@ mod tests {
     }
 
     #[test]
-    fn bad_shapes_and_values_are_errors() {
+    fn bad_shapes_are_errors() {
         let fit = Settings { alpha: 1.0, max_iterations: 10, gradient_tolerance: 1e-4 };
-        assert!(Logistic::fit(&[1.0, 2.0, 3.0], 2, &[0, 1], fit).is_err());
-        assert!(Logistic::fit(&[1.0, f64::NAN], 1, &[0, 1], fit).is_err());
+        assert!(Logistic::fit(&Dense { x: &[1.0, 2.0, 3.0, 4.0], dim: 2 }, &[0, 1, 1], fit).is_err());
+        assert!(Logistic::fit(&Dense { x: &[], dim: 0 }, &[], fit).is_err());
     }
 }

@@ -8,5 +8,5 @@ mod pca;
 mod random;
 
 pub use hvg::{highly_variable_genes, log_normalize, CsrMatrix};
-pub use pca::pca;
+pub use pca::{pca, pca_centring};
 pub use random::random_projection;

@@ -3,7 +3,7 @@
 use corrflow_io::tokenize::ValueTransform;
 
 use super::{CellData, CellEvalOptions};
-use crate::baselines::{highly_variable_genes, log_normalize, pca, random_projection, CsrMatrix};
+use crate::baselines::{highly_variable_genes, log_normalize, pca_centring, random_projection, CsrMatrix};
 
 /// `(name, kind, source, row-major data, dim)` of each baseline, and notes on deviations; or
 /// why no baseline could be computed.
@@ -66,10 +66,13 @@ pub(super) fn build(
             opts.n_top_genes
         ));
     }
-    let dense = dense_columns(&x, &hvg);
+    let mut dense = dense_columns(&x, &hvg);
+    drop(x);
     let (rows, cols) = (keep.len(), hvg.len());
     let start = std::time::Instant::now();
-    let (scores, comps) = pca(&dense, rows, cols, opts.n_comps)?;
+    // Centred in place (no copy): the HVG and random-projection methods then score the centred
+    // matrix, which changes none of their scores (each is translation invariant).
+    let (scores, comps) = pca_centring(&mut dense, rows, cols, opts.n_comps)?;
     tracing::debug!(rows, cols, seconds = start.elapsed().as_secs_f64(), "eval cells: PCA baseline");
     let random = random_projection(&dense, rows, cols, random_dim, opts.seed);
     let recipe = format!("normalize_total → log1p → {cols} HVGs (seurat)");

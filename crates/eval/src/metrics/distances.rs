@@ -141,14 +141,18 @@ pub fn distance_pass(points: Points<'_>, k: usize, labels: Groups<'_>, batches: 
             // `n × rows`, column-major: one row's dot products are contiguous.
             let mut dots = Mat::<f32>::zeros(n, rows);
             matmul(dots.as_mut(), Accum::Replace, all, all.subrows(start, rows).transpose(), 1.0, Par::Seq);
-            let mut dist = vec![0.0; n];
+            let mut chunk = vec![0.0; CHUNK.min(n)];
             (0..rows)
                 .map(|r| {
                     let i = start + r;
                     let col = dots.col(r).try_as_col_major().expect("a column of a column-major Mat");
-                    squared_to_distances(i, points, &norms, col.as_slice(), &mut dist);
-                    dist[i] = 0.0;
-                    reduce_row(i, &dist, k, labels, batches)
+                    let mut row = RowReducer::new(i, k, labels, batches);
+                    for from in (0..n).step_by(CHUNK) {
+                        let d = &mut chunk[..CHUNK.min(n - from)];
+                        squared_to_distances(i, from, points, &norms, &col.as_slice()[from..from + d.len()], d);
+                        row.add(from, d);
+                    }
+                    row.finish()
                 })
                 .collect()
         })
@@ -175,83 +179,158 @@ struct RowResult {
     batch_sums: Option<Vec<f64>>,
 }
 
-/// `dist[j] = √max(0, |x_i|² + |x_j|² − 2 x_i·x_j)` from the (centred) norms and f32 products.
-/// Where that squared distance is under a thousandth of the norms, the product's rounding
-/// (~10⁻⁷ of them) would be a visible part of it: those pairs (near-duplicates, which the
-/// nearest-neighbour lists rank) are recomputed in f64 from the rows. The other two loops are
-/// branch-free over equal-length slices so that they vectorise (with `f64::max` and iterator
-/// adaptors the compiler kept the square roots scalar, a fifth of a 64-d method's time).
-fn squared_to_distances(i: usize, points: Points<'_>, norms: &[f64], dots: &[f32], dist: &mut [f64]) {
-    let n = dist.len();
-    let (norms, dots) = (&norms[..n], &dots[..n]);
+/// Cells per chunk of a row's distances: 16 KB of f64, so that the chunk's loops below run in L1
+/// (at 100,000 cells a whole row is 800 KB, and five passes over it from L2/L3 made the
+/// low-dimensional methods' distance pass 6× their product).
+const CHUNK: usize = 2048;
+
+/// `dist[t] = √max(0, |x_i|² + |x_j|² − 2 x_i·x_j)` for `j = from + t`, from the (centred) norms
+/// and f32 products `dots` (`dist[i − from]` = 0). Where that squared distance is under a
+/// thousandth of the norms, the product's rounding (~10⁻⁷ of them) would be a visible part of
+/// it: those pairs (near-duplicates, which the nearest-neighbour lists rank) are recomputed in
+/// f64 from the rows. The other loops are branch-free over equal-length slices so that they
+/// vectorise (with `f64::max` and iterator adaptors the compiler kept the square roots scalar).
+fn squared_to_distances(i: usize, from: usize, points: Points<'_>, norms: &[f64], dots: &[f32], dist: &mut [f64]) {
+    let len = dist.len();
     let norm_i = norms[i];
-    for j in 0..n {
-        dist[j] = norm_i + norms[j] - 2.0 * f64::from(dots[j]);
+    let (norms, dots) = (&norms[from..from + len], &dots[..len]);
+    for t in 0..len {
+        dist[t] = norm_i + norms[t] - 2.0 * f64::from(dots[t]);
     }
-    let xi = points.row(i);
-    for j in 0..n {
-        if dist[j] < 1e-3 * (norm_i + norms[j]) {
-            dist[j] = xi.iter().zip(points.row(j)).map(|(a, b)| (a - b) * (a - b)).sum();
+    // Counted without a branch (it vectorises); near-duplicates are rare, so the loop that
+    // fixes them runs for few chunks.
+    let near: usize = (0..len).map(|t| usize::from(dist[t] < 1e-3 * (norm_i + norms[t]))).sum();
+    if near > 0 {
+        let xi = points.row(i);
+        for t in 0..len {
+            if dist[t] < 1e-3 * (norm_i + norms[t]) {
+                dist[t] = xi.iter().zip(points.row(from + t)).map(|(a, b)| (a - b) * (a - b)).sum();
+            }
         }
     }
+    // The square root in f32 (relative error ~6e-8, four lanes a step): in f64 it was half of
+    // the pass at 100,000 cells of 64 dimensions (10¹⁰ roots).
     for d in dist.iter_mut() {
-        *d = if *d > 0.0 { *d } else { 0.0 }.sqrt();
+        *d = f64::from((if *d > 0.0 { *d } else { 0.0 } as f32).sqrt());
+    }
+    if (from..from + len).contains(&i) {
+        dist[i - from] = 0.0;
     }
 }
 
-/// Row `i`'s reductions from its distances to every cell (`dist[i]` = 0).
-fn reduce_row(i: usize, dist: &[f64], k: usize, labels: Groups<'_>, batches: Option<Groups<'_>>) -> RowResult {
-    let mut heap: BinaryHeap<Candidate> = BinaryHeap::with_capacity(k + 1);
-    let mut label_sums = vec![0.0; labels.count];
-    let mut batch_sums = batches.map(|b| vec![0.0; b.count]);
-    let own = labels.codes[i];
-    // Four interleaved accumulators: with few labels, one array's adds to the same slot form a
-    // chain of dependent load-add-stores, which set this loop's pace.
-    let mut partial = vec![0.0; 4 * labels.count];
-    let (quads, rest) = (dist.len() / 4 * 4, dist.len() % 4);
-    for (d, l) in dist[..quads].chunks_exact(4).zip(labels.codes[..quads].chunks_exact(4)) {
-        for lane in 0..4 {
-            partial[lane * labels.count + l[lane]] += d[lane];
+/// Row `i`'s reductions, fed its distances chunk by chunk.
+struct RowReducer<'a> {
+    i: usize,
+    k: usize,
+    labels: Groups<'a>,
+    batches: Option<Groups<'a>>,
+    heap: BinaryHeap<Candidate>,
+    /// The heap's farthest once it holds k (until then every cell enters).
+    worst: f64,
+    /// Four interleaved accumulators per label: with few labels, one array's adds to the same
+    /// slot form a chain of dependent load-add-stores, which set the loop's pace.
+    partial: Vec<f64>,
+    batch_sums: Option<Vec<f64>>,
+}
+
+impl<'a> RowReducer<'a> {
+    fn new(i: usize, k: usize, labels: Groups<'a>, batches: Option<Groups<'a>>) -> Self {
+        RowReducer {
+            i,
+            k,
+            labels,
+            batches,
+            heap: BinaryHeap::with_capacity(k + 1),
+            worst: f64::INFINITY,
+            partial: vec![0.0; 4 * labels.count],
+            batch_sums: batches.map(|b| vec![0.0; b.count]),
         }
     }
-    for j in quads..quads + rest {
-        partial[labels.codes[j]] += dist[j];
-    }
-    for (l, sum) in label_sums.iter_mut().enumerate() {
-        *sum = (0..4).map(|lane| partial[lane * labels.count + l]).sum();
-    }
-    if let (Some(s), Some(b)) = (batch_sums.as_mut(), batches) {
-        for (j, &dj) in dist.iter().enumerate() {
-            if labels.codes[j] == own {
-                s[b.codes[j]] += dj;
+
+    /// The distances to cells `from..from + dist.len()`.
+    fn add(&mut self, from: usize, dist: &[f64]) {
+        let count = self.labels.count;
+        let codes = &self.labels.codes[from..from + dist.len()];
+        let quads = dist.len() / 4 * 4;
+        for (d, l) in dist[..quads].chunks_exact(4).zip(codes[..quads].chunks_exact(4)) {
+            for lane in 0..4 {
+                self.partial[lane * count + l[lane]] += d[lane];
             }
         }
-    }
-    if k > 0 {
-        // Until the heap holds k, every cell enters; then only those nearer than its farthest.
-        let mut worst = f64::INFINITY;
-        for (j, &dj) in dist.iter().enumerate() {
-            if j == i || (heap.len() == k && dj > worst) {
+        for t in quads..dist.len() {
+            self.partial[codes[t]] += dist[t];
+        }
+        if let (Some(s), Some(b)) = (self.batch_sums.as_mut(), self.batches) {
+            let own = self.labels.codes[self.i];
+            for (t, &dt) in dist.iter().enumerate() {
+                if codes[t] == own {
+                    s[b.codes[from + t]] += dt;
+                }
+            }
+        }
+        if self.k == 0 {
+            return;
+        }
+        for (t, &dt) in dist.iter().enumerate() {
+            let j = from + t;
+            if j == self.i || (self.heap.len() == self.k && dt > self.worst) {
                 continue;
             }
-            let c = Candidate(dj, j as u32);
-            if heap.len() < k {
-                heap.push(c);
-            } else if c < *heap.peek().expect("k > 0") {
-                heap.pop();
-                heap.push(c);
+            let c = Candidate(dt, j as u32);
+            if self.heap.len() < self.k {
+                self.heap.push(c);
+            } else if c < *self.heap.peek().expect("k > 0") {
+                self.heap.pop();
+                self.heap.push(c);
             }
-            if heap.len() == k {
-                worst = heap.peek().map_or(f64::INFINITY, |c| c.0);
+            if self.heap.len() == self.k {
+                self.worst = self.heap.peek().map_or(f64::INFINITY, |c| c.0);
             }
         }
     }
-    RowResult { neighbours: heap.into_sorted_vec(), label_sums, batch_sums }
+
+    fn finish(self) -> RowResult {
+        let count = self.labels.count;
+        let label_sums = (0..count).map(|l| (0..4).map(|lane| self.partial[lane * count + l]).sum()).collect();
+        RowResult { neighbours: self.heap.into_sorted_vec(), label_sums, batch_sums: self.batch_sums }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_longer_than_a_chunk_reduce_as_a_direct_computation() {
+        // 2.2 chunks per row, with exact duplicates (cell j and j + 2,000 coincide).
+        let n = 2 * CHUNK + 400;
+        let data: Vec<f64> =
+            (0..n).flat_map(|i| [((i % 2000) as f64 * 0.37).sin(), ((i % 2000) as f64 * 0.11).cos()]).collect();
+        let points = Points { data: &data, dim: 2 };
+        let codes: Vec<usize> = (0..n).map(|i| i % 3).collect();
+        let bcodes: Vec<usize> = (0..n).map(|i| (i / 7) % 2).collect();
+        let (labels, batches) = (Groups { codes: &codes, count: 3 }, Groups { codes: &bcodes, count: 2 });
+        let out = distance_pass(points, 4, labels, Some(batches));
+        let dist = |i: usize, j: usize| {
+            points.row(i).iter().zip(points.row(j)).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt()
+        };
+        for i in [0, CHUNK - 1, CHUNK, n - 1] {
+            let mut all: Vec<(f64, usize)> = (0..n).filter(|&j| j != i).map(|j| (dist(i, j), j)).collect();
+            all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let (idx, d) = out.neighbours.of(i);
+            assert_eq!(d[0], 0.0, "row {i}: its duplicate is at distance 0");
+            for r in 0..4 {
+                assert!((d[r] - all[r].0).abs() < 1e-5, "row {i}: {} vs {}", d[r], all[r].0);
+            }
+            assert_eq!(idx[0] as usize, all[0].1);
+            for l in 0..3 {
+                let s: f64 = (0..n).filter(|&j| codes[j] == l).map(|j| dist(i, j)).sum();
+                assert!((out.label_sums[i * 3 + l] - s).abs() < 1e-5 * s.max(1.0));
+            }
+            let s: f64 = (0..n).filter(|&j| codes[j] == codes[i] && bcodes[j] == 0).map(|j| dist(i, j)).sum();
+            assert!((out.batch_sums.as_ref().unwrap()[i * 2] - s).abs() < 1e-5 * s.max(1.0));
+        }
+    }
 
     #[test]
     fn neighbours_and_sums_match_a_direct_computation() {

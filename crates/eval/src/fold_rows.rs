@@ -1,0 +1,126 @@
+//! A probe fold's cells as the classifiers read them: rows of the method's matrix picked by index
+//! and standardised with the training cells' column means and standard deviations as they are
+//! read. The folds never copy the matrix (at 100,000 cells × 2,000 HVGs a training fold's
+//! standardised copy was 1.3 GB, and two or three folds are in flight at once).
+
+/// Rows of a matrix, read in blocks.
+pub trait Rows: Sync {
+    fn len(&self) -> usize;
+    fn dim(&self) -> usize;
+    /// Rows `start..start + out.len() / dim`, row-major, into `out`.
+    fn read(&self, start: usize, out: &mut [f64]);
+}
+
+/// A whole row-major matrix.
+pub struct Dense<'a> {
+    pub x: &'a [f64],
+    pub dim: usize,
+}
+
+impl Rows for Dense<'_> {
+    fn len(&self) -> usize {
+        self.x.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn read(&self, start: usize, out: &mut [f64]) {
+        out.copy_from_slice(&self.x[start * self.dim..start * self.dim + out.len()]);
+    }
+}
+
+/// Column means and standard deviations (population; 1 where a column is constant) of some rows.
+pub struct Standardiser {
+    mean: Vec<f64>,
+    /// `1 / sd`: a product per value instead of a division, so that reading vectorises.
+    inv_sd: Vec<f64>,
+}
+
+impl Standardiser {
+    /// The statistics of `rows` of `x` (`dim` columns), two passes in row order.
+    pub fn fit(x: &[f64], dim: usize, rows: &[usize]) -> Standardiser {
+        let n = rows.len().max(1) as f64;
+        let row = |i: usize| &x[i * dim..(i + 1) * dim];
+        let mut mean = vec![0.0; dim];
+        for &i in rows {
+            mean.iter_mut().zip(row(i)).for_each(|(m, v)| *m += v);
+        }
+        mean.iter_mut().for_each(|m| *m /= n);
+        let mut var = vec![0.0; dim];
+        for &i in rows {
+            var.iter_mut().zip(row(i)).zip(&mean).for_each(|((s, v), m)| *s += (v - m) * (v - m));
+        }
+        let sd = var.into_iter().map(|s| (s / n).sqrt()).map(|s| if s > 1e-12 { s } else { 1.0 });
+        Standardiser { mean, inv_sd: sd.map(|s| 1.0 / s).collect() }
+    }
+}
+
+/// `rows` of `x`, standardised by `by`.
+pub struct FoldRows<'a> {
+    pub x: &'a [f64],
+    pub dim: usize,
+    pub rows: &'a [usize],
+    pub by: &'a Standardiser,
+}
+
+impl Rows for FoldRows<'_> {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn read(&self, start: usize, out: &mut [f64]) {
+        let d = self.dim;
+        for (dst, &i) in out.chunks_exact_mut(d).zip(&self.rows[start..]) {
+            let (src, mean, inv) = (&self.x[i * d..(i + 1) * d], &self.by.mean[..d], &self.by.inv_sd[..d]);
+            for c in 0..d {
+                dst[c] = (src[c] - mean[c]) * inv[c];
+            }
+        }
+    }
+}
+
+impl FoldRows<'_> {
+    /// Every row, standardised, as one row-major matrix.
+    pub fn copy(&self) -> Vec<f64> {
+        let mut out = vec![0.0; self.rows.len() * self.dim];
+        self.read(0, &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fold_rows_are_the_standardised_picked_rows() {
+        let x: Vec<f64> = (0..30).map(|i| ((i * 7) % 11) as f64 + if i % 3 == 2 { 0.0 } else { 0.5 }).collect();
+        // Column 2 is constant over the training rows: its sd is taken as 1.
+        let x: Vec<f64> = x.iter().enumerate().map(|(i, &v)| if i % 3 == 2 { 4.0 } else { v }).collect();
+        let train = [0, 2, 3, 5, 7, 9];
+        let by = Standardiser::fit(&x, 3, &train);
+        for c in 0..3 {
+            let col: Vec<f64> = train.iter().map(|&i| x[i * 3 + c]).collect();
+            let mean = col.iter().sum::<f64>() / 6.0;
+            let sd = (col.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 6.0).sqrt();
+            assert!((by.mean[c] - mean).abs() < 1e-12);
+            assert!((1.0 / by.inv_sd[c] - if sd > 1e-12 { sd } else { 1.0 }).abs() < 1e-12);
+        }
+        let rows = FoldRows { x: &x, dim: 3, rows: &[9, 1, 4], by: &by };
+        let mut out = vec![0.0; 6];
+        rows.read(1, &mut out);
+        for (r, &i) in [1usize, 4].iter().enumerate() {
+            for c in 0..3 {
+                assert!((out[r * 3 + c] - (x[i * 3 + c] - by.mean[c]) * by.inv_sd[c]).abs() < 1e-12);
+            }
+        }
+        assert_eq!(rows.len(), 3);
+        assert_eq!(&rows.copy()[3..], &out[..]);
+    }
+}

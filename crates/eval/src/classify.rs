@@ -7,7 +7,7 @@ use faer::prelude::{Reborrow, ReborrowMut};
 
 use corrflow_io::error::{Error, Result};
 
-use crate::fold_rows::{Dense, FoldRows, Rows, Standardiser};
+use crate::fold_rows::{Fold, FoldRows, Rows, Standardiser};
 use crate::logistic::{Logistic, Settings};
 
 /// The largest standardised fold part (training or test cells) copied rather than read through
@@ -100,23 +100,9 @@ impl Classifiers<'_> {
         // fold of 2,000 HVGs is 1.3 GB, and two or three folds are in flight) is read through
         // the view, in bounded memory.
         let by = Standardiser::fit(self.x, self.dim, train);
-        let (tr, te) = (
-            FoldRows { x: self.x, dim: self.dim, rows: train, by: &by },
-            FoldRows { x: self.x, dim: self.dim, rows: test, by: &by },
-        );
-        let small = |rows: &[usize]| rows.len() * self.dim * std::mem::size_of::<f64>() <= copy_bytes;
-        let (tr_copy, te_copy) = (small(train).then(|| tr.copy()), small(test).then(|| te.copy()));
-        let dim = self.dim;
-        let tr_dense = tr_copy.as_deref().map(|x| Dense { x, dim });
-        let te_dense = te_copy.as_deref().map(|x| Dense { x, dim });
-        let xtr: &dyn Rows = match &tr_dense {
-            Some(d) => d,
-            None => &tr,
-        };
-        let xte: &dyn Rows = match &te_dense {
-            Some(d) => d,
-            None => &te,
-        };
+        let view = |rows| FoldRows { x: self.x, dim: self.dim, rows, by: &by };
+        let (xtr, xte) = (Fold::new(view(train), copy_bytes), Fold::new(view(test), copy_bytes));
+        let (xtr, xte): (&dyn Rows, &dyn Rows) = (&xtr, &xte);
         let ytr: Vec<usize> = train.iter().map(|&i| self.y[i]).collect();
         let yte: Vec<usize> = test.iter().map(|&i| self.y[i]).collect();
         // The two probes of a fold are independent: rayon runs them side by side (and steals

@@ -94,6 +94,46 @@ impl FoldRows<'_> {
     }
 }
 
+/// A fold part as the probes read it: standardised once into a copy when that takes at most
+/// `copy_bytes`, else read through the view (bounded memory, standardising on every read).
+pub enum Fold<'a> {
+    Copied { x: Vec<f64>, dim: usize },
+    Viewed(FoldRows<'a>),
+}
+
+impl<'a> Fold<'a> {
+    pub fn new(view: FoldRows<'a>, copy_bytes: usize) -> Self {
+        if view.rows.len() * view.dim * std::mem::size_of::<f64>() <= copy_bytes {
+            Fold::Copied { x: view.copy(), dim: view.dim }
+        } else {
+            Fold::Viewed(view)
+        }
+    }
+}
+
+impl Rows for Fold<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Fold::Copied { x, dim } => Dense { x, dim: *dim }.len(),
+            Fold::Viewed(v) => v.len(),
+        }
+    }
+
+    fn dim(&self) -> usize {
+        match self {
+            Fold::Copied { dim, .. } => *dim,
+            Fold::Viewed(v) => v.dim,
+        }
+    }
+
+    fn read(&self, start: usize, out: &mut [f64]) {
+        match self {
+            Fold::Copied { x, dim } => Dense { x, dim: *dim }.read(start, out),
+            Fold::Viewed(v) => v.read(start, out),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -300,6 +300,37 @@ impl<'a> RowReducer<'a> {
 mod tests {
     use super::*;
 
+    /// Asserts row `i`'s neighbours (the first `k`), label sums and its sum over batch `batch`
+    /// within its label against distances computed directly from the points.
+    fn check_row(
+        out: &DistanceSums,
+        points: Points<'_>,
+        codes: &[usize],
+        bcodes: &[usize],
+        i: usize,
+        k: usize,
+        batch: usize,
+    ) {
+        let n = points.len();
+        let dist = |i: usize, j: usize| {
+            points.row(i).iter().zip(points.row(j)).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt()
+        };
+        let mut all: Vec<(f64, usize)> = (0..n).filter(|&j| j != i).map(|j| (dist(i, j), j)).collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (idx, d) = out.neighbours.of(i);
+        for r in 0..k {
+            assert!((d[r] - all[r].0).abs() < 1e-5, "row {i}: {} vs {}", d[r], all[r].0);
+        }
+        assert_eq!(idx[0] as usize, all[0].1);
+        for l in 0..3 {
+            let s: f64 = (0..n).filter(|&j| codes[j] == l).map(|j| dist(i, j)).sum();
+            assert!((out.label_sums[i * 3 + l] - s).abs() < 1e-5 * s.max(1.0));
+        }
+        let bs = out.batch_sums.as_ref().unwrap();
+        let s: f64 = (0..n).filter(|&j| codes[j] == codes[i] && bcodes[j] == batch).map(|j| dist(i, j)).sum();
+        assert!((bs[i * 2 + batch] - s).abs() < 1e-5 * s.max(1.0));
+    }
+
     #[test]
     fn rows_longer_than_a_chunk_reduce_as_a_direct_computation() {
         // 2.2 chunks per row, with exact duplicates (cell j and j + 2,000 coincide).
@@ -311,24 +342,9 @@ mod tests {
         let bcodes: Vec<usize> = (0..n).map(|i| (i / 7) % 2).collect();
         let (labels, batches) = (Groups { codes: &codes, count: 3 }, Groups { codes: &bcodes, count: 2 });
         let out = distance_pass(points, 4, labels, Some(batches));
-        let dist = |i: usize, j: usize| {
-            points.row(i).iter().zip(points.row(j)).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt()
-        };
         for i in [0, CHUNK - 1, CHUNK, n - 1] {
-            let mut all: Vec<(f64, usize)> = (0..n).filter(|&j| j != i).map(|j| (dist(i, j), j)).collect();
-            all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            let (idx, d) = out.neighbours.of(i);
-            assert_eq!(d[0], 0.0, "row {i}: its duplicate is at distance 0");
-            for r in 0..4 {
-                assert!((d[r] - all[r].0).abs() < 1e-5, "row {i}: {} vs {}", d[r], all[r].0);
-            }
-            assert_eq!(idx[0] as usize, all[0].1);
-            for l in 0..3 {
-                let s: f64 = (0..n).filter(|&j| codes[j] == l).map(|j| dist(i, j)).sum();
-                assert!((out.label_sums[i * 3 + l] - s).abs() < 1e-5 * s.max(1.0));
-            }
-            let s: f64 = (0..n).filter(|&j| codes[j] == codes[i] && bcodes[j] == 0).map(|j| dist(i, j)).sum();
-            assert!((out.batch_sums.as_ref().unwrap()[i * 2] - s).abs() < 1e-5 * s.max(1.0));
+            assert_eq!(out.neighbours.of(i).1[0], 0.0, "row {i}: its duplicate is at distance 0");
+            check_row(&out, points, &codes, &bcodes, i, 4, 0);
         }
     }
 
@@ -342,24 +358,8 @@ mod tests {
         let labels = Groups { codes: &codes, count: 3 };
         let batches = Groups { codes: &bcodes, count: 2 };
         let out = distance_pass(points, 5, labels, Some(batches));
-        let dist = |i: usize, j: usize| {
-            points.row(i).iter().zip(points.row(j)).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt()
-        };
         for i in [0, 17, 199] {
-            let mut all: Vec<(f64, usize)> = (0..n).filter(|&j| j != i).map(|j| (dist(i, j), j)).collect();
-            all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            let (idx, d) = out.neighbours.of(i);
-            for r in 0..5 {
-                assert!((d[r] - all[r].0).abs() < 1e-5, "{} vs {}", d[r], all[r].0);
-            }
-            assert_eq!(idx[0] as usize, all[0].1);
-            for l in 0..3 {
-                let s: f64 = (0..n).filter(|&j| codes[j] == l).map(|j| dist(i, j)).sum();
-                assert!((out.label_sums[i * 3 + l] - s).abs() < 1e-5 * s.max(1.0));
-            }
-            let bs = out.batch_sums.as_ref().unwrap();
-            let s: f64 = (0..n).filter(|&j| codes[j] == codes[i] && bcodes[j] == 1).map(|j| dist(i, j)).sum();
-            assert!((bs[i * 2 + 1] - s).abs() < 1e-5 * s.max(1.0));
+            check_row(&out, points, &codes, &bcodes, i, 5, 1);
         }
     }
 }

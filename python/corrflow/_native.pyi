@@ -145,6 +145,23 @@ def held_out_batches(
     atlases: List[str] = ...,
     mask_params: str = "{}",
 ) -> List[Dict[str, Any]]: ...
+def held_out_value_batches(
+    corpus: str,
+    graph: Optional[str] = None,
+    strategy: str = "random",
+    batch_size: int = 12,
+    seed: int = 0,
+    visible_genes: int = 256,
+    mask_p: float = 0.9,
+    mask_lambda: float = 0.5,
+    decode: str = "hvg:1024",
+    visible: str = "measured",
+    target_sum: float = 1e5,
+    eval_fraction: float = 0.05,
+    eval_cells: int = 512,
+    atlases: List[str] = ...,
+    mask_params: str = "{}",
+) -> List[Dict[str, Any]]: ...
 def set_progress(callback: Optional[Callable[..., None]] = None) -> None: ...
 
 class ValueBatches:
@@ -175,6 +192,7 @@ class ValueBatches:
         eval_fraction: float = 0.05,
         atlases: List[str] = ...,
         start: int = 0,
+        mask_params: str = "{}",
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> "ValueBatches": ...

@@ -98,34 +98,63 @@ class ValueModel(nn.Module):
         from onnx import numpy_helper
 
         w: Dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-        t = lambda name: torch.from_numpy(np.ascontiguousarray(w[name])).float()  # noqa: E731
         with torch.no_grad():
-            self.tokens.weight.copy_(t("embeddings.tokens"))
-            if self.positions is not None:
-                self.positions.weight.copy_(t("embeddings.positions")[: self.positions.weight.shape[0]])
-            if self.bins is not None:
-                self.bins.weight.copy_(t("embeddings.value_bins"))
-            self.embed_norm.weight.copy_(t("embeddings.norm.gamma"))
-            self.embed_norm.bias.copy_(t("embeddings.norm.beta"))
-            for i, layer in enumerate(self.encoder.layers):
-                p = f"layer{i}"
-                q, k, v = (t(f"{p}.attention.{n}.weight").T for n in ("query", "key", "value"))
-                layer.self_attn.in_proj_weight.copy_(torch.cat([q, k, v]))
-                layer.self_attn.in_proj_bias.copy_(torch.cat([t(f"{p}.attention.{n}.bias") for n in ("query", "key", "value")]))
-                layer.self_attn.out_proj.weight.copy_(t(f"{p}.attention.output.weight").T)
-                layer.self_attn.out_proj.bias.copy_(t(f"{p}.attention.output.bias"))
-                layer.linear1.weight.copy_(t(f"{p}.ffn.inner.weight").T)
-                layer.linear1.bias.copy_(t(f"{p}.ffn.inner.bias"))
-                layer.linear2.weight.copy_(t(f"{p}.ffn.outer.weight").T)
-                layer.linear2.bias.copy_(t(f"{p}.ffn.outer.bias"))
-                for n, norm in (("norm_1", layer.norm1), ("norm_2", layer.norm2)):
-                    norm.weight.copy_(t(f"{p}.{n}.gamma"))
-                    norm.bias.copy_(t(f"{p}.{n}.beta"))
-            for i, layer in enumerate(self.decoder):
-                layer.weight.copy_(t(f"decoder.{i}.weight").T)
-                layer.bias.copy_(t(f"decoder.{i}.bias"))
-            self.decoder_out.weight.copy_(t("decoder.out.weight").T)
-            self.decoder_out.bias.copy_(t("decoder.out.bias"))
+            for name, param, linear in self._corrflow_slots():
+                src = torch.from_numpy(np.array(w[name], dtype=np.float32))
+                src = src.T if linear else src[: param.shape[0]]
+                param.copy_(src)
+
+    def corrflow_state(self) -> Dict[str, torch.Tensor]:
+        """The weights under corrflow's names (those of its ONNX export), ``Linear`` weights as
+        PyTorch stores them (``[out, in]``): the ``model.safetensors`` of a value model directory,
+        which ``corrflow import values`` reads."""
+        return {name: p.detach().to("cpu", torch.float32).contiguous() for name, p, _ in self._corrflow_slots()}
+
+    def _corrflow_slots(self):
+        """(corrflow's name, this module's tensor or a view of it, whether it is a ``Linear``
+        weight) for every weight: the one name mapping, read by both directions."""
+        h = self.tokens.weight.shape[1]
+        yield "embeddings.tokens", self.tokens.weight, False
+        if self.positions is not None:
+            yield "embeddings.positions", self.positions.weight, False
+        if self.bins is not None:
+            yield "embeddings.value_bins", self.bins.weight, False
+        yield "embeddings.norm.gamma", self.embed_norm.weight, False
+        yield "embeddings.norm.beta", self.embed_norm.bias, False
+        for i, layer in enumerate(self.encoder.layers):
+            p, attn = f"layer{i}", layer.self_attn
+            for j, n in enumerate(("query", "key", "value")):
+                # PyTorch keeps the three projections in one matrix.
+                yield f"{p}.attention.{n}.weight", attn.in_proj_weight[j * h:(j + 1) * h], True
+                yield f"{p}.attention.{n}.bias", attn.in_proj_bias[j * h:(j + 1) * h], False
+            yield f"{p}.attention.output.weight", attn.out_proj.weight, True
+            yield f"{p}.attention.output.bias", attn.out_proj.bias, False
+            yield f"{p}.norm_1.gamma", layer.norm1.weight, False
+            yield f"{p}.norm_1.beta", layer.norm1.bias, False
+            yield f"{p}.ffn.inner.weight", layer.linear1.weight, True
+            yield f"{p}.ffn.inner.bias", layer.linear1.bias, False
+            yield f"{p}.ffn.outer.weight", layer.linear2.weight, True
+            yield f"{p}.ffn.outer.bias", layer.linear2.bias, False
+            yield f"{p}.norm_2.gamma", layer.norm2.weight, False
+            yield f"{p}.norm_2.beta", layer.norm2.bias, False
+        for i, layer in enumerate(self.decoder):
+            yield f"decoder.{i}.weight", layer.weight, True
+            yield f"decoder.{i}.bias", layer.bias, False
+        yield "decoder.out.weight", self.decoder_out.weight, True
+        yield "decoder.out.bias", self.decoder_out.bias, False
+
+    def bert_init(self, std: float = 0.02) -> "ValueModel":
+        """BERT's initialisation, as ``corrflow train`` starts a model: weights ~ N(0, std),
+        biases 0, LayerNorms 1 and 0."""
+        with torch.no_grad():
+            for name, p, _ in self._corrflow_slots():
+                if name.endswith((".gamma",)):
+                    p.fill_(1.0)
+                elif name.endswith((".bias", ".beta")):
+                    p.zero_()
+                else:
+                    p.normal_(0.0, std)
+        return self
 
 
 def _log_normalized(counts: torch.Tensor, totals: torch.Tensor, target_sum: float) -> torch.Tensor:

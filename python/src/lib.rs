@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval::eval_cells, m)?)?;
     m.add_class::<batches::MaskedBatches>()?;
     m.add_class::<value_batches::ValueBatches>()?;
+    m.add_function(wrap_pyfunction!(value_batches::held_out_value_batches, m)?)?;
     m.add_function(wrap_pyfunction!(batches::held_out_batches, m)?)?;
     m.add_function(wrap_pyfunction!(progress::set_progress, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -38,7 +38,7 @@ pub(crate) struct ValueBatches {
 #[pymethods]
 impl ValueBatches {
     #[new]
-    #[pyo3(signature = (corpus, graph=None, strategy="random", batch_size=12, epoch=0, seed=0, rank=0, world_size=1, visible_genes=256, mask_p=0.9, mask_lambda=0.5, decode="hvg:1024", visible="measured", target_sum=1e5, group_batches=50, shuffle_buffer=10_000, eval_fraction=0.05, atlases=Vec::new(), start=0))]
+    #[pyo3(signature = (corpus, graph=None, strategy="random", batch_size=12, epoch=0, seed=0, rank=0, world_size=1, visible_genes=256, mask_p=0.9, mask_lambda=0.5, decode="hvg:1024", visible="measured", target_sum=1e5, group_batches=50, shuffle_buffer=10_000, eval_fraction=0.05, atlases=Vec::new(), start=0, mask_params="{}"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -61,81 +61,36 @@ impl ValueBatches {
         eval_fraction: f64,
         atlases: Vec<String>,
         start: u64,
+        mask_params: &str,
     ) -> PyResult<Self> {
         if world_size == 0 || rank >= world_size {
             return Err(PyValueError::new_err(format!("rank {rank} is not one of world_size {world_size} ranks")));
         }
-        if batch_size == 0 || group_batches == 0 {
-            return Err(PyValueError::new_err("batch_size and group_batches must be at least 1"));
-        }
-        if !(target_sum > 0.0 && target_sum.is_finite()) {
-            return Err(PyValueError::new_err(format!("target_sum must be a finite number > 0, got {target_sum}")));
-        }
-        if !(0.0..1.0).contains(&eval_fraction) {
-            return Err(PyValueError::new_err(format!("eval_fraction must be in [0, 1), got {eval_fraction}")));
-        }
-        let decoded_only = match visible {
-            "measured" => false,
-            "decoded" => true,
-            _ => {
-                return Err(PyValueError::new_err(format!("visible must be 'measured' or 'decoded', got '{visible}'")))
-            }
+        let spec = ValueSpec {
+            corpus,
+            graph,
+            strategy,
+            batch_size,
+            group_batches,
+            shuffle_buffer,
+            epochs: epoch as usize + 1,
+            seed,
+            mask_p,
+            mask_lambda,
+            decode,
+            visible,
+            target_sum,
+            eval_fraction,
+            atlases,
+            mask_params,
         };
-        let strategy =
-            MaskStrategy::parse(strategy).filter(|s| !matches!(s.name(), "pmi" | "pmi-rand")).ok_or_else(|| {
-                PyValueError::new_err(format!("strategy must be 'random' or 'corrmask', got '{strategy}'"))
-            })?;
-        let params = MaskParams { strategy, seed, p: mask_p, lambda: mask_lambda, ..MaskParams::default() };
-        params.validate().map_err(PyValueError::new_err)?;
+        let data = spec.open(py)?;
+        let len = (data.plan.batches_per_epoch() as usize).div_ceil(world_size).saturating_sub(start as usize);
+        let feed = data.plan.clone().shard_feed(epoch, rank, world_size, start);
+        let (decode_genes, cls) = (data.decode.clone(), data.cls);
         let (tx, rx) = crossbeam_channel::bounded(AHEAD);
-        let opened = py.detach(|| -> corrflow_io::Result<_> {
-            let c = Corpus::open(&corpus)?;
-            let index = c.index(&atlases)?;
-            let measured = atlas_measured(&corpus, &index)?;
-            let vocab = if c.vocab.cls.is_some() { c.vocab.clone() } else { c.vocab.clone().with_v2_specials() };
-            let is_gene: Arc<Vec<bool>> = Arc::new((0..vocab.len() as u32).map(|t| vocab.is_gene(t)).collect());
-            let g = graph.as_ref().map(|dir| corrflow_io::graph_files::read_graph(dir)).transpose()?;
-            if g.is_none() && strategy.needs_graph() && mask_lambda > 0.0 {
-                return Err(corrflow_io::Error::Usage(format!(
-                    "strategy '{strategy}' needs a dependency graph: pass graph="
-                )));
-            }
-            let plan = DataPlan {
-                index: index.clone(),
-                vocab_size: c.vocab.len(),
-                layout: c.info.layout,
-                batch_size,
-                group_batches,
-                shuffle_buffer,
-                epochs: epoch as usize + 1,
-                max_len: 0,
-                eval_fraction,
-                seed,
-                subset: None,
-                expression: Some(is_gene.clone()),
-            };
-            let decode = decoding_set(decode, &plan, &measured, g.as_ref(), &is_gene)?;
-            let dir = graph.clone().unwrap_or_default();
-            let ctx = MaskContext::load(&c.info, &c.vocab, &index, g.as_ref(), &dir, params, false)?;
-            let cls = vocab.cls.unwrap_or_default();
-            let atlases = CellAtlases::new(&index, measured, &decode, decoded_only);
-            Ok((plan, decode, atlases, ctx, cls, vocab.pad))
-        });
-        let (plan, decode, atlases, ctx, cls, pad) = opened.map_err(py_err)?;
-        let len = (plan.batches_per_epoch() as usize).div_ceil(world_size).saturating_sub(start as usize);
-        let feed = plan.clone().shard_feed(epoch, rank, world_size, start);
-        let genes = decode.len();
         std::thread::spawn(move || {
-            let maker = BatchMaker {
-                atlases: &atlases,
-                target_sum,
-                decode_genes: genes,
-                ctx: &ctx,
-                cls,
-                pad,
-                visible_genes,
-                labels: None,
-            };
+            let maker = data.maker(visible_genes);
             let read = feed(&mut |item| match item {
                 Feed::Batch(b) => {
                     let cells: Option<Vec<(u64, ExpressionCell)>> =
@@ -151,7 +106,7 @@ impl ValueBatches {
                 let _ = tx.send(Err(e));
             }
         });
-        Ok(Self { rx: Some(rx), decode_genes: decode, cls, len })
+        Ok(Self { rx: Some(rx), decode_genes, cls, len })
     }
 
     fn __len__(&self) -> usize {
@@ -182,6 +137,178 @@ impl ValueBatches {
     /// Stops the reader (iteration ends); dropping the iterator does the same.
     fn close(&mut self) {
         self.rx = None;
+    }
+}
+
+/// `corrflow train`'s held-out evaluation set of a value model (its `eval_loss`): the first
+/// `eval_cells` held-out cells (key order), their visible genes drawn once for a fixed evaluation
+/// epoch (so every evaluation sees the same inputs), in batches of `batch_size`; as a list of
+/// dicts like `ValueBatches`' batches.
+#[pyfunction]
+#[pyo3(signature = (corpus, graph=None, strategy="random", batch_size=12, seed=0, visible_genes=256, mask_p=0.9, mask_lambda=0.5, decode="hvg:1024", visible="measured", target_sum=1e5, eval_fraction=0.05, eval_cells=512, atlases=Vec::new(), mask_params="{}"))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn held_out_value_batches<'py>(
+    py: Python<'py>,
+    corpus: PathBuf,
+    graph: Option<PathBuf>,
+    strategy: &str,
+    batch_size: usize,
+    seed: u64,
+    visible_genes: usize,
+    mask_p: f64,
+    mask_lambda: f64,
+    decode: &str,
+    visible: &str,
+    target_sum: f64,
+    eval_fraction: f64,
+    eval_cells: usize,
+    atlases: Vec<String>,
+    mask_params: &str,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let spec = ValueSpec {
+        corpus,
+        graph,
+        strategy,
+        batch_size,
+        group_batches: 1,
+        shuffle_buffer: 1,
+        epochs: 1,
+        seed,
+        mask_p,
+        mask_lambda,
+        decode,
+        visible,
+        target_sum,
+        eval_fraction,
+        atlases,
+        mask_params,
+    };
+    let data = spec.open(py)?;
+    let batches = py
+        .detach(|| -> corrflow_io::Result<Vec<ValueBatch>> {
+            let maker = data.maker(visible_genes);
+            let cells = data.plan.eval_expression_set(eval_cells, &data.is_gene)?;
+            // The trainer's evaluation epoch (crates/train/src/values).
+            Ok(cells.chunks(batch_size).map(|c| maker.build(u64::MAX, c)).collect())
+        })
+        .map_err(py_err)?;
+    batches.into_iter().map(|b| batch_dict(py, b)).collect()
+}
+
+/// What a value model's batches are made from, as the Python calls give it.
+struct ValueSpec<'a> {
+    corpus: PathBuf,
+    graph: Option<PathBuf>,
+    strategy: &'a str,
+    batch_size: usize,
+    group_batches: usize,
+    shuffle_buffer: usize,
+    epochs: usize,
+    seed: u64,
+    mask_p: f64,
+    mask_lambda: f64,
+    decode: &'a str,
+    visible: &'a str,
+    target_sum: f64,
+    eval_fraction: f64,
+    atlases: Vec<String>,
+    /// JSON overrides of the masking parameters (`[mask]` less its strategy: its seed, `k_max`,
+    /// ...), applied over `seed`, `mask_p` and `mask_lambda`.
+    mask_params: &'a str,
+}
+
+/// The corpus opened for value batches: the data plan, the decoding set, the atlases' measured
+/// genes and the hidden/visible choice, as `corrflow train` resolves them
+/// (`crates/train/src/values/setup.rs`).
+struct ValueData {
+    plan: DataPlan,
+    decode: Vec<u32>,
+    atlases: CellAtlases,
+    ctx: MaskContext,
+    cls: u32,
+    pad: u32,
+    target_sum: f64,
+    is_gene: Arc<Vec<bool>>,
+}
+
+impl ValueData {
+    fn maker(&self, visible_genes: usize) -> BatchMaker<'_> {
+        BatchMaker {
+            atlases: &self.atlases,
+            target_sum: self.target_sum,
+            decode_genes: self.decode.len(),
+            ctx: &self.ctx,
+            cls: self.cls,
+            pad: self.pad,
+            visible_genes,
+            labels: None,
+        }
+    }
+}
+
+impl ValueSpec<'_> {
+    /// Checks the arguments (errors name them) and opens the corpus without the GIL.
+    fn open(self, py: Python<'_>) -> PyResult<ValueData> {
+        if self.batch_size == 0 || self.group_batches == 0 {
+            return Err(PyValueError::new_err("batch_size and group_batches must be at least 1"));
+        }
+        let target_sum = self.target_sum;
+        if !(target_sum > 0.0 && target_sum.is_finite()) {
+            return Err(PyValueError::new_err(format!("target_sum must be a finite number > 0, got {target_sum}")));
+        }
+        if !(0.0..1.0).contains(&self.eval_fraction) {
+            return Err(PyValueError::new_err(format!("eval_fraction must be in [0, 1), got {}", self.eval_fraction)));
+        }
+        let decoded_only = match self.visible {
+            "measured" => false,
+            "decoded" => true,
+            other => {
+                return Err(PyValueError::new_err(format!("visible must be 'measured' or 'decoded', got '{other}'")))
+            }
+        };
+        let strategy =
+            MaskStrategy::parse(self.strategy).filter(|s| !matches!(s.name(), "pmi" | "pmi-rand")).ok_or_else(
+                || PyValueError::new_err(format!("strategy must be 'random' or 'corrmask', got '{}'", self.strategy)),
+            )?;
+        let defaults =
+            MaskParams { strategy, seed: self.seed, p: self.mask_p, lambda: self.mask_lambda, ..MaskParams::default() };
+        let params = crate::graph::with_overrides(defaults, self.mask_params, "mask_params")?;
+        params.validate().map_err(PyValueError::new_err)?;
+        let mask_lambda = params.lambda;
+        py.detach(|| -> corrflow_io::Result<_> {
+            let c = Corpus::open(&self.corpus)?;
+            let index = c.index(&self.atlases)?;
+            let measured = atlas_measured(&self.corpus, &index)?;
+            let vocab = if c.vocab.cls.is_some() { c.vocab.clone() } else { c.vocab.clone().with_v2_specials() };
+            let is_gene: Arc<Vec<bool>> = Arc::new((0..vocab.len() as u32).map(|t| vocab.is_gene(t)).collect());
+            let g = self.graph.as_ref().map(|dir| corrflow_io::graph_files::read_graph(dir)).transpose()?;
+            if g.is_none() && strategy.needs_graph() && mask_lambda > 0.0 {
+                return Err(corrflow_io::Error::Usage(format!(
+                    "strategy '{strategy}' needs a dependency graph: pass graph="
+                )));
+            }
+            let plan = DataPlan {
+                index: index.clone(),
+                vocab_size: c.vocab.len(),
+                layout: c.info.layout,
+                batch_size: self.batch_size,
+                group_batches: self.group_batches,
+                shuffle_buffer: self.shuffle_buffer,
+                epochs: self.epochs,
+                max_len: 0,
+                eval_fraction: self.eval_fraction,
+                seed: self.seed,
+                subset: None,
+                expression: Some(is_gene.clone()),
+            };
+            let decode = decoding_set(self.decode, &plan, &measured, g.as_ref(), &is_gene)?;
+            let dir = self.graph.clone().unwrap_or_default();
+            let ctx = MaskContext::load(&c.info, &c.vocab, &index, g.as_ref(), &dir, params, false)?;
+            let atlases = CellAtlases::new(&index, measured, &decode, decoded_only);
+            let (cls, pad) = (vocab.cls.unwrap_or_default(), vocab.pad);
+            Ok(ValueData { plan, decode, atlases, ctx, cls, pad, target_sum, is_gene })
+        })
+        .map_err(py_err)
     }
 }
 

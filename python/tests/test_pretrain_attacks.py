@@ -209,10 +209,12 @@ def test_bad_numbers_are_refused_naming_the_flag(flag, value, want, tmp_path, pb
 
 
 @pytest.mark.parametrize("objective, want", [
-    ("wced", "[model].objective = 'wced': corrflow.pretrain trains BERT's masked-LM objective only (allowed: 'mlm')"),
-    ("poisson", "[model].objective = 'poisson': corrflow.pretrain trains BERT's masked-LM objective only"),
-    ("mlmm", "[model].objective = 'mlmm' is not an objective (corrflow's: mlm, wced, poisson); "
-             "corrflow.pretrain trains 'mlm'"),
+    ("wced", "[model].objective = 'wced' needs model.input = 'value' or 'bins' (a value model); on ranks, "
+             "'wced-rank' is trained by `corrflow train`"),
+    ("poisson", "[model].objective = 'poisson': corrflow.pretrain trains BERT's masked-LM objective and the value "
+                "models (allowed: 'mlm', 'txfm', 'wced')"),
+    ("mlmm", "[model].objective = 'mlmm' is not an objective (corrflow's: mlm, wced-rank, poisson, txfm, wced); "
+             "corrflow.pretrain trains 'mlm', 'txfm', 'wced'"),
 ])
 def test_objectives_it_does_not_train_are_refused_naming_the_key_and_the_allowed(
         objective, want, tmp_path, pbmc_corpus, pbmc_graph, capsys):

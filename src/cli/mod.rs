@@ -130,6 +130,17 @@ pub(crate) enum ImportCommand {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// A value model (objective txfm or wced) trained by `corrflow.pretrain` in PyTorch: its
+    /// RUN/values/ directory (config.json, model.safetensors, vocab/, corrflow_sha256.txt) into
+    /// a run directory usable by `export onnx`, `embed`, `serve` and `annotate`.
+    Values {
+        /// The value model directory (RUN/values/ of a `corrflow.pretrain` run).
+        #[arg(long, value_name = "DIR")]
+        model: PathBuf,
+        /// The new run directory (its vocab/ and one checkpoint at the model's step).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]

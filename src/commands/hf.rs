@@ -56,6 +56,29 @@ pub(crate) fn import_hf(
     print_summary(json, &human, &s)
 }
 
+pub(crate) fn import_values(model: &Path, out: &Path, json: bool) -> Result<()> {
+    super::overlap().input("--model", model).output_dir("--out", out).check()?;
+    let s = corrflow::model::import::import_values(model, out)?;
+    let mut human = format!(
+        "imported a {} value model ({} input, {} layers, hidden {}, {} decoded genes, step {}, {} parameters{}) -> {}",
+        s.objective,
+        s.input,
+        s.layers,
+        s.hidden,
+        s.decode_genes,
+        s.step,
+        s.parameters,
+        if s.written_by.is_empty() { String::new() } else { format!(", written by {}", s.written_by) },
+        s.checkpoint
+    );
+    let record = corrflow::model::import::RECORD_FILE;
+    human.push_str(&match s.sha256_checked {
+        Some(n) => format!("\nchecked: {n} files match their sha256 ({record})"),
+        None => format!("\nnot checked: no {record}, so damaged weights cannot be told from trained ones"),
+    });
+    print_summary(json, &human, &s)
+}
+
 pub(crate) fn export_hf_model(checkpoint: PathBuf, out: PathBuf, json: bool) -> Result<()> {
     super::overlap().input("--checkpoint", &checkpoint).replaced_dir("--out", &out).check()?;
     let s = corrflow::export::hf::export_hf_model(&corrflow::export::hf::HfModelRequest { checkpoint, out })?;

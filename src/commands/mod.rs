@@ -75,6 +75,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Import(ImportCommand::Hf { model, vocab, version, out }) => {
             hf::import_hf(&model, vocab.as_deref(), version, &out, json)
         }
+        Command::Import(ImportCommand::Values { model, out }) => hf::import_values(&model, &out, json),
         Command::Ontology(c) => annotate::ontology(&cfg, c, json),
         Command::Annotate(a) => annotate::annotate(&cfg, a, json),
         Command::Synth(c) => {

@@ -17,8 +17,9 @@ from .config import ConfigError, load
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="torchrun ... -m corrflow.pretrain",
-        description="Pre-trains a Geneformer-architecture BERT (transformers' BertForMaskedLM) on corrflow's "
-                    "masked batches with PyTorch DDP or FSDP.")
+        description="Pre-trains a Geneformer-architecture BERT (transformers' BertForMaskedLM, objective mlm) on "
+                    "corrflow's masked batches, or a value model (objective txfm or wced) on its value batches, "
+                    "with PyTorch DDP or FSDP.")
     p.add_argument("--config", type=Path, required=True, help="a corrflow train preset (TOML): [model], [train], [mask]")
     p.add_argument("--corpus", type=Path, required=True, help="the token corpus (corrflow ingest)")
     p.add_argument("--graph", type=Path, help="the dependency graph (corrflow graph build); CorrMask needs it")
@@ -68,6 +69,16 @@ def check_paths(a: argparse.Namespace) -> None:
                               "choose another --out")
 
 
+def check_objective(a: argparse.Namespace, settings) -> None:
+    """Flags that only the masked-LM objective has."""
+    if settings.is_value and a.init_from is not None:
+        raise ConfigError(f"--init-from {a.init_from}: a {settings.model.objective} value model starts fresh "
+                          "(--init-from takes a Hugging Face BERT, which has neither the value input nor the decoder)")
+    if settings.is_value and a.record_cells:
+        raise ConfigError("--record-cells records the cells of masked-LM batches; value batches do not carry "
+                          "their cell keys")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import torch
     import torch.distributed as dist
@@ -79,6 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_values(args)
         check_paths(args)
         settings = load(args.config)
+        check_objective(args, settings)
     except ConfigError as e:
         print(f"corrflow.pretrain: {e}", file=sys.stderr)
         return 2

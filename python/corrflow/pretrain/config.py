@@ -1,13 +1,14 @@
-"""The settings of a ``corrflow.pretrain`` run: the ``[model]``, ``[train]`` and ``[mask]`` sections
-of the TOML presets ``corrflow train`` reads (``configs/*.toml``), with its defaults, checked as it
-checks them; other sections are ignored."""
+"""The settings of a ``corrflow.pretrain`` run: the ``[model]`` (with ``[model.values]``),
+``[train]`` and ``[mask]`` sections of the TOML presets ``corrflow train`` reads
+(``configs/*.toml``), with its defaults, checked as it checks them; other sections are ignored."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -16,8 +17,24 @@ else:  # pragma: no cover - Python 3.9/3.10
 
 
 @dataclasses.dataclass
+class ValueSettings:
+    """``[model.values]`` of a value model (docs/values.md), with ``corrflow train``'s defaults."""
+
+    target_sum: float = 1e5
+    positions: bool = False
+    bins: int = 51
+    decoder_layers: int = 3
+    decoder_width: int = 0
+    decode: str = "measured"
+    inference_genes: int = 2048
+    visible: str = "measured"
+
+
+@dataclasses.dataclass
 class ModelSettings:
-    """``[model]``: a Geneformer-style BERT (ReLU, absolute positions, post-LayerNorm)."""
+    """``[model]``: a Geneformer-style BERT (ReLU, absolute positions, post-LayerNorm) for
+    ``mlm``; for ``txfm`` / ``wced``, the encoder of a value model (``input`` ``value`` or
+    ``bins``) and its ``[model.values]``."""
 
     hidden: int = 256
     ffn: int = 512
@@ -27,6 +44,8 @@ class ModelSettings:
     dropout: float = 0.02
     layer_norm_eps: float = 1e-12
     objective: str = "mlm"
+    input: str = "rank"
+    values: Optional[ValueSettings] = None
 
 
 @dataclasses.dataclass
@@ -56,11 +75,14 @@ class TrainSettings:
     log_every: int = 10
     mask_workers: int = 1
     seed: int = 0
+    visible_genes: int = 0
 
 
-#: ``corrflow train``'s objectives (``crates/model/src/objective``), and the one this trainer has.
-OBJECTIVES = ("mlm", "wced", "poisson")
-TRAINED_HERE = ("mlm",)
+#: ``corrflow train``'s objectives (``crates/model/src/objective``), and the ones this trainer has.
+OBJECTIVES = ("mlm", "wced-rank", "poisson", "txfm", "wced")
+TRAINED_HERE = ("mlm", "txfm", "wced")
+#: The objectives of value models (``model.input`` ``value`` or ``bins``).
+VALUE_OBJECTIVES = ("txfm", "wced")
 
 MASK_KEYS = ("strategy", "p", "lambda", "k_max", "pmi_tau", "pmi_min_count", "mask_token_rate",
              "random_token_rate", "seed")
@@ -72,6 +94,11 @@ class Settings:
     model: ModelSettings
     train: TrainSettings
     mask: Dict[str, Any]
+
+    @property
+    def is_value(self) -> bool:
+        """A value model (``txfm`` / ``wced``): expression in, the decoder's loss out."""
+        return self.model.objective in VALUE_OBJECTIVES
 
     @property
     def strategy(self) -> str:
@@ -94,7 +121,10 @@ class ConfigError(ValueError):
 
 
 def _section(path: Path, raw: Dict[str, Any], name: str, cls):
-    values = raw.get(name, {})
+    return _table(path, raw.get(name, {}), name, cls)
+
+
+def _table(path: Path, values: Any, name: str, cls):
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: [{name}] must be a table")
     known = {f.name for f in dataclasses.fields(cls)}
@@ -120,13 +150,19 @@ def load(path: Path) -> Settings:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"--config {path}: not valid TOML: {e}") from None
     model = _section(path, raw, "model", ModelSettings)
+    if model.values is not None:
+        model.values = _table(path, model.values, "model.values", ValueSettings)
     train = _section(path, raw, "train", TrainSettings)
     mask = raw.get("mask", {})
     unknown = sorted(set(mask) - set(MASK_KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown} in [mask] (known: {list(MASK_KEYS)})")
     _check(path, model, train)
-    return Settings(Path(path), model, train, dict(mask))
+    settings = Settings(Path(path), model, train, dict(mask))
+    if settings.is_value and settings.strategy not in ("random", "corrmask"):
+        raise ConfigError(f"{path}: [mask].strategy = {settings.strategy!r} hides spans of adjacent rank positions; "
+                          "a value model's cell is a set of measured genes: use 'random' or 'corrmask'")
+    return settings
 
 
 def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
@@ -137,8 +173,10 @@ def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
         bad(f"[model].objective = {m.objective!r} is not an objective (corrflow's: {', '.join(OBJECTIVES)}); "
             f"corrflow.pretrain trains {', '.join(map(repr, TRAINED_HERE))}")
     if m.objective not in TRAINED_HERE:
-        bad(f"[model].objective = {m.objective!r}: corrflow.pretrain trains BERT's masked-LM objective only "
-            f"(allowed: {', '.join(map(repr, TRAINED_HERE))}); {m.objective!r} is trained by `corrflow train`")
+        bad(f"[model].objective = {m.objective!r}: corrflow.pretrain trains BERT's masked-LM objective and the "
+            f"value models (allowed: {', '.join(map(repr, TRAINED_HERE))}); {m.objective!r} is trained by "
+            "`corrflow train`")
+    _check_input(bad, m)
     if min(m.hidden, m.ffn, m.heads, m.layers, m.max_positions) <= 0:
         bad("model.hidden, ffn, heads, layers and max_positions must be > 0")
     if m.hidden % m.heads:
@@ -151,8 +189,42 @@ def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
         bad("train.lr must be > 0, weight_decay and grad_clip >= 0")
     if not 0.0 <= t.eval_fraction < 0.5:
         bad(f"train.eval_fraction must be in [0, 0.5), got {t.eval_fraction}")
-    for key in ("max_steps", "max_len", "warmup_steps", "eval_cells"):
+    for key in ("max_steps", "max_len", "warmup_steps", "eval_cells", "visible_genes"):
         if getattr(t, key) < 0:
             bad(f"[train].{key} = {getattr(t, key)} must be >= 0")
     if min(t.eval_every, t.checkpoint_every, t.log_every, t.keep_checkpoints) <= 0:
         bad("train.eval_every, checkpoint_every, log_every and keep_checkpoints must be > 0")
+
+
+def _check_input(bad, m: ModelSettings) -> None:
+    """What tokens carry against the objective, and ``[model.values]`` as corrflow checks it
+    (``crates/infer/src/model_meta/values.rs``)."""
+    if m.input not in ("rank", "value", "bins"):
+        bad(f"[model].input = {m.input!r} must be 'rank', 'value' or 'bins'")
+    if m.objective in VALUE_OBJECTIVES and m.input == "rank":
+        bad(f"[model].objective = {m.objective!r} needs model.input = 'value' or 'bins' (a value model); "
+            "on ranks, 'wced-rank' is trained by `corrflow train`")
+    if m.objective not in VALUE_OBJECTIVES and m.input != "rank":
+        bad(f"[model].input = {m.input!r} is for the value objectives {VALUE_OBJECTIVES}, not {m.objective!r}")
+    v = m.values
+    if m.input == "rank":
+        if v is not None:
+            bad("[model.values] is for value models: set model.input = 'value' or 'bins'")
+        return
+    if v is None:
+        bad("model.input = 'value' or 'bins' needs a [model.values] section")
+    if not (v.target_sum > 0 and math.isfinite(v.target_sum)):
+        bad(f"model.values.target_sum must be a finite number > 0, got {v.target_sum}")
+    if m.input == "bins" and not 2 <= v.bins <= 4096:
+        bad(f"model.values.bins must be in 2..=4096, got {v.bins}")
+    if not 0 <= v.decoder_layers <= 64 or not 0 <= v.decoder_width <= 1 << 16:
+        bad("model.values.decoder_layers must be in 0..=64 and decoder_width in 0..=65,536")
+    if not 1 <= v.inference_genes <= 1 << 16:
+        bad(f"model.values.inference_genes must be in 1..=65,536, got {v.inference_genes}")
+    if v.visible not in ("measured", "decoded"):
+        bad(f"model.values.visible must be 'measured' or 'decoded', got {v.visible!r}")
+    n = v.decode[4:] if v.decode.startswith("hvg:") else None
+    if v.decode not in ("measured", "graph") and not (n is not None and n.isdigit() and int(n) >= 1):
+        bad(f"model.values.decode must be 'measured', 'graph' or 'hvg:N' (N >= 1), got {v.decode!r}")
+    if m.input == "value" and m.hidden < 2:
+        bad("a value model's token is [E_gene (hidden - 1); x]: model.hidden must be >= 2")

@@ -12,15 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 import corrflow
-from corrflow import _native
 
 from . import checkpoint
 from .config import Settings
-from .model import MaskedLM, build, save_hf
 
 
 def log(msg: str) -> None:
@@ -47,6 +46,24 @@ def graph_hash(graph: Optional[Path]) -> Optional[str]:
     return str(info.get("content_hash") or hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest())
 
 
+def task_for(settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str):
+    """The objective's half of the loop (a ``Task``): ``mlm.MlmTask`` or ``value.ValueTask``.
+
+    A task has ``module`` (what DDP / FSDP wrap), ``count_key`` (the metrics key of what
+    ``forward`` counts), ``shard_units(module)`` (FSDP's units), ``batches(epoch, start, rank,
+    world)``, ``held_out()``, ``forward(model, batch, device, bf16) -> (loss, count, correct)``,
+    ``evaluate(model, held_out, device, bf16) -> metrics`` and ``export(state, out, step) ->
+    summary entries``; the loop owns the schedule, accumulation, clipping, checkpoints, resume,
+    metrics and the graph watch."""
+    if settings.is_value:
+        from .value import ValueTask
+
+        return ValueTask(settings, corpus, graph, init_from, attention)
+    from .mlm import MlmTask
+
+    return MlmTask(settings, corpus, graph, init_from, attention)
+
+
 class Run:
     """One process of a run: the model (wrapped for DDP or FSDP), its optimizer and schedule, the
     data, and where it is."""
@@ -60,10 +77,9 @@ class Run:
         t = settings.train
         self.bf16 = self.device.type == "cuda" and not args.fp32
         attention = "sdpa" if self.device.type == "cuda" else "eager"
-        self.mlm = build(settings, self.vocab, args.init_from, attention)
-        self.bert_config = self.mlm.config
-        self.parameters = sum(p.numel() for p in self.mlm.parameters())
-        self.model = self._wrap(MaskedLM(self.mlm).to(self.device))
+        self.task = task_for(settings, self.corpus, args.graph, args.init_from, attention)
+        self.parameters = sum(p.numel() for p in self.task.module.parameters())
+        self.model = self._wrap(self.task.module.to(self.device))
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=(0.9, 0.999), eps=1e-8,
                                        weight_decay=t.weight_decay)
         # Micro-batches per epoch on each rank (the same on every rank), and optimizer steps.
@@ -79,12 +95,12 @@ class Run:
     def _wrap(self, module):
         if self.args.fsdp:
             # FSDP2 (`fully_shard`): each encoder layer a unit of its own, the rest (embeddings,
-            # the tied MLM head) the root's; runs on CPUs (gloo) as on GPUs.
+            # the tied MLM head or the value decoder) the root's; runs on CPUs (gloo) as on GPUs.
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if self.bf16 \
                 else MixedPrecisionPolicy()
-            for layer in module.mlm.bert.encoder.layer:
+            for layer in self.task.shard_units(module):
                 fully_shard(layer, mp_policy=mp)
             return fully_shard(module, mp_policy=mp)
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -93,15 +109,7 @@ class Run:
         return DDP(module, device_ids=ids)
 
     def _batches(self, epoch: int, start: int = 0):
-        """This rank's shard of ``epoch`` from its micro-batch ``start`` on: ``corrflow train``'s
-        plan (train.seed) and masks (``[mask]``, its seed included)."""
-        t = self.s.train
-        return _native.MaskedBatches(
-            os.fspath(self.corpus.path), None if self.args.graph is None else os.fspath(self.args.graph),
-            strategy=self.s.strategy, batch_size=t.batch_size, max_len=self.s.max_len, epoch=epoch, seed=t.seed,
-            rank=self.rank, world_size=self.world, group_batches=t.group_batches, shuffle_buffer=t.shuffle_buffer,
-            eval_fraction=t.eval_fraction, num_threads=t.mask_workers, atlases=list(t.atlases),
-            mask_params=json.dumps(self.s.mask_params), start=start)
+        return self.task.batches(epoch, start, self.rank, self.world)
 
     def _micro_batches(self) -> int:
         b = self._batches(0)
@@ -110,15 +118,6 @@ class Run:
         if n == 0:
             raise ValueError(f"--corpus {self.args.corpus}: no training cells (empty, or all held out)")
         return n
-
-    def held_out(self) -> List[Dict[str, torch.Tensor]]:
-        t = self.s.train
-        batches = _native.held_out_batches(
-            os.fspath(self.corpus.path), None if self.args.graph is None else os.fspath(self.args.graph),
-            strategy=self.s.strategy, batch_size=t.batch_size, max_len=self.s.max_len, seed=t.seed,
-            eval_fraction=t.eval_fraction, eval_cells=t.eval_cells, atlases=list(t.atlases),
-            mask_params=json.dumps(self.s.mask_params))
-        return [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches]
 
     # --- the data position --------------------------------------------------------------------
 
@@ -136,7 +135,7 @@ class Run:
             first = self.micro if epoch == self.epoch else 0
             data = self._batches(epoch, first)
             for i, batch in enumerate(data, start=first):
-                yield epoch, i, {k: torch.from_numpy(v) for k, v in batch.items()}
+                yield epoch, i, {k: torch.from_numpy(v) for k, v in batch.items() if isinstance(v, np.ndarray)}
             data.close()
 
     def state(self) -> Dict[str, Any]:
@@ -192,33 +191,19 @@ def _device(choice: str) -> torch.device:
 
 
 def _forward(run: Run, batch: Dict[str, torch.Tensor]):
-    ids = batch["input_ids"].to(run.device, non_blocking=True)
-    att = batch["attention_mask"].to(run.device, non_blocking=True)
-    labels = batch["labels"].to(run.device, non_blocking=True)
-    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.bf16):
-        return run.model(ids, att, labels)
+    return run.task.forward(run.model, batch, run.device, run.bf16)
 
 
 def evaluate(run: Run, held_out) -> Optional[Dict[str, float]]:
-    """Held-out loss (per masked token), accuracy and the unigram baseline, as `corrflow train`
-    logs them. Every rank evaluates the same batches (FSDP needs them all in the forward)."""
+    """The task's held-out metrics, as `corrflow train` logs them. Every rank evaluates the same
+    batches (FSDP needs them all in the forward)."""
     if not held_out:
         return None
     run.model.eval()
-    loss_sum, masked, correct, counts = 0.0, 0, 0, {}
     with torch.no_grad():
-        for b in held_out:
-            loss, n, c = _forward(run, b)
-            n = int(n)
-            loss_sum += float(loss) * n
-            masked += n
-            correct += int(c)
-            for label in b["labels"][b["labels"] != -100].tolist():
-                counts[label] = counts.get(label, 0) + 1
+        metrics = run.task.evaluate(run.model, held_out, run.device, run.bf16)
     run.model.train()
-    top = max(counts.values(), default=0)
-    return {"eval_loss": loss_sum / max(masked, 1), "eval_accuracy": correct / max(masked, 1),
-            "unigram_accuracy": top / max(masked, 1)}
+    return metrics
 
 
 def _reduce(values: List[float]) -> List[float]:
@@ -247,8 +232,8 @@ def train(args, settings: Settings) -> Dict[str, Any]:
         log(f"nothing to do: the run is at step {run.step} (stop at {stop})")
     with Logs(run, out, args.record_cells) as logs:
         _loop(run, stop, logs, summary)
-    _export(run, out)
-    summary.update(steps=run.step, hf=os.fspath(out / "hf"))
+    summary.update(_export(run, out))
+    summary.update(steps=run.step)
     return summary
 
 
@@ -285,7 +270,7 @@ class Logs:
 
 def _loop(run: Run, stop: int, logs: Logs, summary: Dict[str, Any]) -> None:
     t, args = run.s.train, run.args
-    held_out = run.held_out()
+    held_out = run.task.held_out()
     run.model.train()
     acc, t0 = [], time.perf_counter()
     for epoch, i, batch in (run.epochs() if run.step < stop else iter(())):
@@ -305,7 +290,7 @@ def _loop(run: Run, stop: int, logs: Logs, summary: Dict[str, Any]) -> None:
         elapsed = max(time.perf_counter() - t0, 1e-9)
         t0 = time.perf_counter()
         line = {"step": run.step, "epoch": epoch, "loss": loss, "lr": lr, "tokens_per_s": tokens / elapsed,
-                "cells_per_s": cells / elapsed, "tokens": int(tokens), "masked": int(masked)}
+                "cells_per_s": cells / elapsed, "tokens": int(tokens), run.task.count_key: int(masked)}
         last = run.step == stop
         if run.step % t.eval_every == 0 or run.step == run.total or last:
             line.update(evaluate(run, held_out) or {})
@@ -381,12 +366,14 @@ def _truncate_metrics(path: Path, step: int) -> None:
         tmp.replace(path)
 
 
-def _export(run: Run, out: Path) -> None:
-    """RUN/hf/ from the final weights (every rank gathers, rank 0 writes)."""
+def _export(run: Run, out: Path) -> Dict[str, Any]:
+    """The task's export of the final weights (every rank gathers, rank 0 writes): ``RUN/hf/``
+    or ``RUN/values/``. Returns its summary entries."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    entries: Dict[str, Any] = {}
     if run.rank == 0:
-        bert = {k[len("mlm."):]: v for k, v in state.items() if k.startswith("mlm.")}
-        save_hf(bert, run.bert_config, run.corpus.path, run.vocab, out / "hf")
+        entries = run.task.export(state, out, run.step)
     dist.barrier()
+    return entries

@@ -95,20 +95,29 @@ def save_hf(state: Dict[str, torch.Tensor], config, corpus: Path, vocab: Dict[st
     ``corrflow_sha256.txt`` (the sha256 of each, which ``import hf`` and ``--init-from`` check)."""
     from safetensors.torch import save_file
 
+    def fill(stage: Path) -> None:
+        tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+        tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items() if k not in tied}
+        save_file(tensors, os.fspath(stage / "model.safetensors"), metadata={"format": "pt"})
+        cfg = config.to_dict()
+        cfg["architectures"] = ["BertForMaskedLM"]
+        cfg.pop("attn_implementation", None)
+        cfg.pop("_attn_implementation_autoset", None)
+        (stage / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        tokens = write_vocab(Path(corpus) / "vocab", vocab, stage / "vocab")
+        _write_pickles(stage / "vocab", tokens, stage)
+
+    publish_dir(out, fill)
+
+
+def publish_dir(out: Path, fill) -> None:
+    """Replaces directory ``out`` whole: ``fill(stage)`` writes the files into a staging directory
+    (with ``vocab/`` made), the sha256 record is added, and the stage takes ``out``'s place."""
     stage = out.with_name(f".{out.name}.partial")
     if stage.exists():
         shutil.rmtree(stage)
     (stage / "vocab").mkdir(parents=True)
-    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
-    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items() if k not in tied}
-    save_file(tensors, os.fspath(stage / "model.safetensors"), metadata={"format": "pt"})
-    cfg = config.to_dict()
-    cfg["architectures"] = ["BertForMaskedLM"]
-    cfg.pop("attn_implementation", None)
-    cfg.pop("_attn_implementation_autoset", None)
-    (stage / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    tokens = _write_vocab(Path(corpus) / "vocab", vocab, stage / "vocab")
-    _write_pickles(stage / "vocab", tokens, stage)
+    fill(stage)
     _write_record(stage)
     old = out.with_name(f".{out.name}.old")
     if old.exists():
@@ -160,7 +169,7 @@ def verify_record(model_dir: Path) -> None:
                              f"modified): its sha256 is {actual}, the record says {digest}")
 
 
-def _write_vocab(src: Path, vocab: Dict[str, Any], dst: Path) -> Dict[str, int]:
+def write_vocab(src: Path, vocab: Dict[str, Any], dst: Path) -> Dict[str, int]:
     for name in VOCAB_FILES:
         if (src / name).exists():
             shutil.copyfile(src / name, dst / name)

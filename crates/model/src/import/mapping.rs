@@ -71,7 +71,7 @@ fn whole_cell(s: &mut impl Slots, name: &str, head: &mut WholeCellHead<CpuBacken
     linear(s, &format!("{name}.out"), &mut head.out)
 }
 
-fn linear(s: &mut impl Slots, name: &str, l: &mut Linear<CpuBackend>) -> Result<()> {
+pub(crate) fn linear(s: &mut impl Slots, name: &str, l: &mut Linear<CpuBackend>) -> Result<()> {
     s.matrix(&format!("{name}.weight"), &mut l.weight, true)?;
     let out = l.weight.val().dims()[1];
     let bias = l.bias.get_or_insert_with(|| Param::from_tensor(Tensor::zeros([out], &Default::default())));

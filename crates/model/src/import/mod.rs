@@ -15,6 +15,7 @@ pub(crate) mod mapping;
 pub(crate) mod record;
 mod safetensors_file;
 mod safetensors_header;
+mod values;
 
 use std::path::Path;
 
@@ -29,6 +30,7 @@ pub use hf_config::{CorrflowSection, HfBertConfig, CORRFLOW_SECTION_VERSION, SUP
 use record::Record;
 pub use record::RECORD_FILE;
 use safetensors_file::Weights;
+pub use values::{import_values, ValueImportSummary, ValueModelFile, VALUE_MODEL_FORMAT, VALUE_MODEL_VERSION};
 
 use crate::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use crate::{CellEncoder, CpuBackend, CpuTraining, InitModel, TrainConfig};

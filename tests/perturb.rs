@@ -8,25 +8,8 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use arrow_array::{Array, Float64Array, StringArray, UInt32Array};
+use arrow_array::{Array, Float64Array, StringArray};
 use common::*;
-
-/// cell_id → (genes present, shift) of a perturb output.
-fn read(path: &Path) -> HashMap<String, (u32, Option<f64>)> {
-    let file = std::fs::File::open(path).unwrap();
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
-    let mut out = HashMap::new();
-    for rb in reader {
-        let rb = rb.unwrap();
-        let ids = rb.column(0).as_any().downcast_ref::<StringArray>().unwrap().clone();
-        let present = rb.column(1).as_any().downcast_ref::<UInt32Array>().unwrap().clone();
-        let shift = rb.column(3).as_any().downcast_ref::<Float64Array>().unwrap().clone();
-        for i in 0..rb.num_rows() {
-            out.insert(ids.value(i).to_string(), (present.value(i), shift.is_valid(i).then(|| shift.value(i))));
-        }
-    }
-    out
-}
 
 fn perturb(args: &[&str]) -> std::process::Output {
     let bundled = bundled();
@@ -68,7 +51,7 @@ fn deletion_moves_exactly_the_cells_that_express_the_genes_whatever_the_batch_si
         assert_eq!(s["random_mean_shifts"].as_array().unwrap().len(), 3);
         let p = s["p_value"].as_f64().unwrap();
         assert!((0.25..=1.0).contains(&p), "(1 + k) / 4: {p}");
-        runs.push((s, read(&out)));
+        runs.push((s, perturb_rows(&out)));
     }
     let (_, base) = &runs[0];
     assert_eq!(base.len(), 1000);
@@ -130,7 +113,7 @@ fn shifts_do_not_depend_on_the_runtime_thread_count() {
             let out = tmp.path().join(format!("t{threads}.parquet"));
             let args = ["--model", model, "--delete", GENES, "--threads", threads, "--random-sets", "0"];
             ok_json(&perturb(&[&args[..], &["--out", out.to_str().unwrap()]].concat()));
-            read(&out)
+            perturb_rows(&out)
         })
         .collect();
     for (id, (present, shift)) in &runs[0] {
@@ -158,7 +141,7 @@ fn overexpression_moves_every_cell_and_a_graph_module_adds_the_partners() {
     ]));
     assert_eq!(s["cells_perturbed"], 1000);
     assert!(s["p_value"].is_null());
-    assert!(read(&out).values().all(|(_, shift)| shift.is_some()));
+    assert!(perturb_rows(&out).values().all(|(_, shift)| shift.is_some()));
     // The bundled graph: a gene with partners brings them along.
     let dir = tempfile::tempdir().unwrap();
     let (_, graph) = bundled_corpus_and_graph(dir.path());

@@ -147,6 +147,45 @@ fn a_wced_model_trains_and_its_exported_model_embeds() {
     assert_eq!(s["cells"], 1000, "{s}");
 }
 
+/// Perturbation of a value model: deletion zeroes B2M's counts in the cells that detect it (the
+/// others get no row value), overexpression raises it in every cell; both move the embedding;
+/// the output is the same on a second run; `--genes-out` is refused naming the reason.
+#[test]
+fn a_value_model_is_perturbed_in_its_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, run) = trained(dir.path(), "txfm-tiny.toml");
+    let model = dir.path().join("m.onnx");
+    let (r, m, b) = (run.display().to_string(), model.display().to_string(), bundled().display().to_string());
+    ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &r, "--out", &m]));
+    let perturb = |how: &str, out: &str, extra: &[&str]| {
+        let out = dir.path().join(out).display().to_string();
+        let args = [&["perturb", "--json", "--model", &m, "--gene-column", "gene_ids", "--input", &b][..]].concat();
+        (corrflow(&[&args[..], &[how, "B2M", "--out", &out], extra].concat()), out)
+    };
+    let (deleted, out) = perturb("--delete", "delete.parquet", &["--random-sets", "2"]);
+    let s = ok_json(&deleted);
+    assert_eq!(s["cells"], 1000, "{s}");
+    let perturbed = s["cells_perturbed"].as_u64().unwrap();
+    assert!(perturbed > 500 && perturbed < 1000, "B2M is detected in most cells, not all: {s}");
+    assert!(s["mean_shift"].as_f64().unwrap() > 0.0, "{s}");
+    assert_eq!(s["random_mean_shifts"].as_array().unwrap().len(), 2, "{s}");
+    let rows = perturb_rows(std::path::Path::new(&out));
+    assert_eq!(rows.len(), 1000);
+    for (id, (present, shift)) in &rows {
+        assert_eq!(shift.is_some(), *present > 0, "{id}: a shift exactly where B2M is detected");
+    }
+    let (again, _) = perturb("--delete", "again.parquet", &["--random-sets", "2"]);
+    assert_eq!(ok_json(&again)["mean_shift"], s["mean_shift"], "the same shifts on a second run");
+    let over = ok_json(&perturb("--overexpress", "over.parquet", &[]).0);
+    assert_eq!(over["cells_perturbed"], 1000, "{over}");
+    assert!(over["mean_shift"].as_f64().unwrap() > 0.0, "{over}");
+    let genes_out = dir.path().join("genes.parquet").display().to_string();
+    let refused = perturb("--delete", "g.parquet", &["--genes-out", &genes_out]).0;
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--genes-out") && err.contains("value model"), "{err}");
+}
+
 /// BMFM-RNA's best recipe: WCED + hierarchical cross-entropy on mapped cell types.
 #[test]
 fn wced_with_hce_trains_the_decoder_and_the_cell_type_head_together() {

@@ -228,3 +228,21 @@ pub fn embedding_rows(path: &Path) -> Vec<(String, Vec<f32>)> {
     }
     out
 }
+
+/// A `perturb` output: cell_id → (genes present, shift; `None` where it does not apply).
+pub fn perturb_rows(path: &Path) -> std::collections::HashMap<String, (u32, Option<f64>)> {
+    use arrow_array::{Array, Float64Array, StringArray, UInt32Array};
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    let mut out = std::collections::HashMap::new();
+    for rb in reader {
+        let rb = rb.unwrap();
+        let ids = rb.column(0).as_any().downcast_ref::<StringArray>().unwrap().clone();
+        let present = rb.column(1).as_any().downcast_ref::<UInt32Array>().unwrap().clone();
+        let shift = rb.column(3).as_any().downcast_ref::<Float64Array>().unwrap().clone();
+        for i in 0..rb.num_rows() {
+            out.insert(ids.value(i).to_string(), (present.value(i), shift.is_valid(i).then(|| shift.value(i))));
+        }
+    }
+    out
+}

@@ -27,12 +27,28 @@ pub struct CellExpression<'a> {
 /// their values: its detected genes in rank order, then its undetected ones ascending. `measured`
 /// is the source's measured vocabulary genes, ascending.
 pub fn value_input(cls: u32, v: &ValueModel, measured: &[u32], cell: CellExpression<'_>) -> (Vec<u32>, Vec<f32>) {
+    value_input_with(cls, v, measured, cell, cell_seed(cell.genes, cell.counts), &[])
+}
+
+/// [`value_input`] with the sample's seed given and the genes `always` among those seen besides
+/// it (`perturb`: the perturbed genes, seen in the original and the perturbed cell alike, each
+/// cell's sample seeded by its original expression).
+pub fn value_input_with(
+    cls: u32,
+    v: &ValueModel,
+    measured: &[u32],
+    cell: CellExpression<'_>,
+    seed: u64,
+    always: &[u32],
+) -> (Vec<u32>, Vec<f32>) {
     let cap = v.inference_genes;
-    let seen: Vec<u32> = if measured.len() <= cap {
-        measured.to_vec()
-    } else {
-        sample(measured.to_vec(), cap, cell_seed(cell.genes, cell.counts))
-    };
+    let mut seen: Vec<u32> =
+        if measured.len() <= cap { measured.to_vec() } else { sample(measured.to_vec(), cap, seed) };
+    if !always.is_empty() {
+        seen.extend_from_slice(always);
+        seen.sort_unstable();
+        seen.dedup();
+    }
     let mut tokens = Vec::with_capacity(seen.len() + 1);
     let mut values = Vec::with_capacity(seen.len() + 1);
     tokens.push(cls);
@@ -55,7 +71,7 @@ pub fn value_input(cls: u32, v: &ValueModel, measured: &[u32], cell: CellExpress
 }
 
 /// A seed from a cell's expression (FNV-1a over its genes and counts' bits).
-fn cell_seed(genes: &[u32], counts: &[f32]) -> u64 {
+pub fn cell_seed(genes: &[u32], counts: &[f32]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for word in genes.iter().copied().chain(counts.iter().map(|c| c.to_bits())) {
         for byte in word.to_le_bytes() {

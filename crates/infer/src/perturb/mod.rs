@@ -4,7 +4,9 @@
 //! partners. The effect is compared with random gene sets of matched expression (each gene
 //! replaced by a random gene of the same expression decile among the cells), as a permutation
 //! test. Streamed: cells are read from the scratch corpus a block at a time and their rows
-//! written as they are done; memory does not grow with the input.
+//! written as they are done; memory does not grow with the input. A value model's cells are
+//! perturbed in their counts instead (`values.rs` says what deletion and overexpression mean
+//! there).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -32,7 +34,9 @@ use crate::embed::tokenize_input;
 use crate::registry::{open_encoder, OpenOptions};
 
 mod gene_shifts;
+mod values;
 use gene_shifts::GeneShifts;
+use values::{Expression, ValueCells};
 
 #[derive(Clone, Debug)]
 pub struct PerturbRequest {
@@ -103,10 +107,10 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
     let start = Instant::now();
     let opts = OpenOptions { runtime: req.cells.runtime.clone(), ..OpenOptions::default() };
     let mut encoder = open_encoder(&req.cells.model, &opts)?;
-    if encoder.config().and_then(crate::inputs::value_settings).is_some() {
+    if encoder.config().and_then(crate::inputs::value_settings).is_some() && req.genes_out.is_some() {
         return Err(Error::Usage(format!(
-            "{} is a value model (it sees expression values); perturb runs Geneformer's rank perturbations on rank \
-             models only for now (DESIGN.md §11: what deletion and overexpression mean for a value model)",
+            "--genes-out: {} is a value model; the other genes' shifts are read from rank models' gene states \
+             (as `embed --genes`), which a value model does not give",
             req.cells.model.path().display()
         )));
     }
@@ -127,9 +131,10 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         false,
     )?;
     let layout = encoder.layout();
+    let value_cells = ValueCells::for_model(encoder.as_ref(), &index)?;
     // Expression counts only serve the matched random sets: without them, no pass over the cells.
     let sets = if req.random_sets > 0 {
-        let expressed = expression(&index, req.cells_where.as_ref(), vocab.len())?;
+        let expressed = expression(&index, req.cells_where.as_ref(), vocab.len(), value_cells.as_ref())?;
         random_sets(&tokens, &expressed, &vocab, req.random_sets, req.seed)
     } else {
         Vec::new()
@@ -147,9 +152,14 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         sums: vec![(0.0, 0); pass.sets.len()],
         genes: req.genes_out.as_ref().map(|_| GeneShifts::new(vocab.len())),
     };
-    let result = for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
-        pass.block(encoder.as_mut(), ids, block, &mut writer, &mut tally)
-    });
+    let result = match &value_cells {
+        None => for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
+            pass.block(encoder.as_mut(), ids, block, &mut writer, &mut tally)
+        }),
+        Some(v) => v.for_each_block(&index, req.cells_where.as_ref(), &mut |ids, block| {
+            pass.value_block(encoder.as_mut(), v, ids, block, &mut writer, &mut tally)
+        }),
+    };
     if let Err(e) = result {
         writer.abandon();
         return Err(e);
@@ -274,21 +284,14 @@ impl Pass<'_> {
     ) -> Result<()> {
         let (req, dim) = (self.req, encoder.dim());
         tally.cells += block.len() as u64;
-        let original = encode(encoder, block, req)?;
+        let original = encode(encoder, &ModelCells::ranks(block.to_vec()), req)?;
         for (s, &set) in self.sets.iter().enumerate() {
             let mut edited: Vec<(Vec<u32>, usize)> =
                 block.iter().map(|c| perturb(c, set, req.how, &self.layout, self.max_len)).collect();
-            let applies: Vec<usize> =
-                (0..block.len()).filter(|&i| req.how == Perturbation::Overexpress || edited[i].1 > 0).collect();
+            let applies = applying(req.how, &edited.iter().map(|e| e.1).collect::<Vec<_>>());
             let cells: Vec<Vec<u32>> = applies.iter().map(|&i| std::mem::take(&mut edited[i].0)).collect();
-            let moved = encode(encoder, &cells, req)?;
-            let mut cosines = vec![None; block.len()];
-            for (r, &i) in applies.iter().enumerate() {
-                let cos = cosine(&original[i * dim..(i + 1) * dim], &moved[r * dim..(r + 1) * dim]);
-                cosines[i] = Some(cos);
-                tally.sums[s].0 += 1.0 - cos;
-                tally.sums[s].1 += 1;
-            }
+            let moved = encode(encoder, &ModelCells::ranks(cells.clone()), req)?;
+            let cosines = record_shifts(tally, s, block.len(), &applies, (&original, &applies), &moved, dim);
             if s > 0 {
                 continue;
             }
@@ -310,23 +313,90 @@ impl Pass<'_> {
     }
 }
 
-/// How many selected cells express each token (a pass over the tokens only).
+impl Pass<'_> {
+    /// A value model's block: each set perturbs the cells' counts; both inputs are built per set
+    /// (the set's genes are seen in both), so each cell is encoded twice per set.
+    fn value_block(
+        &self,
+        encoder: &mut dyn Encoder,
+        cells: &ValueCells,
+        ids: &[String],
+        block: &[Expression],
+        writer: &mut RowWriter,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let (req, dim) = (self.req, encoder.dim());
+        tally.cells += block.len() as u64;
+        for (s, &set) in self.sets.iter().enumerate() {
+            let (mut before, mut after, present) = cells.pairs(block, set, req.how);
+            let applies = applying(req.how, &present);
+            let original = encode(encoder, &values::take_rows(&mut before, &applies), req)?;
+            let moved = encode(encoder, &values::take_rows(&mut after, &applies), req)?;
+            let rows: Vec<usize> = (0..applies.len()).collect();
+            let cosines = record_shifts(tally, s, block.len(), &applies, (&original, &rows), &moved, dim);
+            if s == 0 {
+                let present: Vec<u32> = present.iter().map(|&n| n as u32).collect();
+                writer.write(ids, &present, &cosines)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The cells a perturbation applies to: every cell for overexpression; for deletion, those that
+/// detect one of the genes (`present[i]` of them).
+fn applying(how: Perturbation, present: &[usize]) -> Vec<usize> {
+    (0..present.len()).filter(|&i| how == Perturbation::Overexpress || present[i] > 0).collect()
+}
+
+/// Adds the shifts of the cells `applies` (of `n`) to set `s`'s sums: cell `applies[r]`'s moved
+/// vector is row `r` of `moved`, its original row `original.1[r]` of `original.0`. Returns each
+/// cell's cosine (`None` where the perturbation does not apply).
+fn record_shifts(
+    tally: &mut Tally,
+    s: usize,
+    n: usize,
+    applies: &[usize],
+    original: (&[f32], &[usize]),
+    moved: &[f32],
+    dim: usize,
+) -> Vec<Option<f64>> {
+    let mut cosines = vec![None; n];
+    for (r, &i) in applies.iter().enumerate() {
+        let o = original.1[r];
+        let cos = cosine(&original.0[o * dim..(o + 1) * dim], &moved[r * dim..(r + 1) * dim]);
+        cosines[i] = Some(cos);
+        tally.sums[s].0 += 1.0 - cos;
+        tally.sums[s].1 += 1;
+    }
+    cosines
+}
+
+/// How many selected cells express each token: a pass over the rank tokens, or a value model's
+/// detected genes.
 fn expression(
     index: &corrflow_io::corpus::CorpusIndex,
     filter: Option<&(String, String)>,
     vocab_size: usize,
+    value_cells: Option<&ValueCells>,
 ) -> Result<Vec<u64>> {
     let mut expressed = vec![0u64; vocab_size];
-    for_each_block(index, filter, &mut |_, cells| {
-        cells.iter().flatten().for_each(|&t| expressed[t as usize] += 1);
-        Ok(())
-    })?;
+    match value_cells {
+        None => for_each_block(index, filter, &mut |_, cells| {
+            cells.iter().flatten().for_each(|&t| expressed[t as usize] += 1);
+            Ok(())
+        })?,
+        Some(v) => v.for_each_block(index, filter, &mut |_, cells| {
+            cells.iter().flat_map(|c| &c.genes).for_each(|&t| expressed[t as usize] += 1);
+            Ok(())
+        })?,
+    }
     Ok(expressed)
 }
 
 /// Cell vectors of `cells` (row-major), batched under the request's budget.
-fn encode(encoder: &mut dyn Encoder, cells: &[Vec<u32>], req: &PerturbRequest) -> Result<Vec<f32>> {
-    encode_cells(encoder, &ModelCells::ranks(cells.to_vec()), req.cells.batching, Output::Embedding, |_| {})
+fn encode(encoder: &mut dyn Encoder, cells: &ModelCells, req: &PerturbRequest) -> Result<Vec<f32>> {
+    encode_cells(encoder, cells, req.cells.batching, Output::Embedding, |_| {})
 }
 
 /// The tokens of `genes` (unknown ones are an error naming them) and, with a graph, their
@@ -409,15 +479,7 @@ fn for_each_block(
                 .column_by_name(CELL_ID)
                 .and_then(|c| c.as_any().downcast_ref::<StringArray>())
                 .ok_or_else(|| corrflow_io::corpus::columns::missing(p, CELL_ID))?;
-            let keep: Vec<bool> = match filter {
-                None => vec![true; rb.num_rows()],
-                Some((col, want)) => {
-                    let c = rb.column_by_name(col).ok_or_else(|| corrflow_io::corpus::columns::missing(p, col))?;
-                    let c = arrow_cast::cast(c, &DataType::Utf8).map_err(|e| Error::parquet(p, e))?;
-                    let c = c.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
-                    (0..rb.num_rows()).map(|i| c.is_valid(i) && c.value(i) == want).collect()
-                }
-            };
+            let keep = selected_rows(rb, p, filter)?;
             let rows: Vec<usize> = (0..rb.num_rows()).filter(|&i| keep[i]).collect();
             let names: Vec<String> = rows.iter().map(|&i| ids.value(i).to_string()).collect();
             let cells: Vec<Vec<u32>> = all.into_iter().zip(&keep).filter(|(_, &k)| k).map(|(c, _)| c).collect();
@@ -429,6 +491,19 @@ fn for_each_block(
         })?;
     }
     Ok(())
+}
+
+/// Which rows of a record batch the filter (`--cells-where COLUMN=VALUE`) selects.
+fn selected_rows(rb: &RecordBatch, p: &std::path::Path, filter: Option<&(String, String)>) -> Result<Vec<bool>> {
+    Ok(match filter {
+        None => vec![true; rb.num_rows()],
+        Some((col, want)) => {
+            let c = rb.column_by_name(col).ok_or_else(|| corrflow_io::corpus::columns::missing(p, col))?;
+            let c = arrow_cast::cast(c, &DataType::Utf8).map_err(|e| Error::parquet(p, e))?;
+            let c = c.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
+            (0..rb.num_rows()).map(|i| c.is_valid(i) && c.value(i) == want).collect()
+        }
+    })
 }
 
 /// The per-cell output, written a block at a time into a temporary file renamed at the end.

@@ -46,22 +46,23 @@ def graph_hash(graph: Optional[Path]) -> Optional[str]:
     return str(info.get("content_hash") or hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest())
 
 
-def task_for(settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str):
+def task_for(settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str,
+             rank: int, world: int):
     """The objective's half of the loop (a ``Task``): ``mlm.MlmTask`` or ``value.ValueTask``.
 
     A task has ``module`` (what DDP / FSDP wrap), ``count_key`` (the metrics key of what
     ``forward`` counts), ``shard_units(module)`` (FSDP's units), ``batches(epoch, start, rank,
-    world)``, ``held_out()``, ``forward(model, batch, device, bf16) -> (loss, count, correct)``,
+    world)``, ``micro_batches()`` (this rank's per epoch), ``held_out()``, ``forward(model, batch, device, bf16) -> (loss, count, correct)``,
     ``evaluate(model, held_out, device, bf16) -> metrics`` and ``export(state, out, step) ->
     summary entries``; the loop owns the schedule, accumulation, clipping, checkpoints, resume,
     metrics and the graph watch."""
     if settings.is_value:
         from .value import ValueTask
 
-        return ValueTask(settings, corpus, graph, init_from, attention)
+        return ValueTask(settings, corpus, graph, init_from, attention, rank, world)
     from .mlm import MlmTask
 
-    return MlmTask(settings, corpus, graph, init_from, attention)
+    return MlmTask(settings, corpus, graph, init_from, attention, rank, world)
 
 
 class Run:
@@ -77,7 +78,7 @@ class Run:
         t = settings.train
         self.bf16 = self.device.type == "cuda" and not args.fp32
         attention = "sdpa" if self.device.type == "cuda" else "eager"
-        self.task = task_for(settings, self.corpus, args.graph, args.init_from, attention)
+        self.task = task_for(settings, self.corpus, args.graph, args.init_from, attention, self.rank, self.world)
         self.parameters = sum(p.numel() for p in self.task.module.parameters())
         self.model = self._wrap(self.task.module.to(self.device))
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=(0.9, 0.999), eps=1e-8,
@@ -112,9 +113,7 @@ class Run:
         return self.task.batches(epoch, start, self.rank, self.world)
 
     def _micro_batches(self) -> int:
-        b = self._batches(0)
-        n = len(b)
-        b.close()
+        n = self.task.micro_batches()
         if n == 0:
             raise ValueError(f"--corpus {self.args.corpus}: no training cells (empty, or all held out)")
         return n

@@ -23,8 +23,9 @@ class MlmTask:
     #: The metrics line's key for :meth:`forward`'s count.
     count_key = "masked"
 
-    def __init__(self, settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str):
-        self.s, self.corpus, self.graph = settings, corpus, graph
+    def __init__(self, settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str,
+                 rank: int, world: int):
+        self.s, self.corpus, self.graph, self.rank, self.world = settings, corpus, graph, rank, world
         self.mlm = build(settings, corpus.vocab, init_from, attention)
         self.module = MaskedLM(self.mlm)
 
@@ -42,6 +43,13 @@ class MlmTask:
             rank=rank, world_size=world, group_batches=t.group_batches, shuffle_buffer=t.shuffle_buffer,
             eval_fraction=t.eval_fraction, num_threads=t.mask_workers, atlases=list(t.atlases),
             mask_params=json.dumps(self.s.mask_params), start=start)
+
+    def micro_batches(self) -> int:
+        """This rank's micro-batches per epoch."""
+        b = self.batches(0, 0, self.rank, self.world)
+        n = len(b)
+        b.close()
+        return n
 
     def held_out(self) -> List[Dict[str, torch.Tensor]]:
         t = self.s.train

@@ -49,13 +49,16 @@ class ValueTask:
     #: The metrics line's key for :meth:`forward`'s count (the visible genes, as `corrflow train`).
     count_key = "visible"
 
-    def __init__(self, settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str):
+    def __init__(self, settings: Settings, corpus, graph: Optional[Path], init_from: Optional[Path], attention: str,
+                 rank: int, world: int):
         if init_from is not None:
             raise ValueError(f"--init-from {init_from}: a value model starts fresh (--init-from takes a Hugging "
                              "Face BERT, which has no value input nor decoder)")
         self.s, self.corpus, self.graph = settings, corpus, graph
-        first = self.batches(0, 0, 0, 1)
-        self.decode_genes, self.cls = list(first.decode_genes), int(first.cls)
+        # One opening gives the decoding set, <cls> and this rank's batches per epoch (the decoding
+        # set, e.g. the HVGs, takes a pass over the corpus).
+        first = self.batches(0, 0, rank, world)
+        self.decode_genes, self.cls, self._micro = list(first.decode_genes), int(first.cls), len(first)
         first.close()
         vocab = dict(corpus.vocab)
         if vocab.get("cls") is None:
@@ -75,6 +78,10 @@ class ValueTask:
     def _new_model(self) -> ValueModel:
         args, kwargs = self.shape
         return ValueModel(*args, **kwargs)
+
+    def micro_batches(self) -> int:
+        """This rank's micro-batches per epoch (counted when the task opened its batches)."""
+        return self._micro
 
     def shard_units(self, module) -> List[nn.Module]:
         """The FSDP units besides the root: each encoder layer."""

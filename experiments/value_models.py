@@ -12,13 +12,16 @@ pairing is with the one PCA score of the run).
               have no names Geneformer's vocabulary knows).
   corrmask (c) the hidden set chosen by CorrMask (Algorithm 2, λ 0.5) against random, paired seeds,
               fit-on-target.
-  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target).
+  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target): each variant's seconds per
+              step measured by a calibration run (one thread), then as many steps as
+              --cpu-minutes buys it, on the first set of --sets.
 
-Variants are edits of configs/txfm-tiny.toml (VARIANTS below).
+Variants are edits of configs/txfm-tiny.toml (VARIANTS below; the MLM rank model's are edits of
+configs/tiny.toml).
 
 usage: python experiments/value_models.py --out DIR --experiment fit|zero|corrmask|budget
        [--sets pbmc68k,spectra,cbmc,zeisel,kang] [--variants txfm-2x128] [--seeds 0-4]
-       [--steps N] [--corrflow BIN]
+       [--steps N] [--cpu-minutes M] [--corrflow BIN]
 Writes DIR/<experiment>.json and DIR/<experiment>.md. Finished runs in DIR are reused.
 """
 import argparse
@@ -33,6 +36,7 @@ import time
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(HERE, "datasets", "data")
 PRESET = os.path.join(HERE, "configs", "txfm-tiny.toml")
+RANK_PRESET = os.path.join(HERE, "configs", "tiny.toml")
 PYTHON = os.environ.get("CORRFLOW_PYTHON", os.path.expanduser("~/.cache/corrflow/test-venv/bin/python"))
 
 # name: (file, read flags, label column, exclude labels, vocabulary: builtin or built from the set)
@@ -67,6 +71,10 @@ VARIANTS = {
     "wced-2x128": ("WCED, 2 x 128, 90% hidden, 1,024 HVGs decoded",
                    {**BASE, "objective": '"wced"', "target_sum": "1e4", "decoder_layers": "1"}, 3000),
     "bins-2x128": ("TxFM with value bins (scGPT-style), 2 x 128", {**BASE, "input": '"bins"'}, 3000),
+    # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
+    "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",
+                  {k: v for k, v in BASE.items() if k not in ("visible_genes", "inference_genes")}, 3000,
+                  RANK_PRESET),
 }
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -140,9 +148,9 @@ def corpus_of(binary, out, name):
     return h5ad, corpus, graph
 
 
-def config_of(out, name, edits, strategy):
+def config_of(out, name, edits, strategy, preset=PRESET):
     """The preset with the variant's edits (each `key = value` line replaced where it is)."""
-    with open(PRESET) as f:
+    with open(preset) as f:
         lines = f.read().splitlines()
     seen = set()
     for i, line in enumerate(lines):
@@ -154,7 +162,7 @@ def config_of(out, name, edits, strategy):
             lines[i] = f'strategy = "{strategy}"'
     missing = set(edits) - seen
     if missing:
-        sys.exit(f"preset {PRESET} has no {missing}")
+        sys.exit(f"preset {preset} has no {missing}")
     path = os.path.join(out, f"{name}.toml")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -164,13 +172,13 @@ def config_of(out, name, edits, strategy):
 def train(binary, out, name, variant, seed, corpus, graph, steps, strategy="random"):
     """A trained and exported model of set `name` (reused when done): the ONNX file and the
     run's summary."""
-    desc, edits, default_steps = VARIANTS[variant]
+    desc, edits, default_steps, *preset = VARIANTS[variant]
     tag = f"{name}-{variant}-{strategy}-{steps or default_steps}-{seed}"
     run = os.path.join(out, "runs", tag)
     done = os.path.join(run, "done.json")
     if not os.path.exists(done):
         os.makedirs(run, exist_ok=True)
-        cfg = config_of(run, "config", edits, strategy)
+        cfg = config_of(run, "config", edits, strategy, *preset)
         t0 = time.time()
         s = corrflow(binary, "train", "--config", cfg, "--corpus", corpus, "--graph", graph, "--seed", str(seed),
                      "--max-steps", str(steps or default_steps), "--out", run, "--restart")
@@ -271,6 +279,48 @@ def fit(a, experiment):
     return results, lines
 
 
+CALIBRATION_STEPS = 150
+
+
+def budget(a):
+    """(d) the variants at equal CPU time on one set: seconds per step from a calibration run of
+    each, then the steps --cpu-minutes buys. Runs are meant for one thread each
+    (RAYON_NUM_THREADS=1), so that a CPU-minute is a minute."""
+    name = a.sets.split(",")[0]
+    h5ad, corpus, graph = corpus_of(a.corrflow, a.out, name)
+    variants = a.variants.split(",")
+    plan, lines = {}, [f"## budget: {a.cpu_minutes:g} CPU-minutes of training each, {name}", ""]
+    for variant in variants:
+        _, s = train(a.corrflow, os.path.join(a.out, "calibrate"), name, variant, 0, corpus, graph, CALIBRATION_STEPS)
+        per_step = s["seconds"] / s["steps"]
+        plan[variant] = {"seconds_per_step": per_step, "steps": max(1, int(a.cpu_minutes * 60 / per_step))}
+    models, results = {}, {}
+    for variant in variants:
+        for seed in seeds_of(a.seeds):
+            model, s = train(a.corrflow, a.out, name, variant, seed, corpus, graph, plan[variant]["steps"])
+            models[f"{variant}-{seed}"] = model
+            plan[variant].setdefault("train_seconds", []).append(s["seconds"])
+    report = score(a.corrflow, a.out, name, h5ad, models, f"cpu{a.cpu_minutes:g}m")
+    for variant in variants:
+        tags = [t for t in models if t.rsplit("-", 1)[0] == variant]
+        rows = summarize(report, tags)
+        results[variant] = {"rows": rows, **plan[variant], "seeds": len(tags)}
+        lines += md_table(f"{name}, {VARIANTS[variant][0]}: {plan[variant]['steps']:,} steps "
+                          f"({plan[variant]['seconds_per_step']:.3f} s/step, {len(tags)} training seeds)", rows)
+    m = report["methods"]
+    for first, second in [(v, w) for i, v in enumerate(variants) for w in variants[i + 1:]]:
+        paired = {}
+        for k, _ in METRICS:
+            d = [m[f"{first}-{s}"][k] - m[f"{second}-{s}"][k] for s in seeds_of(a.seeds)
+                 if m.get(f"{first}-{s}", {}).get(k) is not None and m.get(f"{second}-{s}", {}).get(k) is not None]
+            if d:
+                paired[k] = interval(d)
+        results[f"{first} - {second}"] = paired
+        lines.append(f"{first} − {second}, paired by seed: " + ", ".join(
+            f"{k} {mu:+.3f} ± {h:.3f}" for k, (mu, h) in paired.items()))
+    return results, lines + [""]
+
+
 PRETRAIN = [("kang_ctrl", "kang_ctrl.h5ad"), ("kang_stim", "kang_stim.h5ad"), ("pbmc3k", "pbmc3k.h5ad")]
 ZERO_TARGETS = ["pbmc68k", "spectra", "cbmc"]
 
@@ -322,6 +372,7 @@ def main():
     ap.add_argument("--variants", default="txfm-2x128")
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--cpu-minutes", type=float, default=10.0, help="budget: training CPU-minutes per run")
     ap.add_argument("--corrflow", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser(
         "~/.cache/corrflow/target")), "release", "corrflow"))
     a = ap.parse_args()
@@ -331,7 +382,7 @@ def main():
     elif a.experiment == "zero":
         results, lines = zero(a)
     else:
-        sys.exit(f"experiment {a.experiment}: see REPORT.md §10 for how it was run")
+        results, lines = budget(a)
     with open(os.path.join(a.out, f"{a.experiment}.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(a.out, f"{a.experiment}.md"), "w") as f:

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::corpus::{self, read_atlas_tokens};
 use crate::error::{Error, IoContext, Result};
 use crate::formats::ReadOptions;
+use crate::fs::atomic::write_atomic;
 use crate::ingest::{run_ingest, IngestRequest, IngestSummary};
 use crate::tokenize::{TokenizeOptions, ValueTransform};
-use crate::util::atomic::write_atomic;
 use crate::vocab::{Vocabulary, BUILTIN};
 
 /// The bundled dataset (see `datasets/default/README.md`).
@@ -124,7 +124,7 @@ fn prepare_out(out: &Path) -> Result<()> {
         std::fs::remove_dir_all(out).at(out)?;
     }
     std::fs::create_dir_all(out).at(out)?;
-    write_atomic(&out.join(MARKER), b"made by corrflow demo\n")
+    Ok(write_atomic(&out.join(MARKER), b"made by corrflow demo\n")?)
 }
 
 /// The bundled cells into a corpus (atlas `pbmc1k`) with the built-in vocabulary.

@@ -21,7 +21,7 @@ pub(crate) fn ontology(cfg: &Config, cmd: OntologyCommand, json: bool) -> Result
                 loaded.version,
                 labels.display()
             )];
-            corrflow::util::atomic::write_atomic(&out, proposed.to_tsv(&comment).as_bytes())?;
+            corrflow::fs::atomic::write_atomic(&out, proposed.to_tsv(&comment).as_bytes())?;
             let unmapped: Vec<&map::MapRow> = proposed.rows.iter().filter(|r| r.cl_id.is_none()).collect();
             let mut human = format!(
                 "ontology map: {} labels of '{column}' ({} cells), {} matched, {} not -> {}",

@@ -28,7 +28,7 @@ pub(crate) fn eval_cells(cfg: &Config, a: EvalCellsArgs, json: bool) -> Result<(
     }
     overlap.output_opt("--plot", a.plot.as_deref()).check()?;
     if let Some(p) = &a.plot {
-        corrflow::util::atomic::check_writable(p)?;
+        corrflow::fs::atomic::check_writable(p)?;
     }
     let sources: Vec<PathBuf> =
         a.embeddings.iter().cloned().chain(a.model.iter().cloned()).chain(a.checkpoint.iter().cloned()).collect();

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use corrflow::config::{Config, ModelVersion};
 use corrflow::formats::ReadOptions;
+use corrflow::fs::paths::Overlap;
 use corrflow::ingest::{build_vocabulary, VocabBuildOptions};
 use corrflow::ingest::{run_ingest, IngestRequest};
 use corrflow::tokenize::{versioned_layout, TokenizeOptions};
-use corrflow::util::paths::Overlap;
 use corrflow::vocab::Vocabulary;
 use corrflow_algorithms::SequenceLayout;
 

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use anyhow::Result;
 use corrflow::config::Config;
-use corrflow::util::paths::Overlap;
+use corrflow::fs::paths::Overlap;
 use serde::Serialize;
 
 use crate::cli::{Cli, Command, ExportCommand, ImportCommand};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use corrflow::config::Config;
 use corrflow::embed::ModelSource;
-use corrflow::util::paths::Overlap;
+use corrflow::fs::paths::Overlap;
 
 use super::print_summary;
 use crate::cli::{EmbedArgs, PerturbArgs, ServeArgs};

@@ -34,7 +34,7 @@ fn run_structure(a: &StructureArgs, cfg: &SynthConfig) -> Result<(String, serde_
         report.plot = Some(svg.display().to_string());
         report.zoom_plot = Some(zoom.display().to_string());
         report.json = Some(json.display().to_string());
-        corrflow::util::atomic::write_json_atomic(&json, &report)?;
+        corrflow::fs::atomic::write_json_atomic(&json, &report)?;
     }
     let human = format!(
         "synth structure: {} genes in {} modules, {} cells, top {} tokens\n  same- vs cross-module pairs, AUROC: adjacency {:.4}, co-occurrence {:.4}\n  mean count within/between modules: adjacency {:.3}/{:.3}, co-occurrence {:.2}/{:.2}; same-module pairs never counted: adjacency {:.1}%, co-occurrence {:.1}%{}",
@@ -92,7 +92,7 @@ fn run_modularity(a: &ModularityArgs, cfg: &SynthConfig, progress: bool) -> Resu
         modularity_plot(&svg, &report)?;
         report.plot = Some(svg.display().to_string());
         report.json = Some(json.display().to_string());
-        corrflow::util::atomic::write_json_atomic(&json, &report)?;
+        corrflow::fs::atomic::write_json_atomic(&json, &report)?;
     }
     let human = format!(
         "synth modularity: {} runs ({} from the journal; {} trials × {} γ × 2 strategies × {} background(s)), {} epochs, {:.1}s on {} thread(s)\n{}{}",

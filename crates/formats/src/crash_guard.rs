@@ -11,38 +11,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-
-/// The descriptors of the lock files this process holds, in slots readable without a lock, so
-/// that a forked child (the HDF5 crash guard) can close its copies first thing: a flock belongs
-/// to the open file, so a child's copy would keep the directory locked after this process is
-/// killed, and a rerun would be refused until the child ended.
-static HELD: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
-
-pub fn register_inherited_fd(fd: i32) {
-    let _ = HELD.iter().any(|slot| slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst).is_ok());
-}
-
-pub fn unregister_inherited_fd(fd: i32) {
-    for slot in &HELD {
-        let _ = slot.compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst);
-    }
-}
-
-/// Closes, in a freshly forked child, its copies of the parent's lock descriptors (only atomic
-/// loads and `close`: safe between fork and exit).
-pub(crate) fn close_inherited_locks() {
-    for slot in &HELD {
-        let fd = slot.load(Ordering::SeqCst);
-        if fd >= 0 {
-            // SAFETY: closes the child's copy of a descriptor the parent registered.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
 
 /// How long opening may take by default: opening reads attributes and the obs/var tables, a
 /// few seconds even for atlases of millions of cells; the allowance per byte covers slow disks.
@@ -64,7 +35,7 @@ pub fn probe(path: &Path, patience: Duration, probe: impl FnOnce()) -> Result<()
     if pid == 0 {
         // The child must not keep this process's directory locks, nor outlive it (a probe
         // looping in libhdf5 would otherwise run on after this process is killed).
-        close_inherited_locks();
+        corrflow_fs::lock::close_inherited_locks();
         // SAFETY: asks the kernel to kill this child when its parent ends; then checks that
         // the parent did not end before the request.
         unsafe {

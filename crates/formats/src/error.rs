@@ -65,3 +65,17 @@ impl<T> IoContext<T> for std::io::Result<T> {
         self.map_err(|e| Error::io(path, e))
     }
 }
+
+/// File handling's errors become the same kinds here, with the same messages (a conflict on disk
+/// is a fact about the file, as `Format` is).
+impl From<corrflow_fs::Error> for Error {
+    fn from(e: corrflow_fs::Error) -> Self {
+        use corrflow_fs::Error as F;
+        match e {
+            F::Io { path, err } => Self::Io { path, err },
+            F::Format { path, msg } | F::Conflict { path, msg } => Self::Format { path, msg },
+            F::Usage(msg) => Self::Usage(msg),
+            F::Internal { what, msg } => Self::Internal { what, msg },
+        }
+    }
+}

@@ -55,7 +55,7 @@ pub(crate) fn edit_copy(
     what: &str,
     edit: impl FnOnce(&hdf5::File, &hdf5::Group, &[String], &dyn Fn(hdf5::Error) -> Error) -> Result<()>,
 ) -> Result<()> {
-    let tmp = crate::atomic::temp_path(target);
+    let tmp = corrflow_fs::atomic::temp_path(target);
     std::fs::copy(input, &tmp).at(&tmp)?;
     let result = (|| -> Result<()> {
         let h5 = |e: hdf5::Error| Error::format(&tmp, format!("writing {what}: {e}"));
@@ -66,7 +66,7 @@ pub(crate) fn edit_copy(
         file.flush().map_err(h5)
     })();
     match result {
-        Ok(()) => crate::atomic::commit(&tmp, target),
+        Ok(()) => Ok(corrflow_fs::atomic::commit(&tmp, target)?),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)

@@ -8,7 +8,6 @@
 //! (h5ad and zarr CSC, MatrixMarket) go through an out-of-core transpose first; loom's
 //! genes × cells matrix is read by column slabs.
 
-pub mod atomic;
 mod canonical;
 pub mod crash_guard;
 mod csr;

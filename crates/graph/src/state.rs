@@ -17,9 +17,9 @@ use sha2::{Digest, Sha256};
 use super::changes::Candidate;
 use super::gene_stats::GeneStats;
 use super::parallel::{shard_histograms, shard_row_sums, Cluster, ShardSet};
+use corrflow_fs::atomic::write_json_atomic;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::graph_files::{read_graph, Coverage, Graph};
-use corrflow_io::util::atomic::write_json_atomic;
 use corrflow_io::vocab::Vocabulary;
 
 const STATE_DIR: &str = "state";
@@ -299,12 +299,12 @@ impl GraphState {
         let dir = graph_dir.join(STATE_DIR);
         std::fs::create_dir_all(&dir).at(&dir)?;
         let bin = dir.join(STATS_BIN);
-        let tmp = corrflow_io::util::atomic::temp_path(&bin);
+        let tmp = corrflow_fs::atomic::temp_path(&bin);
         let (hist, maps, sums) = (&self.stats.hist, &self.stats.maps, &self.stats.sums);
         let cells = [hist.n_cells, maps.n_cells, sums.n_cells];
         let longs: [&[i64]; 4] = [&cells, &hist.counts, &maps.t2, &sums.co];
         super::stats_file::write(&tmp, &longs, &[&sums.yy, &sums.yp, &sums.y2p])?;
-        corrflow_io::util::atomic::commit(&tmp, &bin)?;
+        corrflow_fs::atomic::commit(&tmp, &bin)?;
         let mut raw = Vec::with_capacity(self.candidates.len() * 24);
         for &(u, ((key, v), co)) in &self.candidates {
             raw.extend_from_slice(&u.to_le_bytes());
@@ -312,12 +312,12 @@ impl GraphState {
             raw.extend_from_slice(&v.to_le_bytes());
             raw.extend_from_slice(&co.to_le_bytes());
         }
-        corrflow_io::util::atomic::write_atomic(&dir.join(CANDIDATES_BIN), &raw)?;
+        corrflow_fs::atomic::write_atomic(&dir.join(CANDIDATES_BIN), &raw)?;
         if let Some(presence) = &self.presence {
             let raw: Vec<u8> = presence.iter().flat_map(|c| c.to_le_bytes()).collect();
-            corrflow_io::util::atomic::write_atomic(&dir.join(PRESENCE_BIN), &raw)?;
+            corrflow_fs::atomic::write_atomic(&dir.join(PRESENCE_BIN), &raw)?;
         }
-        write_json_atomic(&dir.join(STATE_JSON), &self.info)
+        Ok(write_json_atomic(&dir.join(STATE_JSON), &self.info)?)
     }
 
     pub fn load(graph_dir: &Path) -> Result<Self> {

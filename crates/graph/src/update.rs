@@ -16,10 +16,10 @@ use super::changes::edge_changes;
 use super::parallel::{cluster_statistics, AtlasStatistics, Cluster, ShardSet};
 use super::state::{Drift, GraphState, IncludedAtlas};
 use super::stream::build_streaming;
+use corrflow_fs::lock::DirLock;
 use corrflow_io::corpus::{corpus_of_atlas, Corpus};
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::graph_files::{read_graph, write_graph_with, Graph};
-use corrflow_io::util::lock::DirLock;
 use corrflow_io::vocab::Vocabulary;
 
 const DELTAS: &str = "deltas";

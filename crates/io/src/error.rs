@@ -124,3 +124,17 @@ impl From<corrflow_formats::Error> for Error {
         }
     }
 }
+
+/// File handling's errors become the same kinds here, with the same messages.
+impl From<corrflow_fs::Error> for Error {
+    fn from(e: corrflow_fs::Error) -> Self {
+        use corrflow_fs::Error as F;
+        match e {
+            F::Io { path, err } => Self::Io { path, err },
+            F::Format { path, msg } => Self::Format { path, msg },
+            F::Conflict { path, msg } => Self::Conflict { path, msg },
+            F::Usage(msg) => Self::Usage(msg),
+            F::Internal { what, msg } => Self::Internal { what, msg },
+        }
+    }
+}

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
-use crate::util::atomic::{write_json_atomic, write_parquet};
+use crate::util::parquet_out::write_parquet;
 use crate::vocab::Vocabulary;
+use corrflow_fs::atomic::write_json_atomic;
 
 pub const EDGES: &str = "edges.parquet";
 pub const GENES: &str = "genes.parquet";
@@ -100,7 +101,7 @@ pub fn write_graph(dir: &Path, graph: &mut Graph) -> Result<()> {
 /// Writes `graph` into a staging directory, lets `extra` add files to it (state, deltas), then
 /// swaps it in place of `dir`.
 pub fn write_graph_with(dir: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    crate::util::atomic::publish_dir(dir, |stage| write_graph_files(stage, graph, extra))
+    corrflow_fs::atomic::publish_dir(dir, |stage| write_graph_files(stage, graph, extra))
 }
 
 fn write_graph_files(stage: &Path, graph: &mut Graph, extra: impl FnOnce(&Path) -> Result<()>) -> Result<()> {

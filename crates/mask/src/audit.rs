@@ -207,7 +207,7 @@ fn plot_sweep(path: &Path, sweep: &[AuditRow]) -> Result<()> {
         name: name.into(),
         points: sweep.iter().map(|r| (r.lambda, f(r))).collect(),
     };
-    corrflow_plot::line_panels(
+    Ok(corrflow_plot::line_panels(
         path,
         "CorrMask masking audit: λ sweep",
         "λ (structural share of the budget)",
@@ -215,5 +215,5 @@ fn plot_sweep(path: &Path, sweep: &[AuditRow]) -> Result<()> {
             ("conditional hit rate (%)", vec![series("CorrMask", |r| 100.0 * r.hit_rate)]),
             ("mean masked span", vec![series("CorrMask", |r| r.mean_span)]),
         ],
-    )
+    )?)
 }

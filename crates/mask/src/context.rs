@@ -39,7 +39,7 @@ impl MaskContext {
         let table = match graph {
             Some(g) => {
                 if g.info.vocab_hash != info.vocab_hash {
-                    let (built, uses) = corrflow_io::util::distinct_hashes(&g.info.vocab_hash, &info.vocab_hash);
+                    let (built, uses) = corrflow_fs::hash::distinct_hashes(&g.info.vocab_hash, &info.vocab_hash);
                     return Err(Error::conflict(
                         graph_dir,
                         format!("graph was built with vocabulary {built} but the corpus uses {uses}"),

@@ -6,7 +6,7 @@
 //!                               state.json  step, next batch, epoch, config, vocabulary hash,
 //!                                           sha256 of the two records (written last), and as
 //!                                           its last field state_sha256: the sha256 of its own
-//!                                           bytes before it (`corrflow_io::util::sealed`)
+//!                                           bytes before it (`corrflow_fs::sealed`)
 //! OUT/checkpoints/.step-00000100.partial/   a checkpoint being written
 //! ```
 //! The learning-rate schedule and every random stream are functions of the step and the seed,
@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::train_config::TrainConfig;
+use corrflow_fs::atomic::{publish_dir, write_atomic};
+use corrflow_fs::sealed;
 use corrflow_infer::model_meta::ModelConfig;
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::{publish_dir, write_atomic};
-use corrflow_io::util::sealed;
 
 pub const MODEL_FILE: &str = "model.bin";
 pub const OPTIM_FILE: &str = "optim.bin";
@@ -91,7 +91,7 @@ pub fn load_state(dir: &Path, purpose: Purpose) -> Result<CheckpointState> {
     }
     for (file, sum) in files {
         let f = dir.join(file);
-        let actual = corrflow_io::util::sha256_file(&f)?;
+        let actual = corrflow_fs::hash::sha256_file(&f)?;
         if &actual != sum {
             return Err(Error::format(
                 &f,
@@ -156,8 +156,8 @@ pub fn save(
     let dir = checkpoint_dir(out, state.step);
     publish_dir(&dir, |stage| {
         write_records(stage)?;
-        state.model_sha256 = corrflow_io::util::sha256_file(&stage.join(MODEL_FILE))?;
-        state.optim_sha256 = corrflow_io::util::sha256_file(&stage.join(OPTIM_FILE))?;
+        state.model_sha256 = corrflow_fs::hash::sha256_file(&stage.join(MODEL_FILE))?;
+        state.optim_sha256 = corrflow_fs::hash::sha256_file(&stage.join(OPTIM_FILE))?;
         write_state(&stage.join(STATE_FILE), &state)
     })?;
     let mut all: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(out))

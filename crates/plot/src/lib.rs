@@ -6,7 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use corrflow_io::error::{Error, Result};
+use corrflow_fs::{Error, Result};
 
 pub use scatter::scatter_and_bars;
 
@@ -62,7 +62,7 @@ pub fn line_panels(path: &Path, title: &str, x_label: &str, panels: &[(&str, Vec
         }
         root.present().map_err(|e| err(&e))?;
     }
-    corrflow_io::util::atomic::write_atomic(path, svg.as_bytes())
+    corrflow_fs::atomic::write_atomic(path, svg.as_bytes())
 }
 
 /// Square heatmaps side by side, `(title, side, values)` with values in [0, 1] row-major (row 0
@@ -98,5 +98,5 @@ pub fn heatmap_panels(path: &Path, title: &str, panels: &[(&str, usize, &[f64])]
         }
         root.present().map_err(|e| err(&e))?;
     }
-    corrflow_io::util::atomic::write_atomic(path, svg.as_bytes())
+    corrflow_fs::atomic::write_atomic(path, svg.as_bytes())
 }

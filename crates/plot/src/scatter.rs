@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use corrflow_io::error::{Error, Result};
+use corrflow_fs::{Error, Result};
 
 /// One scatter per `(name, points)` (each point coloured by `codes` into `names`), then one bar
 /// group per `(metric, [(method, value)])`; written atomically.
@@ -29,7 +29,7 @@ pub fn scatter_and_bars(
         draw_bars(&bottom, names, bars).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
-    corrflow_io::util::atomic::write_atomic(path, svg.as_bytes())
+    corrflow_fs::atomic::write_atomic(path, svg.as_bytes())
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;

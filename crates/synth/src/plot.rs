@@ -29,11 +29,11 @@ pub fn structure_plot(path: &Path, zoom: &Path, r: &StructureReport, maps: &Heat
     let panels: Vec<(&str, usize, &[f64])> =
         titles.iter().zip(&maps.zoom).map(|(t, (_, m))| (t.as_str(), side, m.as_slice())).collect();
     let (from, to) = r.zoom_genes;
-    heatmap_panels(
+    Ok(heatmap_panels(
         zoom,
         &format!("Structure recovery: genes {from}–{} one by one (module boundary inside)", to - 1),
         &panels,
-    )
+    )?)
 }
 
 /// Fig. 3: test accuracy against γ per strategy, one panel per background reading, and the
@@ -58,5 +58,5 @@ pub fn modularity_plot(path: &Path, r: &SweepReport) -> Result<()> {
     panels.push(("gain: correlation − random".to_string(), gains));
     let panels: Vec<(&str, Vec<Series>)> = panels.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
     let title = format!("Modularity sweep: mean of {} trials, {} epochs", r.seeds, r.epochs);
-    line_panels(path, &title, "modularity γ", &panels)
+    Ok(line_panels(path, &title, "modularity γ", &panels)?)
 }

@@ -40,7 +40,7 @@ pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    corrflow_io::util::atomic::write_atomic(path, kept.as_bytes())
+    Ok(corrflow_fs::atomic::write_atomic(path, kept.as_bytes())?)
 }
 
 pub(crate) fn progress_bar(name: &str, show: bool, total: u64, pos: u64) -> corrflow_io::progress::Task {

@@ -93,9 +93,9 @@ pub fn check_ontology(head: &OntologyHead, model: &Path, ontology: &Path) -> Res
 
 pub fn annotate(req: &AnnotateRequest) -> Result<AnnotateSummary> {
     let start = std::time::Instant::now();
-    corrflow_io::util::atomic::check_writable(&req.out)?;
+    corrflow_fs::atomic::check_writable(&req.out)?;
     if let Some(h5) = &req.h5ad_out {
-        corrflow_io::util::atomic::check_writable(h5)?;
+        corrflow_fs::atomic::check_writable(h5)?;
         corrflow_io::formats::check_editable(&req.cells.input)?;
     }
     let (head, model_path) = model_head(&req.cells.model)?;

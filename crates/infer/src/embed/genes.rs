@@ -15,7 +15,7 @@ use crate::encode::{plan_batches, Encoder, PaddedBatch};
 use corrflow_io::corpus::columns::InputIds;
 use corrflow_io::corpus::for_each_shard_batch;
 use corrflow_io::error::{Error, Result};
-use corrflow_io::util::atomic::write_parquet_atomic;
+use corrflow_io::util::parquet_out::write_parquet_atomic;
 
 use super::{tokenize_input, EmbedRequest, EmbedSummary};
 

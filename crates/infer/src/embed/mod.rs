@@ -82,9 +82,9 @@ pub fn layer_from_emb_layer(emb_layer: i64) -> i64 {
 pub fn embed(req: &EmbedRequest) -> Result<EmbedSummary> {
     let start = std::time::Instant::now();
     // Fail before computing anything when the outputs cannot be written.
-    corrflow_io::util::atomic::check_writable(&req.out)?;
+    corrflow_fs::atomic::check_writable(&req.out)?;
     if let Some(h5) = &req.h5ad_out {
-        corrflow_io::util::atomic::check_writable(h5)?;
+        corrflow_fs::atomic::check_writable(h5)?;
         corrflow_io::formats::check_editable(&req.cells.input)?;
     }
     let opts = OpenOptions { pooling: req.pooling, layer: req.layer, runtime: req.cells.runtime.clone() };

@@ -24,7 +24,7 @@ pub fn checksum_path(model: &Path) -> PathBuf {
 pub fn write_model_checksum(dir: &Path, model: &Path, bytes: &[u8]) -> Result<()> {
     let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let line = format!("{}  {name}\n", hex::encode(Sha256::digest(bytes)));
-    corrflow_io::util::atomic::write_atomic(&dir.join(MODEL_SHA256_FILE), line.as_bytes())
+    Ok(corrflow_fs::atomic::write_atomic(&dir.join(MODEL_SHA256_FILE), line.as_bytes())?)
 }
 
 /// The one check of an exported model: `bytes`, read from `model`, against the sha256 its

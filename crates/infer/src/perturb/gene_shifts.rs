@@ -13,7 +13,7 @@ use corrflow_algorithms::perturb::cosine;
 
 use crate::encode::{plan_batches, Encoder, PaddedBatch};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::util::atomic::write_parquet_atomic;
+use corrflow_io::util::parquet_out::write_parquet_atomic;
 use corrflow_io::vocab::Vocabulary;
 
 /// Per-gene sums of embedding shifts.

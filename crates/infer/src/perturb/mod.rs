@@ -9,7 +9,6 @@
 //! there).
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,7 +16,6 @@ use std::time::Instant;
 use arrow_array::{Array, ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema};
 use corrflow_algorithms::perturb::{cosine, perturb, Perturbation};
-use parquet::arrow::ArrowWriter;
 use rand::seq::IndexedRandom;
 use rand::SeedableRng;
 use serde::Serialize;
@@ -25,8 +23,8 @@ use serde::Serialize;
 use crate::encode::{encode_cells, Encoder, ModelCells, Output};
 use corrflow_io::corpus::columns::{InputIds, CELL_ID};
 use corrflow_io::corpus::for_each_shard_batch;
-use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::{commit, temp_path};
+use corrflow_io::error::{Error, Result};
+use corrflow_io::util::parquet_out::ParquetOut;
 use corrflow_io::vocab::Vocabulary;
 
 use crate::cells_run::CellsRun;
@@ -36,7 +34,7 @@ use crate::registry::{open_encoder, OpenOptions};
 mod gene_shifts;
 mod values;
 use gene_shifts::GeneShifts;
-use values::{Expression, ValueCells};
+use values::ValueCells;
 
 #[derive(Clone, Debug)]
 pub struct PerturbRequest {
@@ -81,9 +79,9 @@ pub struct PerturbSummary {
 
 /// Flag values and outputs checked before any work.
 fn validate(req: &PerturbRequest) -> Result<()> {
-    corrflow_io::util::atomic::check_writable(&req.out)?;
+    corrflow_fs::atomic::check_writable(&req.out)?;
     if let Some(g) = &req.genes_out {
-        corrflow_io::util::atomic::check_writable(g)?;
+        corrflow_fs::atomic::check_writable(g)?;
     }
     if req.random_sets > MAX_RANDOM_SETS {
         return Err(Error::Usage(format!(
@@ -146,7 +144,7 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
         max_len: layout.max_genes + usize::from(layout.cls.is_some()) + usize::from(layout.eos.is_some()),
         sets: std::iter::once(tokens.as_slice()).chain(sets.iter().map(Vec::as_slice)).collect(),
     };
-    let mut writer = RowWriter::new(&req.out)?;
+    let mut writer = RowWriter::new(&req.out);
     let mut tally = Tally {
         cells: 0,
         sums: vec![(0.0, 0); pass.sets.len()],
@@ -160,15 +158,12 @@ pub fn perturb_cells(req: &PerturbRequest) -> Result<PerturbSummary> {
             pass.value_block(encoder.as_mut(), v, ids, block, &mut writer, &mut tally)
         }),
     };
-    if let Err(e) = result {
-        writer.abandon();
-        return Err(e);
-    }
+    // An unfinished writer removes its temporary file when dropped.
+    result?;
     if let Some(e) = nothing_measured(req, &tally) {
-        writer.abandon();
         return Err(e);
     }
-    writer.finish(&req.out)?;
+    writer.finish()?;
     let genes_shifted = match (&tally.genes, &req.genes_out) {
         (Some(g), Some(path)) => Some(g.write(&vocab, path)?),
         _ => None,
@@ -313,36 +308,6 @@ impl Pass<'_> {
     }
 }
 
-impl Pass<'_> {
-    /// A value model's block: each set perturbs the cells' counts; both inputs are built per set
-    /// (the set's genes are seen in both), so each cell is encoded twice per set.
-    fn value_block(
-        &self,
-        encoder: &mut dyn Encoder,
-        cells: &ValueCells,
-        ids: &[String],
-        block: &[Expression],
-        writer: &mut RowWriter,
-        tally: &mut Tally,
-    ) -> Result<()> {
-        let (req, dim) = (self.req, encoder.dim());
-        tally.cells += block.len() as u64;
-        for (s, &set) in self.sets.iter().enumerate() {
-            let (mut before, mut after, present) = cells.pairs(block, set, req.how);
-            let applies = applying(req.how, &present);
-            let original = encode(encoder, &values::take_rows(&mut before, &applies), req)?;
-            let moved = encode(encoder, &values::take_rows(&mut after, &applies), req)?;
-            let rows: Vec<usize> = (0..applies.len()).collect();
-            let cosines = record_shifts(tally, s, block.len(), &applies, (&original, &rows), &moved, dim);
-            if s == 0 {
-                let present: Vec<u32> = present.iter().map(|&n| n as u32).collect();
-                writer.write(ids, &present, &cosines)?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The cells a perturbation applies to: every cell for overexpression; for deletion, those that
 /// detect one of the genes (`present[i]` of them).
 fn applying(how: Perturbation, present: &[usize]) -> Vec<usize> {
@@ -474,15 +439,9 @@ fn for_each_block(
     for shard in &index.shards {
         let p = &shard.path;
         for_each_shard_batch(p, |rb| {
-            let all = InputIds::of(rb, p)?.cells()?;
-            let ids = rb
-                .column_by_name(CELL_ID)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                .ok_or_else(|| corrflow_io::corpus::columns::missing(p, CELL_ID))?;
-            let keep = selected_rows(rb, p, filter)?;
-            let rows: Vec<usize> = (0..rb.num_rows()).filter(|&i| keep[i]).collect();
-            let names: Vec<String> = rows.iter().map(|&i| ids.value(i).to_string()).collect();
-            let cells: Vec<Vec<u32>> = all.into_iter().zip(&keep).filter(|(_, &k)| k).map(|(c, _)| c).collect();
+            let mut all = InputIds::of(rb, p)?.cells()?;
+            let (rows, names) = selected(rb, p, filter)?;
+            let cells: Vec<Vec<u32>> = rows.iter().map(|&i| std::mem::take(&mut all[i])).collect();
             if cells.is_empty() {
                 Ok(())
             } else {
@@ -493,38 +452,47 @@ fn for_each_block(
     Ok(())
 }
 
-/// Which rows of a record batch the filter (`--cells-where COLUMN=VALUE`) selects.
-fn selected_rows(rb: &RecordBatch, p: &std::path::Path, filter: Option<&(String, String)>) -> Result<Vec<bool>> {
-    Ok(match filter {
-        None => vec![true; rb.num_rows()],
+/// The rows of a record batch that the filter (`--cells-where COLUMN=VALUE`) selects, and
+/// their cell ids.
+fn selected(
+    rb: &RecordBatch,
+    p: &std::path::Path,
+    filter: Option<&(String, String)>,
+) -> Result<(Vec<usize>, Vec<String>)> {
+    let rows: Vec<usize> = match filter {
+        None => (0..rb.num_rows()).collect(),
         Some((col, want)) => {
             let c = rb.column_by_name(col).ok_or_else(|| corrflow_io::corpus::columns::missing(p, col))?;
             let c = arrow_cast::cast(c, &DataType::Utf8).map_err(|e| Error::parquet(p, e))?;
             let c = c.as_any().downcast_ref::<StringArray>().expect("cast to Utf8");
-            (0..rb.num_rows()).map(|i| c.is_valid(i) && c.value(i) == want).collect()
+            (0..rb.num_rows()).filter(|&i| c.is_valid(i) && c.value(i) == want).collect()
         }
-    })
+    };
+    let ids = rb
+        .column_by_name(CELL_ID)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| corrflow_io::corpus::columns::missing(p, CELL_ID))?;
+    let names = rows.iter().map(|&i| ids.value(i).to_string()).collect();
+    Ok((rows, names))
 }
 
-/// The per-cell output, written a block at a time into a temporary file renamed at the end.
+/// The per-cell output, written a block at a time through `ParquetOut` (a temporary file renamed
+/// into place when finished, removed when dropped unfinished).
 struct RowWriter {
-    tmp: PathBuf,
-    writer: ArrowWriter<File>,
+    out: ParquetOut,
+    target: PathBuf,
     schema: Arc<Schema>,
 }
 
 impl RowWriter {
-    fn new(out: &std::path::Path) -> Result<Self> {
+    fn new(target: &std::path::Path) -> Self {
         let schema = Arc::new(Schema::new(vec![
             Field::new(CELL_ID, DataType::Utf8, false),
             Field::new("genes_present", DataType::UInt32, false),
             Field::new("cosine", DataType::Float64, true),
             Field::new("shift", DataType::Float64, true),
         ]));
-        let tmp = temp_path(out);
-        let f = File::create(&tmp).at(&tmp)?;
-        let writer = ArrowWriter::try_new(f, schema.clone(), None).map_err(|e| Error::parquet(&tmp, e))?;
-        Ok(Self { tmp, writer, schema })
+        Self { out: ParquetOut::new(target), target: target.to_path_buf(), schema }
     }
 
     fn write(&mut self, ids: &[String], present: &[u32], cosine: &[Option<f64>]) -> Result<()> {
@@ -534,27 +502,11 @@ impl RowWriter {
             Arc::new(Float64Array::from(cosine.to_vec())),
             Arc::new(Float64Array::from(cosine.iter().map(|c| c.map(|c| 1.0 - c)).collect::<Vec<_>>())),
         ];
-        let rb = RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| Error::parquet(&self.tmp, e))?;
-        self.writer.write(&rb).map_err(|e| Error::parquet(&self.tmp, e))
+        let rb = RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| Error::parquet(&self.target, e))?;
+        self.out.write(&rb)
     }
 
-    fn abandon(self) {
-        let tmp = self.tmp.clone();
-        drop(self.writer);
-        let _ = std::fs::remove_file(tmp);
-    }
-
-    fn finish(self, out: &std::path::Path) -> Result<()> {
-        let tmp = self.tmp.clone();
-        let done = self
-            .writer
-            .into_inner()
-            .map_err(|e| Error::parquet(&tmp, e))
-            .and_then(|f| f.sync_all().at(&tmp))
-            .and_then(|()| commit(&tmp, out));
-        if done.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        done
+    fn finish(self) -> Result<()> {
+        self.out.finish(|| Error::internal("perturb", "no cell was written"))
     }
 }

@@ -15,15 +15,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{Array, StringArray};
 use corrflow_algorithms::perturb::Perturbation;
-use corrflow_io::corpus::columns::CELL_ID;
 use corrflow_io::corpus::{for_each_shard_batch_with_expression, AtlasManifest, CorpusIndex, ExpressionBlock};
 use corrflow_io::error::Result;
 
 use crate::encode::{Encoder, ModelCells};
 use crate::inputs::{cell_seed, cls_token, value_input_with, CellExpression};
 use crate::model_meta::ValueModel;
+
+use super::{applying, encode, record_shifts, Pass, RowWriter, Tally};
 
 /// A cell's expression, owned: detected genes in rank order, their counts, the total.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -36,6 +36,36 @@ pub(super) struct Expression {
 impl Expression {
     fn view(&self) -> CellExpression<'_> {
         CellExpression { genes: &self.genes, counts: &self.counts, total: self.total }
+    }
+}
+
+impl Pass<'_> {
+    /// A value model's block: each set perturbs the cells' counts; both inputs are built per set
+    /// (the set's genes are seen in both), so each cell is encoded twice per set.
+    pub(super) fn value_block(
+        &self,
+        encoder: &mut dyn Encoder,
+        cells: &ValueCells,
+        ids: &[String],
+        block: &[Expression],
+        writer: &mut RowWriter,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let (req, dim) = (self.req, encoder.dim());
+        tally.cells += block.len() as u64;
+        for (s, &set) in self.sets.iter().enumerate() {
+            let (mut before, mut after, present) = cells.pairs(block, set, req.how);
+            let applies = applying(req.how, &present);
+            let original = encode(encoder, &take_rows(&mut before, &applies), req)?;
+            let moved = encode(encoder, &take_rows(&mut after, &applies), req)?;
+            let rows: Vec<usize> = (0..applies.len()).collect();
+            let cosines = record_shifts(tally, s, block.len(), &applies, (&original, &rows), &moved, dim);
+            if s == 0 {
+                let present: Vec<u32> = present.iter().map(|&n| n as u32).collect();
+                writer.write(ids, &present, &cosines)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -134,15 +164,9 @@ impl ValueCells {
         for shard in &index.shards {
             let p: &Path = &shard.path;
             for_each_shard_batch_with_expression(p, |rb| {
-                let keep = super::selected_rows(rb, p, filter)?;
-                let ids = rb
-                    .column_by_name(CELL_ID)
-                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                    .ok_or_else(|| corrflow_io::corpus::columns::missing(p, CELL_ID))?;
+                let (rows, names) = super::selected(rb, p, filter)?;
                 let mut block = ExpressionBlock::default();
                 block.decode(rb, p, 0, self.vocab_size, &self.is_gene)?;
-                let rows: Vec<usize> = (0..rb.num_rows()).filter(|&i| keep[i]).collect();
-                let names: Vec<String> = rows.iter().map(|&i| ids.value(i).to_string()).collect();
                 let cells: Vec<Expression> = rows
                     .iter()
                     .map(|&i| Expression {

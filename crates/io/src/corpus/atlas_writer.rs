@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::{atlas_dir, staging_dir, AtlasManifest, CorpusInfo, DropCounts, ShardInfo, TokenBatch, TokenShardWriter};
 use super::{CORPUS_INFO, MANIFEST, VOCAB_DIR};
 use crate::error::{Error, IoContext, Result};
-use crate::util::atomic::write_json_atomic;
 use crate::vocab::Vocabulary;
+use corrflow_fs::atomic::write_json_atomic;
 
 const PROGRESS: &str = "progress.json";
 /// Where a new corpus's vocabulary tables are written during the ingest (in the staging dir).
@@ -58,7 +58,7 @@ pub fn prepare_atlas(corpus: &Path, atlas: &str, info: &CorpusInfo) -> Result<Pa
     }
     if let Some(existing) = super::read_info(corpus)? {
         if &existing != info {
-            let (theirs, ours) = crate::util::distinct_hashes(&existing.vocab_hash, &info.vocab_hash);
+            let (theirs, ours) = corrflow_fs::hash::distinct_hashes(&existing.vocab_hash, &info.vocab_hash);
             return Err(Error::conflict(
                 corpus.join(CORPUS_INFO),
                 format!(

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::read::for_each_batch;
 use crate::error::{Error, IoContext, Result};
-use crate::util::atomic::write_json_atomic;
+use corrflow_fs::atomic::write_json_atomic;
 
 fn feature_of(dt: &DataType) -> Result<Value> {
     let dtype = match dt {
@@ -35,7 +35,7 @@ pub fn export_hf(atlas_dirs: &[PathBuf], out: &Path) -> Result<u64> {
     if out.exists() {
         return Err(Error::conflict(out, "already exists; remove it or choose another --hf directory"));
     }
-    crate::util::atomic::publish_dir(out, |stage| write_dataset(atlas_dirs, stage))
+    corrflow_fs::atomic::publish_dir(out, |stage| write_dataset(atlas_dirs, stage))
 }
 
 /// The dataset's files, written into `stage`; the number of rows.
@@ -132,7 +132,7 @@ fn write_dataset_metadata(stage: &Path, written: &[String], features: Option<Val
         "_output_all_columns": false, "_split": null
     });
     write_json_atomic(&stage.join("dataset_info.json"), &info)?;
-    write_json_atomic(&stage.join("state.json"), &state)
+    Ok(write_json_atomic(&stage.join("state.json"), &state)?)
 }
 
 fn finish(mut w: StreamWriter<BufWriter<File>>, path: &Path) -> Result<()> {

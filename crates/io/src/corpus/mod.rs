@@ -48,7 +48,7 @@ pub fn atlas_dir(corpus: &Path, atlas: &str) -> PathBuf {
 
 /// Hidden staging directory of an atlas being ingested.
 pub fn staging_dir(corpus: &Path, atlas: &str) -> PathBuf {
-    crate::util::atomic::hidden_sibling(&atlas_dir(corpus, atlas), "partial")
+    corrflow_fs::atomic::hidden_sibling(&atlas_dir(corpus, atlas), "partial")
 }
 
 /// Names of the finished atlases of a corpus (those with a manifest), sorted.

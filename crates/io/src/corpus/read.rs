@@ -66,7 +66,7 @@ pub fn for_each_batch(atlas_dir: &Path, mut f: impl FnMut(&RecordBatch) -> Resul
 /// reader of a corpus.
 pub fn verify_shard(path: &Path, bytes: u64, sha256: &str) -> Result<()> {
     let actual = std::fs::metadata(path).at(path)?.len();
-    if actual != bytes || crate::util::sha256_file(path)? != sha256 {
+    if actual != bytes || corrflow_fs::hash::sha256_file(path)? != sha256 {
         return Err(Error::format(path, "shard does not match its manifest checksum (corrupt or modified)"));
     }
     Ok(())

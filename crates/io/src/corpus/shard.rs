@@ -18,9 +18,9 @@ use super::manifest::{DropCounts, ShardInfo};
 use crate::error::{Error, IoContext, Result};
 use crate::formats::{ObsField, ObsKind, ObsValues};
 use crate::tokenize::ExpressionBatch;
-use crate::util::atomic::{commit, temp_path};
 use crate::util::writeback::WritebackFile;
-use crate::util::HashingWriter;
+use corrflow_fs::atomic::{commit, temp_path};
+use corrflow_fs::hash::HashingWriter;
 
 /// Arrow schema of token shards: fixed columns, the requested obs columns, then (shards that
 /// keep each cell's expression) the expression columns.

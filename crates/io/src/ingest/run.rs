@@ -19,7 +19,7 @@ use crate::formats::{open, ReadOptions};
 use crate::ontology::map::{CellTypeMapping, CL_ID_COLUMN};
 use crate::progress::Task;
 use crate::tokenize::{GeneMapper, MappingStats};
-use crate::util::lock::DirLock;
+use corrflow_fs::lock::DirLock;
 
 const FORMAT_VERSION: u32 = 1;
 

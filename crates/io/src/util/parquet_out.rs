@@ -9,8 +9,28 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
-use super::atomic::{commit, temp_path};
 use crate::error::{Error, IoContext, Result};
+use corrflow_fs::atomic::{commit, temp_path};
+
+/// Writes one record batch as a Parquet file at `path` (synced; not atomic by itself: for files
+/// inside a staging directory, or under a temporary name).
+pub fn write_parquet(path: &Path, batch: &arrow_array::RecordBatch) -> Result<()> {
+    let file = File::create(path).at(path)?;
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| Error::parquet(path, e))?;
+    w.write(batch).map_err(|e| Error::parquet(path, e))?;
+    w.into_inner().map_err(|e| Error::parquet(path, e))?.sync_all().at(path)
+}
+
+/// Writes one record batch as a Parquet file at `target` atomically.
+pub fn write_parquet_atomic(target: &Path, batch: &arrow_array::RecordBatch) -> Result<()> {
+    let tmp = temp_path(target);
+    let result = write_parquet(&tmp, batch).and_then(|()| Ok(commit(&tmp, target)?));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
 
 pub struct ParquetOut {
     target: PathBuf,

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
-use crate::util::atomic::write_atomic;
+use corrflow_fs::atomic::write_atomic;
 
 pub const TOKEN_FILE: &str = "token_dictionary.tsv";
 pub const MEDIAN_FILE: &str = "gene_median_dictionary.tsv";
@@ -332,7 +332,7 @@ impl Vocabulary {
     /// Writes the vocabulary as a whole directory: staged and renamed into place, so `dir`
     /// never holds some of its files (a full disk leaves the old directory or none).
     pub fn publish_dir(&self, dir: &Path) -> Result<PathBuf> {
-        crate::util::atomic::publish_dir(dir, |stage| self.write_dir(stage))?;
+        corrflow_fs::atomic::publish_dir(dir, |stage| self.write_dir(stage))?;
         Ok(dir.to_path_buf())
     }
 

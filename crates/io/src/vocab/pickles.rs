@@ -177,7 +177,7 @@ pub fn write_pickles(vocab: &super::Vocabulary, dir: &Path) -> Result<Vec<PathBu
         let path = dir.join(file);
         let bytes = serde_pickle::value_to_vec(&Value::Dict(dict), serde_pickle::SerOptions::new())
             .map_err(|e| Error::format(&path, format!("pickling failed: {e}")))?;
-        crate::util::atomic::write_atomic(&path, &bytes)?;
+        corrflow_fs::atomic::write_atomic(&path, &bytes)?;
         written.push(path);
     }
     Ok(written)

@@ -23,9 +23,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use corrflow_algorithms::SequenceLayout;
+use corrflow_fs::atomic::publish_dir;
 use corrflow_infer::model_meta::{ClassifierTask, HeadActivation, ModelConfig};
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::publish_dir;
 
 use crate::burn_encoder::load_checkpoint;
 use crate::import::mapping::{self, Matrix, Slots, Vector};

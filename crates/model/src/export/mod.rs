@@ -24,12 +24,12 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use corrflow_fs::atomic::{commit, publish_dir, temp_path};
 use corrflow_infer::model_meta::integrity::write_model_checksum;
 use corrflow_infer::model_meta::{
     vocab_sidecar, ClassifierTask, ModelMeta, Pooling, CONFIG_KEY, IR_VERSION, META_KEY, OPSET, VOCAB_HASH_KEY,
 };
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::{commit, publish_dir, temp_path};
 use corrflow_io::vocab::Vocabulary;
 use proto::{GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto};
 
@@ -190,7 +190,7 @@ fn write_model(bytes: &[u8], vocab: &Vocabulary, sidecar: &Path, out: &Path) -> 
                 write_model_checksum(stage, out, bytes)
             })
         })
-        .and_then(|()| commit(&tmp, out));
+        .and_then(|()| Ok(commit(&tmp, out)?));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -79,10 +79,21 @@ pub(crate) fn linear(s: &mut impl Slots, name: &str, l: &mut Linear<CpuBackend>)
 }
 
 fn norm(s: &mut impl Slots, name: &str, n: &mut LayerNorm<CpuBackend>) -> Result<()> {
-    s.vector(&format!("{name}.weight"), &mut n.gamma)?;
+    norm_named(s, name, n, ("weight", "bias"))
+}
+
+/// A LayerNorm whose gain and shift are `NAME.GAIN` and `NAME.SHIFT` (BERT: `weight`, `bias`;
+/// corrflow's ONNX names: `gamma`, `beta`).
+pub(crate) fn norm_named(
+    s: &mut impl Slots,
+    name: &str,
+    n: &mut LayerNorm<CpuBackend>,
+    (gain, shift): (&str, &str),
+) -> Result<()> {
+    s.vector(&format!("{name}.{gain}"), &mut n.gamma)?;
     let h = n.gamma.val().dims()[0];
     let beta = n.beta.get_or_insert_with(|| Param::from_tensor(Tensor::zeros([h], &Default::default())));
-    s.vector(&format!("{name}.bias"), beta)
+    s.vector(&format!("{name}.{shift}"), beta)
 }
 
 /// `[rows, cols]` row-major values transposed to `[cols, rows]`.

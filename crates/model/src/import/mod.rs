@@ -9,6 +9,7 @@
 //! A directory `export hf-model` wrote carries the sha256 of each file (`record`); every file is
 //! checked against it before it is used.
 
+mod from_file;
 pub(crate) mod heads;
 mod hf_config;
 pub(crate) mod mapping;
@@ -26,6 +27,7 @@ use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::vocab::Vocabulary;
 use serde::Serialize;
 
+use from_file::FromFile;
 pub use hf_config::{CorrflowSection, HfBertConfig, CORRFLOW_SECTION_VERSION, SUPPORTED};
 use record::Record;
 pub use record::RECORD_FILE;
@@ -163,7 +165,7 @@ fn fill(
     heads: Option<&Weights>,
 ) -> Result<(CellEncoder<CpuBackend>, Vec<String>)> {
     let mlm_head = w.resolve(mapping::MLM_HEAD).is_ok();
-    let mut from = FromFile { w, used: Vec::new() };
+    let mut from = FromFile::bert(w);
     mapping::walk(&mut m, &mut from, mlm_head)?;
     let mut used = from.used;
     // The decoder is tied to the token embeddings, in BERT as in corrflow.
@@ -171,71 +173,9 @@ fn fill(
         ["cls.predictions.decoder.weight", "cls.predictions.decoder.bias"].iter().filter_map(|t| w.resolve(t).ok()),
     );
     if let Some(h) = heads {
-        let mut from = FromFile { w: h, used: Vec::new() };
+        let mut from = FromFile::bert(h);
         mapping::walk_heads(&mut m, &mut from)?;
         heads::refuse_unused(h, &from.used)?;
     }
     Ok((m, used))
-}
-
-/// The import direction of the mapping: each slot filled from the file.
-struct FromFile<'a> {
-    w: &'a Weights,
-    used: Vec<String>,
-}
-
-impl mapping::Slots for FromFile<'_> {
-    fn matrix(&mut self, name: &str, p: &mut mapping::Matrix, linear: bool) -> Result<()> {
-        let [rows, cols] = p.val().dims();
-        let full = self.w.resolve(name)?;
-        // [out, in] (PyTorch) → [in, out] (burn).
-        let mut values = if linear {
-            mapping::transpose(&self.w.f32(&full, &[cols, rows])?, cols, rows)
-        } else {
-            self.w.f32(&full, &[rows, cols])?
-        };
-        self.used.push(full);
-        if name == mapping::POSITIONS {
-            self.fold_token_type(&mut values, cols)?;
-        }
-        *p = param2(values, [rows, cols]);
-        Ok(())
-    }
-
-    fn vector(&mut self, name: &str, p: &mut mapping::Vector) -> Result<()> {
-        let [n] = p.val().dims();
-        let full = match self.w.resolve(name) {
-            Err(_) if name == mapping::MLM_BIAS => self.w.resolve("cls.predictions.decoder.bias")?,
-            found => found?,
-        };
-        let values = self.w.f32(&full, &[n])?;
-        self.used.push(full);
-        *p = param1(values);
-        Ok(())
-    }
-}
-
-impl FromFile<'_> {
-    /// Token type 0 is added to every position: it is folded into the position embeddings
-    /// (exact). Zeros are skipped, so a file exported from corrflow (zero token types) gives back
-    /// the very bits (-0.0 + 0.0 would be +0.0).
-    fn fold_token_type(&mut self, positions: &mut [f32], h: usize) -> Result<()> {
-        let Ok(types) = self.w.resolve("embeddings.token_type_embeddings.weight") else { return Ok(()) };
-        let rows = self.w.shape(&types)[0];
-        let tt = self.w.f32(&types, &[rows, h])?;
-        self.used.push(types);
-        for row in positions.chunks_mut(h) {
-            row.iter_mut().zip(&tt[..h]).filter(|(_, b)| **b != 0.0).for_each(|(a, b)| *a += b);
-        }
-        Ok(())
-    }
-}
-
-fn param1(v: Vec<f32>) -> Param<Tensor<CpuBackend, 1>> {
-    let n = v.len();
-    Param::from_tensor(Tensor::from_data(TensorData::new(v, [n]), &Default::default()))
-}
-
-fn param2(v: Vec<f32>, shape: [usize; 2]) -> Param<Tensor<CpuBackend, 2>> {
-    Param::from_tensor(Tensor::from_data(TensorData::new(v, shape), &Default::default()))
 }

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
+use corrflow_fs::hash::sha256_file;
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::sha256_file;
 use sha2::{Digest, Sha256};
 
 /// The record's file name, in the model directory.

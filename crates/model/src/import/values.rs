@@ -17,14 +17,15 @@
 use std::path::Path;
 
 use burn::module::Param;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use corrflow_algorithms::SequenceLayout;
 use corrflow_infer::model_meta::ModelConfig;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::vocab::Vocabulary;
 use serde::{Deserialize, Serialize};
 
-use super::mapping::{self, Matrix, Slots, Vector};
+use super::from_file::FromFile;
+use super::mapping::{self, Slots};
 use super::record::Record;
 use super::safetensors_file::Weights;
 use crate::checkpoint::{self, CheckpointState};
@@ -93,7 +94,7 @@ pub fn import_values(model_dir: &Path, out: &Path) -> Result<ValueImportSummary>
     let device = Default::default();
     <CpuBackend as burn::tensor::backend::Backend>::seed(&device, 0);
     let mut model: CellEncoder<CpuBackend> = file.model.init(vocab.len(), &device);
-    let mut from = FromFile { w: &weights, used: Vec::new() };
+    let mut from = FromFile::exact(&weights);
     walk_values(&mut model, &mut from, &file.model)?;
     let unused: Vec<String> = weights.names().into_iter().filter(|n| !from.used.contains(n)).collect();
     if !unused.is_empty() {
@@ -195,7 +196,7 @@ fn walk_values(m: &mut CellEncoder<CpuBackend>, s: &mut impl Slots, config: &Mod
     if values.positions {
         s.matrix("embeddings.positions", &mut m.positions.weight, false)?;
     }
-    norm(s, "embeddings.norm", &mut m.embed_norm)?;
+    mapping::norm_named(s, "embeddings.norm", &mut m.embed_norm, ("gamma", "beta"))?;
     for (i, layer) in m.encoder.layers.iter_mut().enumerate() {
         let at = |part: &str| format!("layer{i}.{part}");
         let mha = &mut layer.mha;
@@ -203,10 +204,10 @@ fn walk_values(m: &mut CellEncoder<CpuBackend>, s: &mut impl Slots, config: &Mod
         mapping::linear(s, &at("attention.key"), &mut mha.key)?;
         mapping::linear(s, &at("attention.value"), &mut mha.value)?;
         mapping::linear(s, &at("attention.output"), &mut mha.output)?;
-        norm(s, &at("norm_1"), &mut layer.norm_1)?;
+        mapping::norm_named(s, &at("norm_1"), &mut layer.norm_1, ("gamma", "beta"))?;
         mapping::linear(s, &at("ffn.inner"), &mut layer.pwff.linear_inner)?;
         mapping::linear(s, &at("ffn.outer"), &mut layer.pwff.linear_outer)?;
-        norm(s, &at("norm_2"), &mut layer.norm_2)?;
+        mapping::norm_named(s, &at("norm_2"), &mut layer.norm_2, ("gamma", "beta"))?;
     }
     let parts = m.value.as_mut().ok_or_else(|| Error::internal("import values", "a value model without its parts"))?;
     if let Some(bins) = parts.bins.as_mut() {
@@ -216,14 +217,6 @@ fn walk_values(m: &mut CellEncoder<CpuBackend>, s: &mut impl Slots, config: &Mod
         mapping::linear(s, &format!("decoder.{i}"), layer)?;
     }
     mapping::linear(s, "decoder.out", &mut parts.decoder_out)
-}
-
-/// A LayerNorm under the export's names (`gamma`, `beta`).
-fn norm(s: &mut impl Slots, name: &str, n: &mut burn::nn::LayerNorm<CpuBackend>) -> Result<()> {
-    s.vector(&format!("{name}.gamma"), &mut n.gamma)?;
-    let h = n.gamma.val().dims()[0];
-    let beta = n.beta.get_or_insert_with(|| Param::from_tensor(Tensor::zeros([h], &Default::default())));
-    s.vector(&format!("{name}.beta"), beta)
 }
 
 /// The parts a value model never reads (the rank models' MLM head; the position table when
@@ -243,35 +236,5 @@ fn zero_unused(m: &mut CellEncoder<CpuBackend>, config: &ModelConfig) {
     zeros(&mut m.mlm_bias);
     if !config.values.as_ref().is_some_and(|v| v.positions) {
         zeros(&mut m.positions.weight);
-    }
-}
-
-/// Each slot filled from the file, by exact name and shape (`Linear` weights `[out, in]`).
-struct FromFile<'a> {
-    w: &'a Weights,
-    used: Vec<String>,
-}
-
-impl Slots for FromFile<'_> {
-    fn matrix(&mut self, name: &str, p: &mut Matrix, linear: bool) -> Result<()> {
-        let [rows, cols] = p.val().dims();
-        let name = self.w.resolve(name)?;
-        let values = if linear {
-            mapping::transpose(&self.w.f32(&name, &[cols, rows])?, cols, rows)
-        } else {
-            self.w.f32(&name, &[rows, cols])?
-        };
-        self.used.push(name);
-        *p = Param::from_tensor(Tensor::from_data(TensorData::new(values, [rows, cols]), &Default::default()));
-        Ok(())
-    }
-
-    fn vector(&mut self, name: &str, p: &mut Vector) -> Result<()> {
-        let [n] = p.val().dims();
-        let name = self.w.resolve(name)?;
-        let values = self.w.f32(&name, &[n])?;
-        self.used.push(name);
-        *p = Param::from_tensor(Tensor::from_data(TensorData::new(values, [n]), &Default::default()));
-        Ok(())
     }
 }

@@ -8,7 +8,7 @@ use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
 use arrow_array::{ArrayRef, Float32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use corrflow_io::error::{Error, Result};
-use corrflow_io::util::atomic::write_parquet_atomic;
+use corrflow_io::util::parquet_out::write_parquet_atomic;
 use corrflow_io::vocab::Vocabulary;
 
 use super::evaluate::Predictions;

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use corrflow_fs::atomic::write_json_atomic;
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_io::util::atomic::write_json_atomic;
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use corrflow_model::fused::AdamWHyper;
 use corrflow_model::{head, InitModel, TrainConfig, TrainingBackend};
@@ -152,7 +152,7 @@ pub(super) fn save<B: TrainingBackend>(
         let rec = Rec::new();
         checkpoint::save_model(&trainee.model, &dir.join(MODEL_FILE))?;
         rec.record(trainee.optim.to_record(), dir.join(OPTIM_FILE)).map_err(|e| checkpoint::record_error(dir, e))?;
-        write_json_atomic(&dir.join(PROGRESS_FILE), progress)
+        Ok(write_json_atomic(&dir.join(PROGRESS_FILE), progress)?)
     })?;
     let best = progress.best.map(|b| checkpoint::checkpoint_dir(&req.out, b.step));
     prune(&req.out, &[Some(dir.clone()), best])?;

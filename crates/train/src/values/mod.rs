@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::ElementConversion;
+use corrflow_fs::lock::DirLock;
 use corrflow_io::error::{Error, Result};
-use corrflow_io::util::lock::DirLock;
 use corrflow_mask::dataflow::Feed;
 use corrflow_mask::plan::ExpressionCell;
 use corrflow_model::objective::{self, Objective};

@@ -55,7 +55,7 @@ fn named(flag: impl Into<String>, path: impl AsRef<Path>) -> Named {
 ///
 /// ```no_run
 /// # use std::path::Path;
-/// # use corrflow_io::util::paths::Overlap;
+/// # use corrflow_fs::paths::Overlap;
 /// Overlap::new()
 ///     .input("--input", Path::new("cells.h5ad"))
 ///     .output("--out", Path::new("cells.parquet"))

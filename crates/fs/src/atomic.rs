@@ -5,10 +5,50 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 
-/// The temporary name of an atomic write (shared with the h5ad writers of `corrflow-formats`).
-pub use corrflow_formats::atomic::temp_path;
+/// The temporary path a file is written under before being renamed into place: a hidden
+/// sibling `.NAME.PID.tmp`. The temporary files of `NAME` left by writers that died (killed
+/// before they could remove theirs) are removed first, so a killed run leaves its file only
+/// until the next write of the same target.
+pub fn temp_path(target: &Path) -> PathBuf {
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    remove_stale_temps(target, &name);
+    target.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Removes `.NAME.PID.tmp` siblings of `target` whose process no longer runs.
+fn remove_stale_temps(target: &Path, name: &str) {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = format!(".{name}.");
+    for e in entries.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = file.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")) else { continue };
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = pid != std::process::id() as i32
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Renames a finished temporary file into place and syncs the directory entry.
+pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
+    std::fs::rename(tmp, target).at(target)?;
+    if let Some(dir) = target.parent() {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
 
 /// Checks, before any work, that `target` can be written: its directory exists and a file can be
 /// created there (the temporary file, created and removed). A command that would fail only when
@@ -19,7 +59,7 @@ pub fn check_writable(target: &Path) -> Result<()> {
         _ => Path::new("."),
     };
     if !dir.is_dir() {
-        return Err(crate::error::Error::Usage(format!(
+        return Err(Error::Usage(format!(
             "cannot write {}: the directory {} does not exist",
             target.display(),
             dir.display()
@@ -42,7 +82,8 @@ pub fn hidden_sibling(path: &Path, suffix: &str) -> PathBuf {
 /// (`.NAME.partial`), which then replaces `target` by rename (an existing target is set aside as
 /// `.NAME.old` first and removed after), so `target` is always either the old or the complete
 /// new directory. A failed `fill` leaves `target` untouched and removes the staging directory.
-pub fn publish_dir<T>(target: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+/// `fill` returns the caller's own error type, which takes this crate's over.
+pub fn publish_dir<T, E: From<Error>>(target: &Path, fill: impl FnOnce(&Path) -> Result<T, E>) -> Result<T, E> {
     let stage = hidden_sibling(target, "partial");
     if stage.exists() {
         std::fs::remove_dir_all(&stage).at(&stage)?;
@@ -84,37 +125,11 @@ pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
-/// Writes one record batch as a Parquet file at `path` (synced; not atomic by itself: for files
-/// inside a staging directory, or under a temporary name).
-pub fn write_parquet(path: &Path, batch: &arrow_array::RecordBatch) -> Result<()> {
-    use crate::error::Error;
-    let file = File::create(path).at(path)?;
-    let mut w =
-        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| Error::parquet(path, e))?;
-    w.write(batch).map_err(|e| Error::parquet(path, e))?;
-    w.into_inner().map_err(|e| Error::parquet(path, e))?.sync_all().at(path)
-}
-
-/// Writes one record batch as a Parquet file at `target` atomically.
-pub fn write_parquet_atomic(target: &Path, batch: &arrow_array::RecordBatch) -> Result<()> {
-    let tmp = temp_path(target);
-    let result = write_parquet(&tmp, batch).and_then(|()| commit(&tmp, target));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// Serializes `value` as pretty JSON and writes it atomically.
 pub fn write_json_atomic<T: serde::Serialize>(target: &Path, value: &T) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| crate::error::Error::io(target, e.into()))?;
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| Error::io(target, e.into()))?;
     bytes.push(b'\n');
     write_atomic(target, &bytes)
-}
-
-/// Renames a finished temporary file into place and syncs the directory entry.
-pub fn commit(tmp: &Path, target: &Path) -> Result<()> {
-    Ok(corrflow_formats::atomic::commit(tmp, target)?)
 }
 
 #[cfg(test)]
@@ -140,12 +155,35 @@ mod tests {
         assert!(!target.join("a").exists() && target.join("b").exists(), "the new directory, not a mix");
         let failed = publish_dir(&target, |d| {
             std::fs::write(d.join("c"), "3").at(d)?;
-            Err::<(), _>(crate::error::Error::Usage("interrupted".into()))
+            Err::<(), Error>(Error::Usage("interrupted".into()))
         });
         assert!(failed.is_err());
         assert!(target.join("b").exists() && !target.join("c").exists());
         let names: Vec<String> =
             std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
         assert!(!names.iter().any(|n| n.ends_with(".old")), "{names:?}");
+    }
+
+    /// A caller's own error type (the crates above have theirs) comes back from `publish_dir`
+    /// as the caller returned it, and the staging directory is gone.
+    #[test]
+    fn a_fill_failing_with_the_callers_error_returns_it_unchanged() {
+        #[derive(Debug, PartialEq)]
+        enum Caller {
+            Fs(String),
+            Own(u32),
+        }
+        impl From<Error> for Caller {
+            fn from(e: Error) -> Self {
+                Caller::Fs(e.to_string())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        assert_eq!(publish_dir(&target, |_| Err::<(), Caller>(Caller::Own(7))), Err(Caller::Own(7)));
+        assert!(!target.exists() && !hidden_sibling(&target, "partial").exists());
+        let missing = dir.path().join("no-such-dir");
+        let stage_fails = publish_dir(&target, |_| std::fs::read(&missing).at(&missing).map_err(Caller::from));
+        assert!(matches!(&stage_fails, Err(Caller::Fs(m)) if m.contains("no-such-dir")), "{stage_fails:?}");
     }
 }

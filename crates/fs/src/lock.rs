@@ -12,10 +12,35 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 
-/// A forked child (the HDF5 crash guard) closes its copies of the lock descriptors registered
-/// here first thing: a flock belongs to the open file, so a child's copy would keep the directory
-/// locked after this process is killed, and a rerun would be refused until the child ended.
-use corrflow_formats::crash_guard::{register_inherited_fd as register, unregister_inherited_fd as unregister};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The descriptors of the lock files this process holds, in slots readable without a lock, so
+/// that a forked child (the HDF5 crash guard of `corrflow-formats`) can close its copies first
+/// thing: a flock belongs to the open file, so a child's copy would keep the directory locked
+/// after this process is killed, and a rerun would be refused until the child ended.
+static HELD: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
+
+fn register(fd: i32) {
+    let _ = HELD.iter().any(|slot| slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+}
+
+fn unregister(fd: i32) {
+    for slot in &HELD {
+        let _ = slot.compare_exchange(fd, -1, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// Closes, in a freshly forked child, its copies of the lock descriptors this process holds
+/// (only atomic loads and `close`: safe between fork and exit).
+pub fn close_inherited_locks() {
+    for slot in &HELD {
+        let fd = slot.load(Ordering::SeqCst);
+        if fd >= 0 {
+            // SAFETY: closes the child's copy of a descriptor the parent registered.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
 
 /// Held while a directory is being changed; released when dropped.
 #[derive(Debug)]
@@ -28,7 +53,7 @@ impl DirLock {
     /// Locks `dir` for `command` (e.g. `graph update --add kang_stim`), as the lock file
     /// `.NAME.lock` beside it: beside, not inside, because publishing replaces the directory.
     pub fn beside(dir: &Path, command: &str) -> Result<Self> {
-        Self::at(&super::atomic::hidden_sibling(dir, "lock"), dir, command)
+        Self::at(&crate::atomic::hidden_sibling(dir, "lock"), dir, command)
     }
 
     /// Locks `dir` through a lock file inside it (for directories that are never replaced whole,

@@ -12,16 +12,15 @@ pairing is with the one PCA score of the run).
               have no names Geneformer's vocabulary knows).
   corrmask (c) the hidden set chosen by CorrMask (Algorithm 2, λ 0.5) against random, paired seeds,
               fit-on-target.
-  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target): each variant's seconds per
-              step measured by a calibration run (one thread), then as many steps as
-              --cpu-minutes buys it, on the first set of --sets.
+  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target): not run yet; `fit` trains
+              the three variants (txfm-2x128, wced-2x128, mlm-2x128) at a given --steps each.
 
 Variants are edits of configs/txfm-tiny.toml (VARIANTS below; the MLM rank model's are edits of
 configs/tiny.toml).
 
 usage: python experiments/value_models.py --out DIR --experiment fit|zero|corrmask|budget
        [--sets pbmc68k,spectra,cbmc,zeisel,kang] [--variants txfm-2x128] [--seeds 0-4]
-       [--steps N] [--cpu-minutes M] [--corrflow BIN]
+       [--steps N] [--corrflow BIN]
 Writes DIR/<experiment>.json and DIR/<experiment>.md. Finished runs in DIR are reused.
 """
 import argparse
@@ -279,48 +278,6 @@ def fit(a, experiment):
     return results, lines
 
 
-CALIBRATION_STEPS = 150
-
-
-def budget(a):
-    """(d) the variants at equal CPU time on one set: seconds per step from a calibration run of
-    each, then the steps --cpu-minutes buys. Runs are meant for one thread each
-    (RAYON_NUM_THREADS=1), so that a CPU-minute is a minute."""
-    name = a.sets.split(",")[0]
-    h5ad, corpus, graph = corpus_of(a.corrflow, a.out, name)
-    variants = a.variants.split(",")
-    plan, lines = {}, [f"## budget: {a.cpu_minutes:g} CPU-minutes of training each, {name}", ""]
-    for variant in variants:
-        _, s = train(a.corrflow, os.path.join(a.out, "calibrate"), name, variant, 0, corpus, graph, CALIBRATION_STEPS)
-        per_step = s["seconds"] / s["steps"]
-        plan[variant] = {"seconds_per_step": per_step, "steps": max(1, int(a.cpu_minutes * 60 / per_step))}
-    models, results = {}, {}
-    for variant in variants:
-        for seed in seeds_of(a.seeds):
-            model, s = train(a.corrflow, a.out, name, variant, seed, corpus, graph, plan[variant]["steps"])
-            models[f"{variant}-{seed}"] = model
-            plan[variant].setdefault("train_seconds", []).append(s["seconds"])
-    report = score(a.corrflow, a.out, name, h5ad, models, f"cpu{a.cpu_minutes:g}m")
-    for variant in variants:
-        tags = [t for t in models if t.rsplit("-", 1)[0] == variant]
-        rows = summarize(report, tags)
-        results[variant] = {"rows": rows, **plan[variant], "seeds": len(tags)}
-        lines += md_table(f"{name}, {VARIANTS[variant][0]}: {plan[variant]['steps']:,} steps "
-                          f"({plan[variant]['seconds_per_step']:.3f} s/step, {len(tags)} training seeds)", rows)
-    m = report["methods"]
-    for first, second in [(v, w) for i, v in enumerate(variants) for w in variants[i + 1:]]:
-        paired = {}
-        for k, _ in METRICS:
-            d = [m[f"{first}-{s}"][k] - m[f"{second}-{s}"][k] for s in seeds_of(a.seeds)
-                 if m.get(f"{first}-{s}", {}).get(k) is not None and m.get(f"{second}-{s}", {}).get(k) is not None]
-            if d:
-                paired[k] = interval(d)
-        results[f"{first} - {second}"] = paired
-        lines.append(f"{first} − {second}, paired by seed: " + ", ".join(
-            f"{k} {mu:+.3f} ± {h:.3f}" for k, (mu, h) in paired.items()))
-    return results, lines + [""]
-
-
 PRETRAIN = [("kang_ctrl", "kang_ctrl.h5ad"), ("kang_stim", "kang_stim.h5ad"), ("pbmc3k", "pbmc3k.h5ad")]
 ZERO_TARGETS = ["pbmc68k", "spectra", "cbmc"]
 
@@ -372,7 +329,6 @@ def main():
     ap.add_argument("--variants", default="txfm-2x128")
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--steps", type=int, default=0)
-    ap.add_argument("--cpu-minutes", type=float, default=10.0, help="budget: training CPU-minutes per run")
     ap.add_argument("--corrflow", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser(
         "~/.cache/corrflow/target")), "release", "corrflow"))
     a = ap.parse_args()
@@ -382,7 +338,7 @@ def main():
     elif a.experiment == "zero":
         results, lines = zero(a)
     else:
-        results, lines = budget(a)
+        sys.exit(f"experiment {a.experiment}: see REPORT.md §10 for how it was run")
     with open(os.path.join(a.out, f"{a.experiment}.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(a.out, f"{a.experiment}.md"), "w") as f:

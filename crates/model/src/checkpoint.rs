@@ -107,7 +107,7 @@ pub fn load_state(dir: &Path, purpose: Purpose) -> Result<CheckpointState> {
 
 /// Writes a checkpoint's `state.json` (atomically), sealed with the checksum of its bytes.
 pub fn write_state(path: &Path, state: &CheckpointState) -> Result<()> {
-    write_atomic(path, &sealed::to_sealed_json(path, state, STATE_CHECKSUM_KEY)?)
+    Ok(write_atomic(path, &sealed::to_sealed_json(path, state, STATE_CHECKSUM_KEY)?)?)
 }
 
 /// The latest finished checkpoint of a run directory.

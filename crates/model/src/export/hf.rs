@@ -129,7 +129,7 @@ pub fn export_hf_model(req: &HfModelRequest) -> Result<HfModelSummary> {
         // Last: it records every file above.
         crate::import::record::write(stage)?;
         files.push(crate::import::RECORD_FILE.to_string());
-        Ok(files)
+        Ok::<_, Error>(files)
     })?;
     Ok(HfModelSummary {
         command: "export hf-model".into(),

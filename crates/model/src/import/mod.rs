@@ -20,8 +20,6 @@ mod values;
 
 use std::path::Path;
 
-use burn::module::Param;
-use burn::tensor::{Tensor, TensorData};
 use corrflow_infer::model_meta::HeadActivation;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::vocab::Vocabulary;

@@ -6,7 +6,7 @@
 //! server's `/v1/annotate` equals the offline calls; Python onnxruntime reproduces the leaf
 //! probabilities; bad inputs are clear errors.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -9,7 +9,7 @@
 //! - a process killed mid-run fails the whole cluster with one clear error (no panic), nothing is
 //!   written, and the rerun gives the same bytes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

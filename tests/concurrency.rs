@@ -3,7 +3,7 @@
 //! lock message naming the holder — never lost — and the result equals applying the accepted
 //! ones one after another.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -6,7 +6,7 @@
 //! and the array; a missing chunk of a zarr sparse matrix is refused naming the array and the
 //! chunk, while the all-zero `indptr` chunk zarr-python leaves out is read.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! The masking-strategy extension point: a strategy written outside the library (the type in
 //! this file) plus one registration line is all the audit and training need to use it by name.
 
-mod common;
+use crate::common;
 
 use corrflow::algorithms::mask::{register, MaskParams, MaskStrategy, MaskingStrategy, StructuralPhase};
 use corrflow::mask::{audit_command, AuditRequest};

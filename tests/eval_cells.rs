@@ -2,7 +2,7 @@
 //! beside the baselines on real labelled cells; flag values and paths refused with messages that
 //! name them. The metrics' agreement with scib-metrics / scanpy is python/tests/test_eval_cells.py.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

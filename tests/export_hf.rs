@@ -2,7 +2,7 @@
 //! directory. transformers loads it with no missing weight and gives corrflow's cell embeddings;
 //! `import hf` of it gives back the checkpoint's weights bit for bit, heads included.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

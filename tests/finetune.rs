@@ -4,7 +4,7 @@
 //! server; frozen layers keep their weights; a stopped run resumes to the same weights; bad
 //! requests are refused before anything is written.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

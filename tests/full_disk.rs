@@ -7,7 +7,7 @@
 //! Mounting needs root (CI and this machine run tests as root); elsewhere the test says so and
 //! checks nothing.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

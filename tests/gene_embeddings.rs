@@ -2,7 +2,7 @@
 //! Runtime backends agree, a gene's cell count is the number of cells whose tokens hold it, the
 //! vectors do not depend on the batch size, and the dosage-sensitivity evaluation runs on them.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

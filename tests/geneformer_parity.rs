@@ -2,7 +2,7 @@
 //! tests/python/geneformer_reference.py) on real data, read back both from the Parquet shards
 //! with pyarrow and from the Hugging Face export with `datasets.load_from_disk`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! implementation (benches/graph_reference.py) on real data, with ρ_local and ρ_global within
 //! 1e-6 and identical co-presence counts; builds are deterministic.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

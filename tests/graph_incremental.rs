@@ -7,7 +7,7 @@
 //!     exact graph of both (the interferon genes entering the vocabulary get statistics from the
 //!     stored shards), the drift is reported and a rebase recommended.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -9,7 +9,7 @@
 //! Each case must be refused: exit status 1 or 2 (never a panic, an abort or a signal), a message
 //! naming the flag or the file, nothing left at the output path, and the inputs unchanged.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! torch 2.15, transformers 5.23) and are committed in `tests/fixtures/hf/`; the imported model
 //! must give the same within 1e-4, through burn and through the exported ONNX model.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -189,7 +189,7 @@ fn an_imported_v2_like_model_with_cls_eos_and_4096_positions_equals_transformers
 }
 
 /// Writes the two model directories for `tests/python/hf_reference.py` (run once to make the
-/// fixtures): `CORRFLOW_HF_FIXTURE_DIR=/tmp/hf cargo test --release --test import_hf -- --ignored`.
+/// fixtures): `CORRFLOW_HF_FIXTURE_DIR=/tmp/hf cargo test --release --test integration import_hf:: -- --ignored`.
 #[test]
 #[ignore]
 fn write_fixture_models() {

@@ -3,7 +3,7 @@
 //! command again ends with exactly the output of an uninterrupted run (byte-identical shards,
 //! graph files and embeddings; identical weights) and no temporary or staging file left.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@
 //! signal), a message naming the file, and nothing in the corpus that looks complete. The
 //! MatrixMarket and config cases are bad by construction and must all be refused.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! (benches/mask_reference.py) reading the `--dump`; CorrMask masks graph neighbours together
 //! far more often than random masking; bad inputs fail clearly and leave no dump behind.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! Ingest and the streamed graph build run in bounded memory: peak RSS for an 8× larger input
 //! (real cells repeated) stays within 1.2× of the 1× peak.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -6,7 +6,7 @@
 //! state.json were accepted (a dropout of 0.02 read as 0.03 and carried into the export). The
 //! Python package's readers are checked in python/tests/test_embed.py.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -3,7 +3,7 @@
 //! (the `ort` binding corrflow runs models with) and from Python's onnxruntime; the metadata and vocabulary sidecar round-trip; broken models and
 //! sidecars fail with messages that name the file.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

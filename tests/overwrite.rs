@@ -3,7 +3,7 @@
 //! before any work, with exit code 1, a message naming both flags and the path, and the input's
 //! bytes unchanged.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! module adds the genes' partners, the permutation test runs against matched random sets, and
 //! bad input is refused with a clear message and nothing written.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Every reader (h5ad CSR, CSC, dense, legacy, raw/layers, 10x h5, MatrixMarket) yields the
 //! same tokens for the same cells, and obs columns pass through with their types.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -1,7 +1,7 @@
 //! An ingest killed after some shards resumes from the finished shards and produces exactly
 //! the corpus an uninterrupted run produces; until then no atlas looks complete.
 
-mod common;
+use crate::common;
 
 use common::*;
 

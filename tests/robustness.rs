@@ -1,7 +1,7 @@
 //! Bad input gets a clear error naming the file and the problem, a non-zero exit, no panic,
 //! and leaves nothing in the corpus that looks complete.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

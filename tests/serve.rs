@@ -5,7 +5,7 @@
 //! take the slots of small requests; metrics count it all; SIGTERM shuts down gracefully with a
 //! summary.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 use std::time::Duration;

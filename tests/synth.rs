@@ -3,7 +3,7 @@
 //! recovers the modules, adjacency clearly less), a scaled-down modularity sweep (JSON shape,
 //! files), and the full sweep as an ignored test.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
@@ -94,7 +94,7 @@ fn bad_synth_flags_fail_clearly() {
 
 /// The paper's full sweep (5 γ × 5 trials × 2 strategies × 2 background readings, 50 epochs):
 /// with Exp(0.1) read as the mean, correlation masking wins at γ = 1 (REPORT.md §2). About 1.5 h
-/// on 2 cores: `cargo test --release --test synth -- --ignored`.
+/// on 2 cores: `cargo test --release --test integration synth:: -- --ignored`.
 #[test]
 #[ignore]
 fn modularity_full_sweep() {

@@ -3,7 +3,7 @@
 //! stream to Parquet and into an h5ad that anndata reads; the probe runs end to end; bad inputs
 //! (sizes, another run's checkpoints, truncated checkpoints) fail clearly and overwrite nothing.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

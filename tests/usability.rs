@@ -2,7 +2,7 @@
 //! input ingested twice, why training stopped where it did, progress in a batch job's log,
 //! cells without an embedding, and counts that mean the same thing in every command.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! implementation, and a txfm / wced model through training, ONNX export (ONNX Runtime against
 //! burn), `embed`, `eval cells` and the server; old corpora refused for them with what to do.
 
-mod common;
+use crate::common;
 
 use burn::tensor::{Tensor, TensorData};
 use common::*;

@@ -2,7 +2,7 @@
 //! `export hf` (as it stops graph build, mask audit and train), and a flipped byte in a graph's
 //! `edges.parquet` stops every command reading the graph, naming the file and the problem.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `vocab build` medians stay within their documented relative error (alpha) of the exact
 //! numpy medians of the nonzero normalized expression, on real data.
 
-mod common;
+use crate::common;
 
 use common::*;
 

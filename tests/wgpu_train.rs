@@ -4,7 +4,7 @@
 //! CPU trainer's step by step. Built only with `--features wgpu` (`make test` runs it).
 #![cfg(feature = "wgpu")]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

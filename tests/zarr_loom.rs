@@ -5,7 +5,7 @@
 //! written by anndata, the readers' messages, and a short run of the zarr and loom fuzz targets
 //! (benches/fuzz.rs runs them long).
 
-mod common;
+use crate::common;
 #[path = "../benches/fuzz/mutate.rs"]
 mod mutate;
 #[path = "../benches/fuzz/readers.rs"]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::mutate::{guarded, mutate, read_all};
+use super::mutate::{guarded, mutate, read_all};
 
 /// A seed store copied to scratch space, and its files (metadata first).
 pub struct Store {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference outputs of transformers' BertForMaskedLM for `tests/import_hf.rs`.
 
-    CORRFLOW_HF_FIXTURE_DIR=/tmp/hf cargo test --release --test import_hf -- --ignored
+    CORRFLOW_HF_FIXTURE_DIR=/tmp/hf cargo test --release --test integration import_hf:: -- --ignored
     ~/.cache/corrflow/torch-venv/bin/python tests/python/hf_reference.py /tmp/hf tests/fixtures/hf
 
 For each model directory the test wrote (v1: Geneformer V1-10M's shape; v2: a V2-like one),

@@ -96,8 +96,8 @@ impl Classifiers<'_> {
         }
         // Standardised with the training cells' statistics (`fold_rows`). The logistic fit reads
         // its fold ~150 times, and standardising on every read would double its time, so a fold
-        // up to FOLD_COPY_BYTES is standardised once into a copy; a larger one (a 100,000-cell
-        // fold of 2,000 HVGs is 1.3 GB, and two or three folds are in flight) is read through
+        // up to FOLD_COPY_BYTES is standardised once into an f32 copy; a larger one (a 100,000-cell
+        // fold of 2,000 HVGs is 640 MB even in f32, and two or three folds are in flight) is read through
         // the view, in bounded memory.
         let by = Standardiser::fit(self.x, self.dim, train);
         let view = |rows| FoldRows { x: self.x, dim: self.dim, rows, by: &by };

@@ -12,21 +12,25 @@ pairing is with the one PCA score of the run).
               have no names Geneformer's vocabulary knows).
   corrmask (c) the hidden set chosen by CorrMask (Algorithm 2, λ 0.5) against random, paired seeds,
               fit-on-target.
-  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target): not run yet; `fit` trains
-              the three variants (txfm-2x128, wced-2x128, mlm-2x128) at a given --steps each.
+  budget  (d) txfm, wced and MLM at equal CPU time (fit-on-target, the first of --sets): each
+              variant's CPU cost of `train` measured at two lengths (start-up and seconds per
+              step), then each trained for the steps --cpu-minutes buys it, seeds paired.
+              Meant for one thread per run (RAYON_NUM_THREADS=1); CPU time is read from the
+              kernel (getrusage), so a busy machine stretches the wall clock, not the budget.
 
 Variants are edits of configs/txfm-tiny.toml (VARIANTS below; the MLM rank model's are edits of
 configs/tiny.toml).
 
 usage: python experiments/value_models.py --out DIR --experiment fit|zero|corrmask|budget
        [--sets pbmc68k,spectra,cbmc,zeisel,kang] [--variants txfm-2x128] [--seeds 0-4]
-       [--steps N] [--corrflow BIN]
+       [--steps N] [--cpu-minutes M] [--corrflow BIN]
 Writes DIR/<experiment>.json and DIR/<experiment>.md. Finished runs in DIR are reused.
 """
 import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -94,6 +98,12 @@ def corrflow(binary, *args):
     if out.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cpu_seconds():
+    """User + system CPU seconds of this script's finished child processes."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def once(path, make):
@@ -178,9 +188,10 @@ def train(binary, out, name, variant, seed, corpus, graph, steps, strategy="rand
     if not os.path.exists(done):
         os.makedirs(run, exist_ok=True)
         cfg = config_of(run, "config", edits, strategy, *preset)
-        t0 = time.time()
+        t0, cpu0 = time.time(), cpu_seconds()
         s = corrflow(binary, "train", "--config", cfg, "--corpus", corpus, "--graph", graph, "--seed", str(seed),
                      "--max-steps", str(steps or default_steps), "--out", run, "--restart")
+        s["cpu_seconds"] = cpu_seconds() - cpu0
         corrflow(binary, "export", "onnx", "--checkpoint", run, "--out", os.path.join(run, "model.onnx"))
         s["wall_seconds"] = time.time() - t0
         with open(done, "w") as f:
@@ -278,6 +289,59 @@ def fit(a, experiment):
     return results, lines
 
 
+CALIBRATION_STEPS = (100, 400)
+
+
+def budget(a):
+    """(d) the variants at equal CPU time on one set. Each variant's `train` CPU cost is measured
+    at two lengths (CALIBRATION_STEPS, seed 0): the line through them gives its start-up cost
+    (corpus open, HVG pass, graph) and its CPU seconds per step, and the steps --cpu-minutes buys
+    follow. Seeds run one after another across the variants, so any finished seeds are paired."""
+    name = a.sets.split(",")[0]
+    h5ad, corpus, graph = corpus_of(a.corrflow, a.out, name)
+    variants = a.variants.split(",")
+    plan = {}
+    for variant in variants:
+        (_, lo), (_, hi) = (train(a.corrflow, os.path.join(a.out, "calibrate"), name, variant, 0, corpus, graph, n)
+                            for n in CALIBRATION_STEPS)
+        per_step = (hi["cpu_seconds"] - lo["cpu_seconds"]) / (CALIBRATION_STEPS[1] - CALIBRATION_STEPS[0])
+        start = max(0.0, lo["cpu_seconds"] - per_step * CALIBRATION_STEPS[0])
+        steps = int((a.cpu_minutes * 60 - start) / per_step)
+        if steps < 1:
+            sys.exit(f"{variant}: {a.cpu_minutes} CPU-minutes do not cover its start-up ({start:.0f} s)")
+        plan[variant] = {"cpu_seconds_per_step": per_step, "startup_cpu_seconds": start, "steps": steps}
+    models = {}
+    for seed in seeds_of(a.seeds):
+        for variant in variants:
+            model, s = train(a.corrflow, a.out, name, variant, seed, corpus, graph, plan[variant]["steps"])
+            models[f"{variant}-{seed}"] = model
+            plan[variant].setdefault("cpu_seconds", []).append(s["cpu_seconds"])
+            plan[variant].setdefault("wall_seconds", []).append(s["wall_seconds"])
+    report = score(a.corrflow, a.out, name, h5ad, models, f"cpu{a.cpu_minutes:g}m")
+    results, lines = {}, [f"## budget: {a.cpu_minutes:g} CPU-minutes of `train` each, {name} (fit-on-target)", ""]
+    for variant in variants:
+        tags = [t for t in models if t.rsplit("-", 1)[0] == variant]
+        p = plan[variant]
+        results[variant] = {"rows": summarize(report, tags), **p, "seeds": len(tags)}
+        lines += md_table(f"{name}, {VARIANTS[variant][0]}: {p['steps']:,} steps ({p['cpu_seconds_per_step']:.3f} "
+                          f"CPU-s/step, start-up {p['startup_cpu_seconds']:.0f} CPU-s; measured "
+                          f"{min(p['cpu_seconds']) / 60:.1f}–{max(p['cpu_seconds']) / 60:.1f} CPU-min; "
+                          f"{len(tags)} training seeds)", results[variant]["rows"])
+    m = report["methods"]
+    for first, second in [(v, w) for i, v in enumerate(variants) for w in variants[i + 1:]]:
+        paired = {}
+        for k, _ in METRICS:
+            d = [m[f"{first}-{s}"][k] - m[f"{second}-{s}"][k] for s in seeds_of(a.seeds)
+                 if m.get(f"{first}-{s}", {}).get(k) is not None and m.get(f"{second}-{s}", {}).get(k) is not None]
+            if d:
+                paired[k] = interval(d)
+        results[f"{first} - {second}"] = paired
+        lines.append(f"{first} − {second}, paired by training seed (mean ± 95% half-width): " + ", ".join(
+            f"{label} {paired[k][0]:+.3f} ± {paired[k][1]:.3f}" for k, label in METRICS if k in paired))
+        lines.append("")
+    return results, lines
+
+
 PRETRAIN = [("kang_ctrl", "kang_ctrl.h5ad"), ("kang_stim", "kang_stim.h5ad"), ("pbmc3k", "pbmc3k.h5ad")]
 ZERO_TARGETS = ["pbmc68k", "spectra", "cbmc"]
 
@@ -329,6 +393,7 @@ def main():
     ap.add_argument("--variants", default="txfm-2x128")
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--cpu-minutes", type=float, default=10.0, help="budget: CPU-minutes of `train` per run")
     ap.add_argument("--corrflow", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser(
         "~/.cache/corrflow/target")), "release", "corrflow"))
     a = ap.parse_args()
@@ -338,7 +403,7 @@ def main():
     elif a.experiment == "zero":
         results, lines = zero(a)
     else:
-        sys.exit(f"experiment {a.experiment}: see REPORT.md §10 for how it was run")
+        results, lines = budget(a)
     with open(os.path.join(a.out, f"{a.experiment}.json"), "w") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(a.out, f"{a.experiment}.md"), "w") as f:

@@ -240,6 +240,18 @@ def summarize(report, tags, against="pca"):
     return rows
 
 
+def paired_by_seed(methods, first, second, seeds):
+    """Per metric: the 95% interval of first(seed) − second(seed) (method names by training seed)
+    over the seeds where both were scored."""
+    paired = {}
+    for k, _ in METRICS:
+        d = [methods[first(s)][k] - methods[second(s)][k] for s in seeds
+             if methods.get(first(s), {}).get(k) is not None and methods.get(second(s), {}).get(k) is not None]
+        if d:
+            paired[k] = interval(d)
+    return paired
+
+
 def md_table(title, rows):
     out = [f"### {title}", "", "| metric | model (mean ± sd) | PCA | Δ (95% CI) | beats PCA | HVG | random |",
            "|---|---|---|---|---|---|---|"]
@@ -275,13 +287,8 @@ def fit(a, experiment):
                 lines += md_table(f"{name}, {VARIANTS[variant][0]}, {strategy} ({len(tags)} training seeds, "
                                   f"{results[key]['seconds'] / 60:.1f} min each)", rows)
             if experiment == "corrmask":
-                m = report["methods"]
-                paired = {}
-                for k, label in METRICS:
-                    d = [m[f"{variant}-corrmask-{s}"][k] - m[f"{variant}-random-{s}"][k] for s in seeds_of(a.seeds)
-                         if m.get(f"{variant}-corrmask-{s}", {}).get(k) is not None]
-                    if d:
-                        paired[k] = interval(d)
+                paired = paired_by_seed(report["methods"], lambda s: f"{variant}-corrmask-{s}",
+                                        lambda s: f"{variant}-random-{s}", seeds_of(a.seeds))
                 results[f"{name}/{variant}/corrmask-random"] = paired
                 lines.append("CorrMask − random, paired by seed: " + ", ".join(
                     f"{k} {mu:+.3f} ± {h:.3f}" for k, (mu, h) in paired.items()))
@@ -327,14 +334,9 @@ def budget(a):
                           f"CPU-s/step, start-up {p['startup_cpu_seconds']:.0f} CPU-s; measured "
                           f"{min(p['cpu_seconds']) / 60:.1f}–{max(p['cpu_seconds']) / 60:.1f} CPU-min; "
                           f"{len(tags)} training seeds)", results[variant]["rows"])
-    m = report["methods"]
     for first, second in [(v, w) for i, v in enumerate(variants) for w in variants[i + 1:]]:
-        paired = {}
-        for k, _ in METRICS:
-            d = [m[f"{first}-{s}"][k] - m[f"{second}-{s}"][k] for s in seeds_of(a.seeds)
-                 if m.get(f"{first}-{s}", {}).get(k) is not None and m.get(f"{second}-{s}", {}).get(k) is not None]
-            if d:
-                paired[k] = interval(d)
+        paired = paired_by_seed(report["methods"], lambda s: f"{first}-{s}", lambda s: f"{second}-{s}",
+                                seeds_of(a.seeds))
         results[f"{first} - {second}"] = paired
         lines.append(f"{first} − {second}, paired by training seed (mean ± 95% half-width): " + ", ".join(
             f"{label} {paired[k][0]:+.3f} ± {paired[k][1]:.3f}" for k, label in METRICS if k in paired))

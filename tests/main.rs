@@ -1,8 +1,8 @@
 //! The integration tests, one module per file, linked as one test binary.
 //!
 //! Each `tests/*.rs` was its own crate, so each linked the whole corrflow library with burn,
-//! wgpu, Arrow, HDF5 and ONNX Runtime again: ~35 link steps and ~18 minutes of a cold
-//! `make test` on two cores. As modules of one crate they link once, and the fixtures built
+//! wgpu, Arrow, HDF5 and ONNX Runtime again: 35 link steps, inside the 18 minutes that a cold
+//! `make test` spent on the root package on two cores. As modules of one crate they link once, and the fixtures built
 //! once per process (`common::fixtures`, `common::tiny_model`) are built once for all of them.
 //! Run one file's tests with `cargo test --release --test integration <file>::`.
 

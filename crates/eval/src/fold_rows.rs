@@ -4,7 +4,7 @@
 //! standardised copy was 1.3 GB, and two or three folds are in flight at once).
 //!
 //! A standardised value is rounded to f32 (the probes compute in f64). The logistic fit reads its
-//! fold ~150 times and is bound by memory bandwidth, so a copy in f32 halves its time; the view
+//! fold ~150 times, so a copy in f32 halves its memory (and its traffic: −8% time on Kang); the view
 //! rounds the same way, so a fold scores the same whether it was copied or viewed.
 
 /// Rows of a matrix, read in blocks.

@@ -39,7 +39,7 @@ test: deps data pyenv
 	CORRFLOW_PYTHON=$$(scripts/python-env.sh) XDG_RUNTIME_DIR=$${XDG_RUNTIME_DIR:-/tmp} \
 		$(CARGO) test --release --workspace --features "$(TEST_FEATURES)" --lib --bins --tests
 	# The Python package (python/): built into the test venv, tested against the CLI just built.
-	$$(scripts/python-package.sh) -m pytest -q python/tests
+	$$(scripts/python-package.sh) -m pytest -q --durations=15 python/tests
 
 # The wheel one would upload: dist/corrflow-*-cp39-abi3-manylinux_2_34_x86_64.whl (HDF5 bundled).
 wheel: deps pyenv

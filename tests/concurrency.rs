@@ -146,7 +146,7 @@ fn a_second_training_into_a_running_run_folder_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (corpus, graph) = bundled_corpus_and_graph(tmp.path());
     let run = tmp.path().join("run");
-    let tiny = repo().join("configs/tiny.toml");
+    let tiny = short_cells_tiny_config(tmp.path());
     let train_into = |out: &Path| {
         let args = ["train", "--json", "--config", s(&tiny), "--corpus", s(&corpus), "--graph", s(&graph)];
         strings(&[&args[..], &["--out", s(out)]].concat())

@@ -122,6 +122,18 @@ pub fn bundled_corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
     (corpus, graph)
 }
 
+/// `configs/tiny.toml` with cells cut to their 64 top-ranked genes (256 in the preset), written
+/// into `dir`: the same model, masking and schedule at about a third of the CPU per step, for
+/// tests that check how training behaves (kills, resumes, locks), not what it learns.
+pub fn short_cells_tiny_config(dir: &Path) -> PathBuf {
+    let tiny = std::fs::read_to_string(repo().join("configs/tiny.toml")).unwrap();
+    let line = "max_len = 256";
+    assert!(tiny.contains(line), "configs/tiny.toml changed: update short_cells_tiny_config");
+    let path = dir.join("tiny-64.toml");
+    std::fs::write(&path, tiny.replacen(line, "max_len = 64", 1)).unwrap();
+    path
+}
+
 /// A tiny model trained briefly on the bundled cells and exported, once per test binary.
 pub struct TinyModel {
     _dir: tempfile::TempDir,

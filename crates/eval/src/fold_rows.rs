@@ -81,13 +81,7 @@ impl Rows for FoldRows<'_> {
     }
 
     fn read(&self, start: usize, out: &mut [f64]) {
-        let d = self.dim;
-        for (dst, &i) in out.chunks_exact_mut(d).zip(&self.rows[start..]) {
-            let (src, mean, inv) = (&self.x[i * d..(i + 1) * d], &self.by.mean[..d], &self.by.inv_sd[..d]);
-            for c in 0..d {
-                dst[c] = standardised(src[c], mean[c], inv[c]) as f64;
-            }
-        }
+        self.standardise_into(&self.rows[start..], out, |v| v as f64);
     }
 }
 
@@ -100,15 +94,22 @@ fn standardised(v: f64, mean: f64, inv_sd: f64) -> f32 {
 impl FoldRows<'_> {
     /// Every row, standardised, as one row-major f32 matrix.
     pub fn copy(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.rows.len() * self.dim];
+        self.standardise_into(self.rows, &mut out, |v| v);
+        out
+    }
+
+    /// `rows` standardised into `out` (row-major), each value stored as `store` makes it: the
+    /// one loop behind both the view's reads and the copy.
+    fn standardise_into<T>(&self, rows: &[usize], out: &mut [T], store: impl Fn(f32) -> T) {
         let d = self.dim;
-        let mut out = vec![0.0f32; self.rows.len() * d];
-        for (dst, &i) in out.chunks_exact_mut(d.max(1)).zip(self.rows) {
+        let (mean, inv) = (&self.by.mean[..d], &self.by.inv_sd[..d]);
+        for (dst, &i) in out.chunks_exact_mut(d.max(1)).zip(rows) {
             let src = &self.x[i * d..(i + 1) * d];
             for c in 0..d {
-                dst[c] = standardised(src[c], self.by.mean[c], self.by.inv_sd[c]);
+                dst[c] = store(standardised(src[c], mean[c], inv[c]));
             }
         }
-        out
     }
 }
 

@@ -57,6 +57,11 @@ impl ParquetOut {
         w.write(batch).map_err(|e| Error::parquet(&self.tmp, e))
     }
 
+    /// The file this writer finishes into (for messages about what is being written).
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
     /// Whether any batch was written.
     pub fn is_empty(&self) -> bool {
         self.writer.is_none()

@@ -61,6 +61,11 @@ impl Standardiser {
         let sd = var.into_iter().map(|s| (s / n).sqrt()).map(|s| if s > 1e-12 { s } else { 1.0 });
         Standardiser { mean, inv_sd: sd.map(|s| 1.0 / s).collect() }
     }
+
+    /// The column means and `1 / sd`.
+    pub fn columns(&self) -> (&[f64], &[f64]) {
+        (&self.mean, &self.inv_sd)
+    }
 }
 
 /// `rows` of `x`, standardised by `by`.

@@ -17,9 +17,11 @@ mod classify;
 mod embeddings_file;
 mod fold_rows;
 pub mod genes;
+mod knn;
 mod logistic;
 pub mod metrics;
 mod probe;
+mod sparse_rows;
 
 pub use genes::{eval_genes, stratified_folds, GeneEvalReport, GeneEvalRequest, Score};
 pub use probe::{

@@ -9,6 +9,8 @@
 //! evaluation walks the matrix once, in blocks of rows small enough to stay in cache between the
 //! two faer products of the block, and returns the cost and gradient together; the line search
 //! asks for the gradient at the point whose cost it just took, which is answered from a memo.
+//! A fold that is mostly its columns' minima (the HVG matrix) is read in sparse form, with the
+//! standardisation folded into the weights (`sparse_rows`).
 
 use std::sync::Mutex;
 
@@ -21,6 +23,7 @@ use faer::{Accum, Mat, MatRef, Par};
 use ndarray15::Array1;
 
 use crate::fold_rows::Rows;
+use crate::sparse_rows::SparseRows;
 
 /// A fitted model: `classes[c]` is the class of score column `c`.
 pub struct Logistic {
@@ -38,15 +41,69 @@ pub struct Settings {
     pub gradient_tolerance: f64,
 }
 
+/// A row's loss `log Σ exp(h) − h_t` (returned), and in place of its scores `h` its residuals
+/// `softmax(h) − onehot(t)`.
+fn softmax_residuals(h: &mut [f64], t: usize) -> f64 {
+    let max = h.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + h.iter().map(|&v| (v - max).exp()).sum::<f64>().ln();
+    let loss = lse - h[t];
+    for (c, hc) in h.iter_mut().enumerate() {
+        *hc = (*hc - lse).exp() - f64::from(u8::from(c == t));
+    }
+    loss
+}
+
+/// The most weights (features × classes) fitted row by row instead of with faer's products:
+/// 64 KB of them, and as much of their gradient, stay in cache.
+const SMALL_WEIGHTS: usize = 8192;
+
+/// `Σ a·b` with four accumulators, so that the loop vectorises.
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut acc = [0.0; 4];
+    let (a4, b4) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: f64 = a4.remainder().iter().zip(b4.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in a4.zip(b4) {
+        for l in 0..4 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
 /// Rows of one block: about 256 KB of the matrix, so a block read by the first product is still
 /// in cache for the second.
 fn block_rows(dim: usize) -> usize {
     (32_768 / dim.max(1)).clamp(8, 1024)
 }
 
+/// The training cells as the fit reads them.
+#[derive(Clone, Copy)]
+pub enum Design<'a> {
+    /// Standardised rows, read in blocks.
+    Dense(&'a dyn Rows),
+    /// Entries apart from their column's background, the standardisation applied to the weights.
+    Sparse(&'a SparseRows),
+}
+
+impl Design<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Design::Dense(x) => x.len(),
+            Design::Sparse(x) => x.len(),
+        }
+    }
+
+    fn dim(&self) -> usize {
+        match self {
+            Design::Dense(x) => x.dim(),
+            Design::Sparse(x) => x.dim(),
+        }
+    }
+}
+
 /// The penalised negative log-likelihood of the training cells and its gradient.
 struct Problem<'a> {
-    x: &'a dyn Rows,
+    x: Design<'a>,
     /// The column (index into `classes`) of each training cell's class.
     target: Vec<usize>,
     classes: usize,
@@ -74,7 +131,16 @@ impl Problem<'_> {
 
     /// `−Σ log softmax(XW + b)[y] + α/2 ‖W‖²`, and its gradient `[Xᵀ(P − Y) + αW; Σ(P − Y)]`.
     fn cost_and_gradient(&self, p: &[f64]) -> (f64, Vec<f64>) {
-        let (d, k) = (self.x.dim(), self.classes);
+        match self.x {
+            Design::Dense(x) if x.dim() * self.classes <= SMALL_WEIGHTS => self.small_cost_and_gradient(x, p),
+            Design::Dense(x) => self.blocked_cost_and_gradient(x, p),
+            Design::Sparse(x) => self.sparse_cost_and_gradient(x, p),
+        }
+    }
+
+    /// On dense rows, in blocks of rows, each block through two of faer's products.
+    fn blocked_cost_and_gradient(&self, x: &dyn Rows, p: &[f64]) -> (f64, Vec<f64>) {
+        let (d, k) = (x.dim(), self.classes);
         let n = self.target.len();
         let w = MatRef::from_row_major_slice(&p[..d * k], d, k);
         let b = &p[d * k..];
@@ -83,38 +149,133 @@ impl Problem<'_> {
         let mut scores = Mat::<f64>::zeros(rows, k);
         let mut grad_w = Mat::<f64>::zeros(d, k);
         let mut grad_b = vec![0.0; k];
+        let mut row = vec![0.0; k];
         let mut loss = 0.0;
         for start in (0..n).step_by(rows) {
             let m = rows.min(n - start);
-            self.x.read(start, &mut block[..m * d]);
+            x.read(start, &mut block[..m * d]);
             let xb = MatRef::from_row_major_slice(&block[..m * d], m, d);
             let mut h = scores.as_mut().subrows_mut(0, m);
             matmul(h.rb_mut(), Accum::Replace, xb, w, 1.0, Par::Seq);
             for r in 0..m {
-                let t = self.target[start + r];
-                let max = (0..k).map(|c| h[(r, c)] + b[c]).fold(f64::NEG_INFINITY, f64::max);
-                let lse = max + (0..k).map(|c| (h[(r, c)] + b[c] - max).exp()).sum::<f64>().ln();
-                loss -= h[(r, t)] + b[t] - lse;
+                (0..k).for_each(|c| row[c] = h[(r, c)] + b[c]);
+                loss += softmax_residuals(&mut row, self.target[start + r]);
+                // The residual P − Y replaces the score in place.
                 for c in 0..k {
-                    // The residual P − Y replaces the score in place.
-                    let residual = (h[(r, c)] + b[c] - lse).exp() - f64::from(u8::from(c == t));
-                    h[(r, c)] = residual;
-                    grad_b[c] += residual;
+                    h[(r, c)] = row[c];
+                    grad_b[c] += row[c];
                 }
             }
             matmul(grad_w.as_mut(), Accum::Add, xb.transpose(), h.rb(), 1.0, Par::Seq);
         }
-        let mut grad = Vec::with_capacity(p.len());
-        let mut penalty = 0.0;
-        for j in 0..d {
-            for c in 0..k {
-                let wjc = w[(j, c)];
-                penalty += wjc * wjc;
-                grad.push(grad_w[(j, c)] + self.alpha * wjc);
+        self.penalised(&p[..d * k], loss, grad_b, |j, c| grad_w[(j, c)])
+    }
+
+    /// [`Problem::blocked_cost_and_gradient`] for weights that fit in cache (an embedding's 64
+    /// features × a few classes): row by row, each score a dot product with the class's weights
+    /// and each gradient row an update of them. faer's products of a 512-row block by a
+    /// `d × k` matrix this thin cost more to set up than to compute: a fit on Kang's 64-d
+    /// embeddings took 0.5–2.3 s for 40–90 iterations.
+    fn small_cost_and_gradient(&self, x: &dyn Rows, p: &[f64]) -> (f64, Vec<f64>) {
+        let (d, k) = (x.dim(), self.classes);
+        let (w, b) = p.split_at(d * k);
+        // Class-major copies, so that each class's weights and gradient are contiguous.
+        let by_class: Vec<f64> = (0..k).flat_map(|c| (0..d).map(move |j| w[j * k + c])).collect();
+        let mut grad_by_class = vec![0.0; k * d];
+        let mut grad_b = vec![0.0; k];
+        let mut h = vec![0.0; k];
+        let mut loss = 0.0;
+        let rows = block_rows(d);
+        let mut block = vec![0.0; rows * d];
+        for start in (0..self.target.len()).step_by(rows) {
+            let m = rows.min(self.target.len() - start);
+            x.read(start, &mut block[..m * d]);
+            for (row, &t) in block[..m * d].chunks_exact(d.max(1)).zip(&self.target[start..start + m]) {
+                for (c, hc) in h.iter_mut().enumerate() {
+                    *hc = dot(row, &by_class[c * d..(c + 1) * d]) + b[c];
+                }
+                loss += softmax_residuals(&mut h, t);
+                for (c, &residual) in h.iter().enumerate() {
+                    grad_b[c] += residual;
+                    grad_by_class[c * d..(c + 1) * d].iter_mut().zip(row).for_each(|(g, v)| *g += residual * v);
+                }
             }
+        }
+        self.penalised(w, loss, grad_b, |j, c| grad_by_class[c * d + j])
+    }
+
+    /// The same on sparse rows. A standardised entry is `(v − shift)·inv_sd` (`v` 0 where nothing
+    /// is stored), so a score is `Σ v·inv_sd·W` over the stored entries plus a constant per class,
+    /// and `∂/∂W_jc = inv_sd_j·(Σ_r v_rj R_rc − shift_j·Σ_r R_rc) + αW_jc` with `R = P − Y`.
+    fn sparse_cost_and_gradient(&self, x: &SparseRows, p: &[f64]) -> (f64, Vec<f64>) {
+        let (d, k) = (x.dim(), self.classes);
+        let folded = FoldedWeights::new(x, p, k);
+        // Class-major, as the folded weights.
+        let mut stored_grad = vec![0.0; k * d];
+        let mut grad_b = vec![0.0; k];
+        let mut h = vec![0.0; k];
+        let mut loss = 0.0;
+        for (r, &t) in self.target.iter().enumerate() {
+            let (cols, vals) = x.row(r);
+            folded.scores(cols, vals, &mut h);
+            loss += softmax_residuals(&mut h, t);
+            for (c, &rc) in h.iter().enumerate() {
+                grad_b[c] += rc;
+                let g = &mut stored_grad[c * d..(c + 1) * d];
+                cols.iter().zip(vals).for_each(|(&j, &v)| g[j as usize] += v * rc);
+            }
+        }
+        let data = |j: usize, c: usize| x.inv_sd[j] * (stored_grad[c * d + j] - x.shift[j] * grad_b[c]);
+        self.penalised(&p[..d * k], loss, grad_b.clone(), data)
+    }
+
+    /// The cost `loss + α/2 ‖W‖²` and the gradient `[data(j, c) + αW_jc (row-major); ∂b]`, from
+    /// the data term's derivative in `W` and `b`.
+    fn penalised(&self, w: &[f64], loss: f64, grad_b: Vec<f64>, data: impl Fn(usize, usize) -> f64) -> (f64, Vec<f64>) {
+        let k = grad_b.len();
+        let mut grad = Vec::with_capacity(w.len() + k);
+        let mut penalty = 0.0;
+        for (i, &wjc) in w.iter().enumerate() {
+            penalty += wjc * wjc;
+            grad.push(data(i / k, i % k) + self.alpha * wjc);
         }
         grad.extend_from_slice(&grad_b);
         (loss + 0.5 * self.alpha * penalty, grad)
+    }
+}
+
+/// The weights with a sparse design's standardisation folded in, class-major: a row's score for
+/// class `c` is `base_c + Σ v·scaled[c][j]` over its stored entries (one gather per entry and
+/// class; interleaving the classes per entry cost a slice per entry).
+struct FoldedWeights {
+    d: usize,
+    scaled: Vec<f64>,
+    base: Vec<f64>,
+}
+
+impl FoldedWeights {
+    /// From `p` = `[W (d × k, row-major); b]`.
+    fn new(x: &SparseRows, p: &[f64], k: usize) -> FoldedWeights {
+        let d = x.dim();
+        let (w, b) = p.split_at(d * k);
+        let mut scaled = vec![0.0; k * d];
+        let mut base = b[..k].to_vec();
+        for j in 0..d {
+            for c in 0..k {
+                let v = w[j * k + c] * x.inv_sd[j];
+                scaled[c * d + j] = v;
+                base[c] -= x.shift[j] * v;
+            }
+        }
+        FoldedWeights { d, scaled, base }
+    }
+
+    /// The scores (`XW + b`) of one row, into `h`.
+    fn scores(&self, cols: &[u32], vals: &[f64], h: &mut [f64]) {
+        for (c, hc) in h.iter_mut().enumerate() {
+            let w = &self.scaled[c * self.d..(c + 1) * self.d];
+            *hc = self.base[c] + cols.iter().zip(vals).map(|(&j, &v)| v * w[j as usize]).sum::<f64>();
+        }
     }
 }
 
@@ -140,7 +301,7 @@ impl Logistic {
     /// Fits the rows of `x` (one per entry of `y`; finite, as the probes' inputs are checked to
     /// be) to the classes `y`. The error is the solver's message (e.g. the line search's "search
     /// direction must be a descent direction").
-    pub fn fit(x: &dyn Rows, y: &[usize], settings: Settings) -> Result<Logistic, String> {
+    pub fn fit(x: Design<'_>, y: &[usize], settings: Settings) -> Result<Logistic, String> {
         let dim = x.dim();
         if dim == 0 || x.len() != y.len() || y.is_empty() {
             return Err(format!("{} rows of {dim} features for {} classes", x.len(), y.len()));
@@ -163,6 +324,7 @@ impl Logistic {
         tracing::debug!(
             cells = y.len(),
             features = dim,
+            sparse = matches!(x, Design::Sparse(_)),
             iterations = result.state.iter,
             seconds = start.elapsed().as_secs_f64(),
             "logistic probe fitted"
@@ -172,23 +334,38 @@ impl Logistic {
     }
 
     /// Class probabilities of each row of `x` (`rows × classes.len()`, row-major).
-    pub fn probabilities(&self, x: &dyn Rows) -> Vec<f64> {
+    pub fn probabilities(&self, x: Design<'_>) -> Vec<f64> {
         let (d, k, n) = (self.dim, self.classes.len(), x.len());
-        let w = MatRef::from_row_major_slice(&self.params[..d * k], d, k);
-        let b = &self.params[d * k..];
-        let rows = block_rows(d);
-        let mut block = vec![0.0; rows * d];
-        let mut h = Mat::<f64>::zeros(n, k);
-        for start in (0..n).step_by(rows) {
-            let m = rows.min(n - start);
-            x.read(start, &mut block[..m * d]);
-            let xb = MatRef::from_row_major_slice(&block[..m * d], m, d);
-            matmul(h.as_mut().subrows_mut(start, m), Accum::Replace, xb, w, 1.0, Par::Seq);
+        let mut h = vec![0.0; n * k];
+        match x {
+            Design::Dense(x) => {
+                let w = MatRef::from_row_major_slice(&self.params[..d * k], d, k);
+                let b = &self.params[d * k..];
+                let rows = block_rows(d);
+                let mut block = vec![0.0; rows * d];
+                let mut scores = Mat::<f64>::zeros(rows, k);
+                for start in (0..n).step_by(rows) {
+                    let m = rows.min(n - start);
+                    x.read(start, &mut block[..m * d]);
+                    let xb = MatRef::from_row_major_slice(&block[..m * d], m, d);
+                    matmul(scores.as_mut().subrows_mut(0, m), Accum::Replace, xb, w, 1.0, Par::Seq);
+                    for r in 0..m {
+                        (0..k).for_each(|c| h[(start + r) * k + c] = scores[(r, c)] + b[c]);
+                    }
+                }
+            }
+            Design::Sparse(x) => {
+                let folded = FoldedWeights::new(x, &self.params, k);
+                for (r, row) in h.chunks_exact_mut(k).enumerate() {
+                    let (cols, vals) = x.row(r);
+                    folded.scores(cols, vals, row);
+                }
+            }
         }
         let mut out = Vec::with_capacity(n * k);
-        for r in 0..n {
-            let max = (0..k).map(|c| h[(r, c)] + b[c]).fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = (0..k).map(|c| (h[(r, c)] + b[c] - max).exp()).collect();
+        for row in h.chunks_exact(k) {
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = row.iter().map(|v| (v - max).exp()).collect();
             let sum: f64 = e.iter().sum();
             out.extend(e.iter().map(|v| v / sum));
         }
@@ -214,7 +391,7 @@ mod tests {
     use ndarray15::Array2;
 
     use super::*;
-    use crate::fold_rows::Dense;
+    use crate::fold_rows::{Dense, FoldRows, Standardiser};
 
     /// Three overlapping Gaussian classes in 5 dimensions (not separable, so the optimum is
     /// finite and well defined).
@@ -236,7 +413,7 @@ mod tests {
     fn the_gradient_is_the_cost_derivative() {
         let (x, y) = blobs(60);
         let rows = Dense { x: &x, dim: 5 };
-        let problem = Problem { x: &rows, target: y, classes: 3, alpha: 0.7, memo: Mutex::new(None) };
+        let problem = Problem { x: Design::Dense(&rows), target: y, classes: 3, alpha: 0.7, memo: Mutex::new(None) };
         let p: Vec<f64> = (0..18).map(|i| ((i as f64) * 0.37).sin() * 0.3).collect();
         let (_, grad) = problem.cost_and_gradient(&p);
         for i in 0..p.len() {
@@ -248,15 +425,38 @@ mod tests {
         }
     }
 
+    /// `n × d` features along a sine, classes `i % k`, and parameters along a cosine (× `scale`).
+    fn smooth(n: usize, d: usize, k: usize, scale: f64) -> (Vec<f64>, Vec<usize>, Vec<f64>) {
+        let x = (0..n * d).map(|i| ((i as f64) * 0.013).sin()).collect();
+        let p = (0..(d + 1) * k).map(|i| ((i as f64) * 0.7).cos() * scale).collect();
+        (x, (0..n).map(|i| i % k).collect(), p)
+    }
+
+    /// Costs equal to 1e-10 and gradients to `tolerance`, relative.
+    fn assert_same((cost, grad): (f64, Vec<f64>), (want_cost, want_grad): (f64, Vec<f64>), tolerance: f64) {
+        assert!((cost - want_cost).abs() < 1e-10 * want_cost.abs(), "{cost} vs {want_cost}");
+        for (i, (g, w)) in grad.iter().zip(&want_grad).enumerate() {
+            assert!((g - w).abs() < tolerance * (1.0 + w.abs()), "{i}: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn the_row_by_row_cost_is_the_blocked_products_cost() {
+        // 700 rows span two blocks of 64 features; 3 classes.
+        let (x, y, p) = smooth(700, 64, 3, 0.05);
+        let rows = Dense { x: &x, dim: 64 };
+        let problem = Problem { x: Design::Dense(&rows), target: y, classes: 3, alpha: 0.5, memo: Mutex::new(None) };
+        assert_same(problem.small_cost_and_gradient(&rows, &p), problem.blocked_cost_and_gradient(&rows, &p), 1e-9);
+    }
+
     #[test]
     fn blocks_do_not_change_the_cost() {
         // 300 rows of 2,000 features span several blocks; the sum must equal one block's.
         let (n, d) = (300, 2000);
-        let x: Vec<f64> = (0..n * d).map(|i| ((i as f64) * 0.013).sin()).collect();
-        let y: Vec<usize> = (0..n).map(|i| i % 2).collect();
-        let p: Vec<f64> = (0..(d + 1) * 2).map(|i| ((i as f64) * 0.7).cos() * 0.01).collect();
+        let (x, y, p) = smooth(n, d, 2, 0.01);
         let rows = Dense { x: &x, dim: d };
-        let problem = Problem { x: &rows, target: y.clone(), classes: 2, alpha: 1.0, memo: Mutex::new(None) };
+        let problem =
+            Problem { x: Design::Dense(&rows), target: y.clone(), classes: 2, alpha: 1.0, memo: Mutex::new(None) };
         let (cost, grad) = problem.cost_and_gradient(&p);
         let mut want = 0.0;
         for r in 0..n {
@@ -274,7 +474,7 @@ mod tests {
     fn the_fit_reaches_linfas_optimum() {
         let (x, y) = blobs(300);
         let fit = Settings { alpha: 1.0, max_iterations: 200, gradient_tolerance: 1e-4 };
-        let ours = Logistic::fit(&Dense { x: &x, dim: 5 }, &y, fit).unwrap();
+        let ours = Logistic::fit(Design::Dense(&Dense { x: &x, dim: 5 }), &y, fit).unwrap();
         let theirs = MultiLogisticRegression::default()
             .alpha(1.0)
             .max_iterations(200)
@@ -282,7 +482,7 @@ mod tests {
             .fit(&Dataset::new(Array2::from_shape_vec((300, 5), x.clone()).unwrap(), Array1::from(y.clone())))
             .unwrap();
         let want = theirs.predict_probabilities(&Array2::from_shape_vec((300, 5), x.clone()).unwrap());
-        let got = ours.probabilities(&Dense { x: &x, dim: 5 });
+        let got = ours.probabilities(Design::Dense(&Dense { x: &x, dim: 5 }));
         let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-3, "largest probability difference {worst}");
         assert_eq!(ours.classes, vec![0, 1, 2]);
@@ -291,10 +491,49 @@ mod tests {
         assert!(correct > 150, "{correct} of 300 right");
     }
 
+    /// `sparse_rows::log_count_cells` (200 × 40, ~85% zero) in sparse form, their classes, and
+    /// their exactly standardised rows.
+    fn sparse_cells() -> (SparseRows, Vec<usize>, Vec<f64>) {
+        let (n, d) = (200, 40);
+        let (x, y) = crate::sparse_rows::log_count_cells(n, d, 0.7, 0.12);
+        let rows: Vec<usize> = (0..n).collect();
+        let by = Standardiser::fit(&x, d, &rows);
+        let (mean, inv) = by.columns();
+        let exact = x.iter().enumerate().map(|(i, v)| (v - mean[i % d]) * inv[i % d]).collect();
+        let sparse = SparseRows::of(&FoldRows { x: &x, dim: d, rows: &rows, by: &by }, 0.25).unwrap();
+        (sparse, y, exact)
+    }
+
+    #[test]
+    fn sparse_rows_give_the_standardised_cost_and_gradient() {
+        let (sparse, y, exact) = sparse_cells();
+        let dense = Dense { x: &exact, dim: 40 };
+        let problem = |x| Problem { x, target: y.clone(), classes: 3, alpha: 0.7, memo: Mutex::new(None) };
+        let p: Vec<f64> = (0..41 * 3).map(|i| ((i as f64) * 0.37).sin() * 0.3).collect();
+        let want = problem(Design::Dense(&dense)).cost_and_gradient(&p);
+        assert_same(problem(Design::Sparse(&sparse)).cost_and_gradient(&p), want, 1e-10);
+    }
+
+    #[test]
+    fn a_sparse_fit_reaches_the_dense_optimum() {
+        let (sparse, y, exact) = sparse_cells();
+        let dense = Dense { x: &exact, dim: 40 };
+        let fit = Settings { alpha: 1.0, max_iterations: 200, gradient_tolerance: 1e-4 };
+        let a = Logistic::fit(Design::Dense(&dense), &y, fit).unwrap().probabilities(Design::Dense(&dense));
+        let model = Logistic::fit(Design::Sparse(&sparse), &y, fit).unwrap();
+        let b = model.probabilities(Design::Dense(&dense));
+        let worst = a.iter().zip(&b).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-4, "largest probability difference {worst}");
+        // The same model's probabilities of the sparse rows are those of their dense form.
+        let c = model.probabilities(Design::Sparse(&sparse));
+        let worst = b.iter().zip(&c).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-12, "sparse and dense probabilities differ by {worst}");
+    }
+
     #[test]
     fn bad_shapes_are_errors() {
         let fit = Settings { alpha: 1.0, max_iterations: 10, gradient_tolerance: 1e-4 };
-        assert!(Logistic::fit(&Dense { x: &[1.0, 2.0, 3.0, 4.0], dim: 2 }, &[0, 1, 1], fit).is_err());
-        assert!(Logistic::fit(&Dense { x: &[], dim: 0 }, &[], fit).is_err());
+        assert!(Logistic::fit(Design::Dense(&Dense { x: &[1.0, 2.0, 3.0, 4.0], dim: 2 }), &[0, 1, 1], fit).is_err());
+        assert!(Logistic::fit(Design::Dense(&Dense { x: &[], dim: 0 }), &[], fit).is_err());
     }
 }

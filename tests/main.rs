@@ -35,6 +35,7 @@ mod readers;
 mod resume;
 mod robustness;
 mod serve;
+mod serve_uploads;
 mod synth;
 mod train;
 mod usability;

@@ -161,11 +161,8 @@ fn a_value_model_is_perturbed_in_its_counts() {
     // Embeddings of 128 of each cell's measured genes instead of the preset's 512: the seven
     // passes over the 1,000 cells cost a fifth (28.6 s -> 5.6 s per deletion with two random
     // sets), and what is checked does not depend on the count.
-    let preset = std::fs::read_to_string(repo().join("configs/txfm-tiny.toml")).unwrap();
-    let line = "inference_genes = 512";
-    assert!(preset.contains(line), "configs/txfm-tiny.toml changed: update this test");
-    let config = dir.path().join("txfm-tiny-128.toml");
-    std::fs::write(&config, preset.replacen(line, "inference_genes = 128", 1)).unwrap();
+    let (from, to) = ("inference_genes = 512", "inference_genes = 128");
+    let config = preset_with(dir.path(), "txfm-tiny.toml", from, to, "txfm-tiny-128.toml");
     let (_, run) = trained_on_config(dir.path(), &config);
     let model = dir.path().join("m.onnx");
     let (r, m, b) = (run.display().to_string(), model.display().to_string(), bundled().display().to_string());

@@ -211,7 +211,7 @@ pub(crate) fn held_out_batches<'py>(
                 expression: None,
             })?;
             let cells = plan.eval_set(eval_cells)?;
-            let batches = corrflow_mask::plan::held_out_batches(&ctx, &cells, batch_size);
+            let batches = corrflow_mask::held_out_batches(&ctx, &cells, batch_size);
             Ok::<_, corrflow_io::Error>(batches.into_iter().map(Columns::of).collect::<Vec<_>>())
         })
         .map_err(py_err)?;

@@ -122,16 +122,22 @@ pub fn bundled_corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
     (corpus, graph)
 }
 
+/// A preset of `configs/` with one line replaced, written into `dir` as `name`. The line must be
+/// in the preset exactly once, so a changed preset fails here instead of silently testing the
+/// unedited one.
+pub fn preset_with(dir: &Path, preset: &str, from: &str, to: &str, name: &str) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("configs").join(preset)).unwrap();
+    assert_eq!(text.matches(from).count(), 1, "configs/{preset} changed: `{from}` is no longer there once");
+    let path = dir.join(name);
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    path
+}
+
 /// `configs/tiny.toml` with cells cut to their 64 top-ranked genes (256 in the preset), written
 /// into `dir`: the same model, masking and schedule at about a third of the CPU per step, for
 /// tests that check how training behaves (kills, resumes, locks), not what it learns.
 pub fn short_cells_tiny_config(dir: &Path) -> PathBuf {
-    let tiny = std::fs::read_to_string(repo().join("configs/tiny.toml")).unwrap();
-    let line = "max_len = 256";
-    assert!(tiny.contains(line), "configs/tiny.toml changed: update short_cells_tiny_config");
-    let path = dir.join("tiny-64.toml");
-    std::fs::write(&path, tiny.replacen(line, "max_len = 64", 1)).unwrap();
-    path
+    preset_with(dir, "tiny.toml", "max_len = 256", "max_len = 64", "tiny-64.toml")
 }
 
 /// A tiny model trained briefly on the bundled cells and exported, once per test binary.

@@ -8,16 +8,22 @@
 //!   length-grouped into planned batches (the trainer's and the Python loader's data).
 //! - [`dataflow`]: the timely operator that
 //!   masks them with the graph of their time and feeds the trainer through a bounded channel;
-//!   [`fixed`] masks them without it when the graph never changes (the Python loader).
+//!   [`fixed`] masks them without it when the graph never changes (the Python loader);
+//!   [`GraphWatch`] polls the graph directory for the operator.
+//! - [`held_out_batches`]: the held-out cells masked once, at a fixed epoch, for evaluation.
 
 pub mod audit;
 mod context;
 pub mod dataflow;
 mod dump;
 pub mod fixed;
+mod graph_watch;
+mod held_out;
 pub mod plan;
 pub mod values;
 
 pub use audit::{audit_command, run_audit, table, AuditReport, AuditRequest, AuditRow};
 pub use context::{count_pmi, MaskContext};
 pub use dump::MaskDumpWriter;
+pub use graph_watch::GraphWatch;
+pub use held_out::held_out_batches;

@@ -1,9 +1,6 @@
 //! The training data: the corpus split into training and held-out cells by a seeded hash of the
 //! cell key, epochs read in a seeded shard order through a shuffle buffer, length-grouped into
-//! planned batches for the masking dataflow; and a watch on the graph directory so that a graph
-//! updated during training reaches the masking operator.
-
-use std::path::PathBuf;
+//! planned batches for the masking dataflow (which polls a [`GraphWatch`] between batches).
 
 use corrflow_algorithms::SequenceLayout;
 use rand::seq::SliceRandom;
@@ -14,7 +11,8 @@ use corrflow_algorithms::batches::{LengthGrouper, PlannedBatch};
 use corrflow_io::corpus::CorpusIndex;
 use corrflow_io::error::Result;
 
-use crate::dataflow::{EdgeChange, Feed, FeedSource};
+use crate::dataflow::{Feed, FeedSource};
+use crate::GraphWatch;
 
 /// Cells decoded per block while reading an epoch (an ingested shard's row group). With one block
 /// per thread decoding and one waiting for the planner, the cells read ahead stay under a
@@ -362,36 +360,6 @@ impl DataPlan {
     }
 }
 
-/// The held-out evaluation batches: `cells` masked once at the fixed evaluation epoch (so every
-/// evaluation sees the same masks), longest first, padded in batches of `batch_size`. The
-/// trainer's held-out loss and the Python package's `held_out_batches` are computed on these.
-pub fn held_out_batches(
-    ctx: &crate::MaskContext,
-    cells: &[(u64, Vec<u32>)],
-    batch_size: usize,
-) -> Vec<corrflow_algorithms::batches::TrainingBatch> {
-    use corrflow_algorithms::batches::TrainingBatch;
-    use corrflow_algorithms::mask::{MaskScratch, MaskedSequence};
-    let masker = ctx.masker();
-    let mut scratch = MaskScratch::default();
-    let mut masked: Vec<(u64, MaskedSequence)> = cells
-        .iter()
-        .map(|(key, tokens)| {
-            let mut out = MaskedSequence::default();
-            masker.mask(tokens, u64::MAX, *key, &mut scratch, &mut out);
-            (*key, out)
-        })
-        .collect();
-    masked.sort_by_key(|(_, c)| std::cmp::Reverse(c.input_ids.len()));
-    masked
-        .chunks(batch_size.max(1))
-        .map(|chunk| {
-            let seqs: Vec<MaskedSequence> = chunk.iter().map(|c| c.1.clone()).collect();
-            TrainingBatch::pad(0, 0, chunk.iter().map(|c| c.0).collect(), &seqs, ctx.pad)
-        })
-        .collect()
-}
-
 /// Part `rank` of `world` contiguous, nearly equal parts of `cells`; when there are fewer cells
 /// than parts, a part past the end takes the cell its rank wraps onto.
 fn split_part(cells: Vec<(u64, Vec<u32>)>, rank: usize, world: usize) -> Vec<(u64, Vec<u32>)> {
@@ -403,41 +371,6 @@ fn split_part(cells: Vec<(u64, Vec<u32>)>, rank: usize, world: usize) -> Vec<(u6
     let start = rank * base + rank.min(extra);
     let len = base + usize::from(rank < extra);
     cells.into_iter().skip(start).take(len).collect()
-}
-
-/// Polls a graph directory for a new version (its `graph.json` content hash) and returns the
-/// edge changes against the version the masking operator holds.
-pub struct GraphWatch {
-    pub dir: PathBuf,
-    pub every: u64,
-    pub hash: String,
-    pub edges: std::collections::BTreeSet<(u32, u32)>,
-}
-
-impl GraphWatch {
-    fn poll(&mut self, seq: u64) -> Option<Vec<EdgeChange>> {
-        if !seq.is_multiple_of(self.every.max(1)) {
-            return None;
-        }
-        let text = std::fs::read_to_string(self.dir.join(corrflow_io::graph_files::INFO)).ok()?;
-        let info: corrflow_io::graph_files::GraphInfo = serde_json::from_str(&text).ok()?;
-        if info.content_hash == self.hash {
-            return None;
-        }
-        // A graph being replaced may be half-visible for a moment: keep the old one then.
-        let g = corrflow_io::graph_files::read_graph(&self.dir).ok()?;
-        let new: std::collections::BTreeSet<(u32, u32)> = g.edges.iter().map(|e| (e.u, e.v)).collect();
-        let mut changes: Vec<EdgeChange> = self.edges.difference(&new).map(|&e| (e, -1)).collect();
-        changes.extend(new.difference(&self.edges).map(|&e| (e, 1)));
-        tracing::info!(
-            seq,
-            added = new.difference(&self.edges).count(),
-            "dependency graph changed; masking uses it from this batch on"
-        );
-        self.hash = g.info.content_hash;
-        self.edges = new;
-        Some(changes)
-    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub struct EvalSet {
 
 impl EvalSet {
     pub fn new(ctx: &MaskContext, cells: &[(u64, Vec<u32>)], batch_size: usize) -> Self {
-        let batches = corrflow_mask::plan::held_out_batches(ctx, cells, batch_size);
+        let batches = corrflow_mask::held_out_batches(ctx, cells, batch_size);
         let mut label_counts = std::collections::HashMap::<i64, u64>::new();
         for b in &batches {
             for &l in b.labels.iter().filter(|&&l| l != corrflow_algorithms::mask::IGNORE_INDEX) {

@@ -30,7 +30,8 @@ use crate::length::RunLength;
 use crate::metrics::{truncate_metrics, BatchDump};
 use crate::optim::FlatAdamW;
 use crate::step::StepPhases;
-use corrflow_mask::plan::{DataPlan, GraphWatch};
+use corrflow_mask::plan::DataPlan;
+use corrflow_mask::GraphWatch;
 
 /// Masked batches queued between the masking dataflow and the trainer.
 const MASKING_QUEUE: usize = 4;

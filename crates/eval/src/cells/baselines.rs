@@ -28,19 +28,7 @@ pub(super) fn build(
     } else if !cells.integer_counts {
         notes.push("values are scaled counts, not whole counts: normalize_total ran on them as stored".into());
     }
-    let mut x = CsrMatrix { genes: counts.genes, indptr: vec![0], ..Default::default() };
-    for &i in keep {
-        let (g, v) = counts.row(i);
-        x.indices.extend_from_slice(g);
-        x.values.extend_from_slice(v);
-        x.indptr.push(x.indices.len());
-    }
-    if x.values.iter().all(|&v| v == 0.0) {
-        return Err(format!(
-            "the {} matrix of {} holds no counts for the scored cells",
-            cells.counts_name, cells.source
-        ));
-    }
+    let mut x = scored_counts(cells, counts, keep)?;
     log_normalize(&mut x);
     // More HVGs than genes keeps every gene, as scanpy does (it logs "`n_top_genes` > number
     // of genes, returning all genes"); the note says so. Every step after this one is bounded
@@ -50,22 +38,7 @@ pub(super) fn build(
     if hvg.len() < 2 {
         return Err(format!("{} highly variable genes (of {}); the baselines need ≥ 2", hvg.len(), x.genes));
     }
-    if opts.n_top_genes > x.genes {
-        notes.push(format!(
-            "--n-top-genes {} is more than the {} genes: every gene that varies was kept ({} HVGs)",
-            opts.n_top_genes,
-            x.genes,
-            hvg.len()
-        ));
-    } else if hvg.len() != opts.n_top_genes {
-        notes.push(format!(
-            "{} highly variable genes (of {} genes; asked for {}: ties at the cut-off are kept, genes that do not \
-             vary are not)",
-            hvg.len(),
-            x.genes,
-            opts.n_top_genes
-        ));
-    }
+    notes.extend(hvg_note(opts.n_top_genes, x.genes, hvg.len()));
     let mut dense = dense_columns(&x, &hvg);
     drop(x);
     let (rows, cols) = (keep.len(), hvg.len());
@@ -90,6 +63,40 @@ pub(super) fn build(
         ],
         notes,
     ))
+}
+
+/// The scored cells' rows of `counts`, refused when they hold no counts at all.
+fn scored_counts(cells: &CellData, counts: &CsrMatrix, keep: &[usize]) -> Result<CsrMatrix, String> {
+    let mut x = CsrMatrix { genes: counts.genes, indptr: vec![0], ..Default::default() };
+    for &i in keep {
+        let (g, v) = counts.row(i);
+        x.indices.extend_from_slice(g);
+        x.values.extend_from_slice(v);
+        x.indptr.push(x.indices.len());
+    }
+    if x.values.iter().all(|&v| v == 0.0) {
+        return Err(format!(
+            "the {} matrix of {} holds no counts for the scored cells",
+            cells.counts_name, cells.source
+        ));
+    }
+    Ok(x)
+}
+
+/// A note when the HVGs kept are not the `asked` number.
+fn hvg_note(asked: usize, genes: usize, kept: usize) -> Option<String> {
+    if asked > genes {
+        Some(format!(
+            "--n-top-genes {asked} is more than the {genes} genes: every gene that varies was kept ({kept} HVGs)"
+        ))
+    } else if kept != asked {
+        Some(format!(
+            "{kept} highly variable genes (of {genes} genes; asked for {asked}: ties at the cut-off are kept, genes \
+             that do not vary are not)"
+        ))
+    } else {
+        None
+    }
 }
 
 /// The cells' values of the `genes` columns (sorted gene indices), dense, row-major.

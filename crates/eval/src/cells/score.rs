@@ -81,20 +81,7 @@ pub fn score(
     tracing::debug!(method = name, seconds = start.elapsed().as_secs_f64(), "distance pass done");
     let graph_nb = pass.neighbours.truncate(graph_k);
     let graph = metrics::umap_connectivities(&graph_nb);
-    let leiden: Vec<LeidenScore> = opts
-        .resolutions
-        .par_iter()
-        .map(|&r| {
-            let clusters = metrics::leiden(&graph, r, opts.seed)
-                .map_err(|e| Error::internal("eval cells", format!("Leiden: {e}")))?;
-            Ok(LeidenScore {
-                resolution: r,
-                clusters: clusters.iter().max().map_or(0, |m| m + 1),
-                ari: metrics::adjusted_rand_index(&cohort.labels, &clusters),
-                nmi: metrics::normalized_mutual_info(&cohort.labels, &clusters),
-            })
-        })
-        .collect::<Result<_>>()?;
+    let leiden = leiden_scores(&graph, cohort, opts)?;
     let best = leiden.iter().fold(None::<&LeidenScore>, |b, s| match b {
         Some(b) if b.nmi >= s.nmi => Some(b),
         _ => Some(s),
@@ -104,15 +91,7 @@ pub fn score(
     let probe = probe_of(name, points, cohort, opts)?;
     tracing::debug!(method = name, seconds = start.elapsed().as_secs_f64(), "probes done");
     let (silhouette_batch, graph_connectivity, ilisi, clisi) = match (batches, pass.batch_sums.as_ref()) {
-        (Some(b), Some(sums)) => {
-            let lisi_nb = pass.neighbours.truncate(opts.lisi_neighbours.saturating_sub(1));
-            (
-                metrics::silhouette_batch(sums, labels, b),
-                Some(metrics::graph_connectivity(&graph_nb, labels)),
-                Some(metrics::ilisi(&lisi_nb, b)),
-                Some(metrics::clisi(&lisi_nb, labels)),
-            )
-        }
+        (Some(b), Some(sums)) => batch_scores(sums, &pass.neighbours, &graph_nb, labels, b, opts),
         _ => (None, None, None, None),
     };
     Ok(MethodScores {
@@ -144,6 +123,41 @@ pub fn score(
         clisi,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Leiden at each resolution of `opts`, scored against the cohort's labels.
+fn leiden_scores(graph: &metrics::WeightedGraph, cohort: &Cohort, opts: &CellEvalOptions) -> Result<Vec<LeidenScore>> {
+    opts.resolutions
+        .par_iter()
+        .map(|&r| {
+            let clusters = metrics::leiden(graph, r, opts.seed)
+                .map_err(|e| Error::internal("eval cells", format!("Leiden: {e}")))?;
+            Ok(LeidenScore {
+                resolution: r,
+                clusters: clusters.iter().max().map_or(0, |m| m + 1),
+                ari: metrics::adjusted_rand_index(&cohort.labels, &clusters),
+                nmi: metrics::normalized_mutual_info(&cohort.labels, &clusters),
+            })
+        })
+        .collect()
+}
+
+/// The batch silhouette, graph connectivity, iLISI and cLISI.
+fn batch_scores(
+    batch_sums: &[f64],
+    neighbours: &metrics::Neighbours,
+    graph_nb: &metrics::Neighbours,
+    labels: Groups<'_>,
+    batches: Groups<'_>,
+    opts: &CellEvalOptions,
+) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
+    let lisi_nb = neighbours.truncate(opts.lisi_neighbours.saturating_sub(1));
+    (
+        metrics::silhouette_batch(batch_sums, labels, batches),
+        Some(metrics::graph_connectivity(graph_nb, labels)),
+        Some(metrics::ilisi(&lisi_nb, batches)),
+        Some(metrics::clisi(&lisi_nb, labels)),
+    )
 }
 
 /// The probes of one method; every score NaN (null in JSON, "—" in the table) when the cohort

@@ -7,9 +7,9 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use faer::linalg::matmul::matmul;
-use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
+
+use super::products::Products;
 
 /// Cells as the rows of a dense row-major matrix.
 #[derive(Clone, Copy)]
@@ -120,27 +120,18 @@ pub fn distance_pass(points: Points<'_>, k: usize, labels: Groups<'_>, batches: 
     let n = points.len();
     let k = k.min(n.saturating_sub(1));
     // The products run in f32 (twice f64's rate, half its memory); norms and distances stay in
-    // f64. Centring first (distances do not change) keeps the norms near the distances, so the
-    // f32 rounding of `|x|² + |y|² − 2x·y` stays small beside them; near-duplicates, where it
-    // would not, are recomputed in f64 (`squared_to_distances`).
-    let dim = points.dim.max(1);
-    let mut mean = vec![0.0f64; dim];
-    points.data.chunks(dim).for_each(|row| mean.iter_mut().zip(row).for_each(|(m, v)| *m += v));
-    mean.iter_mut().for_each(|m| *m /= n.max(1) as f64);
-    let single: Vec<f32> =
-        points.data.chunks(dim).flat_map(|row| row.iter().zip(&mean).map(|(v, m)| (v - m) as f32)).collect();
-    let norms: Vec<f64> =
-        single.chunks(points.dim.max(1)).map(|row| row.iter().map(|&v| f64::from(v) * f64::from(v)).sum()).collect();
-    let all = MatRef::from_row_major_slice(&single, n, points.dim);
+    // f64. Shifting each column first (distances do not change: `products.rs`) keeps the norms
+    // near the distances, so the f32 rounding of `|x|² + |y|² − 2x·y` stays small beside them;
+    // near-duplicates, where it would not, are recomputed in f64 (`squared_to_distances`).
+    let products = Products::new(points);
+    tracing::debug!(cells = n, dim = points.dim, indexed = products.indexed_columns(), "distance pass products");
     let block = block_rows(n);
     let blocks: Vec<usize> = (0..n).step_by(block).collect();
     let per_block: Vec<Vec<RowResult>> = blocks
         .par_iter()
         .map(|&start| {
             let rows = block.min(n - start);
-            // `n × rows`, column-major: one row's dot products are contiguous.
-            let mut dots = Mat::<f32>::zeros(n, rows);
-            matmul(dots.as_mut(), Accum::Replace, all, all.subrows(start, rows).transpose(), 1.0, Par::Seq);
+            let dots = products.block(start, rows);
             let mut chunk = vec![0.0; CHUNK.min(n)];
             (0..rows)
                 .map(|r| {
@@ -149,7 +140,14 @@ pub fn distance_pass(points: Points<'_>, k: usize, labels: Groups<'_>, batches: 
                     let mut row = RowReducer::new(i, k, labels, batches);
                     for from in (0..n).step_by(CHUNK) {
                         let d = &mut chunk[..CHUNK.min(n - from)];
-                        squared_to_distances(i, from, points, &norms, &col.as_slice()[from..from + d.len()], d);
+                        squared_to_distances(
+                            i,
+                            from,
+                            points,
+                            &products.norms,
+                            &col.as_slice()[from..from + d.len()],
+                            d,
+                        );
                         row.add(from, d);
                     }
                     row.finish()
@@ -360,6 +358,33 @@ mod tests {
         let out = distance_pass(points, 5, labels, Some(batches));
         for i in [0, 17, 199] {
             check_row(&out, points, &codes, &bcodes, i, 5, 1);
+        }
+    }
+
+    #[test]
+    fn mostly_one_value_columns_reduce_as_a_direct_computation() {
+        // Log-count-like cells: 30 columns mostly at their minimum (indexed), two dense ones
+        // (centred), with exact duplicates (cell j and j + 500 coincide).
+        let (n, dim) = (1100, 32);
+        let data: Vec<f64> = (0..n)
+            .flat_map(|i| {
+                let i = i % 500;
+                (0..dim).map(move |c| match c {
+                    0 | 1 => ((i * (c + 3)) as f64 * 0.7).sin(),
+                    _ if (i * 31 + c * 17) % 19 == 0 => -0.2 + (i % 7) as f64 * 0.3 + 0.1,
+                    _ => -0.2,
+                })
+            })
+            .collect();
+        let points = Points { data: &data, dim };
+        assert_eq!(Products::new(points).indexed_columns(), dim - 2);
+        let codes: Vec<usize> = (0..n).map(|i| i % 3).collect();
+        let bcodes: Vec<usize> = (0..n).map(|i| (i / 7) % 2).collect();
+        let (labels, batches) = (Groups { codes: &codes, count: 3 }, Groups { codes: &bcodes, count: 2 });
+        let out = distance_pass(points, 4, labels, Some(batches));
+        for i in [0, 1, 499, 500, 1099] {
+            assert_eq!(out.neighbours.of(i).1[0], 0.0, "row {i}: its duplicate is at distance 0");
+            check_row(&out, points, &codes, &bcodes, i, 4, 1);
         }
     }
 }

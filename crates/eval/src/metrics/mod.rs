@@ -7,6 +7,7 @@ pub mod distances;
 pub mod leiden;
 pub mod lisi;
 pub mod partition;
+pub mod products;
 pub mod silhouette;
 pub mod umap_graph;
 

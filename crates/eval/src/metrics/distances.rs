@@ -9,28 +9,7 @@ use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
-use super::products::Products;
-
-/// Cells as the rows of a dense row-major matrix.
-#[derive(Clone, Copy)]
-pub struct Points<'a> {
-    pub data: &'a [f64],
-    pub dim: usize,
-}
-
-impl Points<'_> {
-    pub fn len(&self) -> usize {
-        self.data.len().checked_div(self.dim).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn row(&self, i: usize) -> &[f64] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-}
+use super::products::{Points, Products};
 
 /// A labeling of the cells by codes `0..count`.
 #[derive(Clone, Copy)]

@@ -12,10 +12,11 @@ pub mod silhouette;
 pub mod umap_graph;
 
 pub use connectivity::graph_connectivity;
-pub use distances::{distance_pass, DistanceSums, Groups, Neighbours, Points};
+pub use distances::{distance_pass, DistanceSums, Groups, Neighbours};
 pub use leiden::leiden;
 pub use lisi::{clisi, ilisi};
 pub use partition::{adjusted_rand_index, normalized_mutual_info};
+pub use products::Points;
 pub use silhouette::{silhouette_batch, silhouette_label, silhouette_score};
 pub use umap_graph::{umap_connectivities, WeightedGraph};
 

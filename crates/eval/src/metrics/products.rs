@@ -14,7 +14,26 @@
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 
-use super::distances::Points;
+/// Cells as the rows of a dense row-major matrix.
+#[derive(Clone, Copy)]
+pub struct Points<'a> {
+    pub data: &'a [f64],
+    pub dim: usize,
+}
+
+impl Points<'_> {
+    pub fn len(&self) -> usize {
+        self.data.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn row(&self, i: usize) -> &[f64] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+}
 
 /// The largest share of a column's entries apart from its minimum for which it takes the indexed
 /// path: `density² · 30 < density` above ~3%, and its index costs 8 bytes an entry.

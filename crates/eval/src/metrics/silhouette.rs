@@ -73,7 +73,8 @@ pub fn silhouette_batch(batch_sums: &[f64], labels: Groups<'_>, batches: Groups<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::distances::{distance_pass, Points};
+    use crate::metrics::distances::distance_pass;
+    use crate::metrics::products::Points;
 
     #[test]
     fn silhouette_matches_scikit_learn_on_a_small_case() {

@@ -17,8 +17,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use super::graph::{attr_float, attr_int, attr_ints, value_info, GraphBuilder};
+use super::proto::ValueInfoProto;
 use super::proto::{dtype, GraphProto};
-use crate::encoder::CellEncoder;
+use crate::encoder::{CellEncoder, WholeCellHead};
 use crate::value::ValueParts;
 use corrflow_infer::model_meta::DECODED;
 use corrflow_infer::model_meta::{
@@ -117,19 +118,7 @@ pub fn encoder_graph<B: Backend>(
         value_info(CELL_EMBEDDING, dtype::FLOAT, &[Err("batch"), Ok(h)]),
     ];
     if let (Some(task), Some(head)) = (classifier, &model.label_head) {
-        let (input, shape): (&str, Vec<Result<i64, &str>>) = match task {
-            ClassifierTask::Cell => (CELL_EMBEDDING, vec![Err("batch")]),
-            ClassifierTask::Gene => (LAST_HIDDEN_STATE, vec![Err("batch"), Err("sequence")]),
-        };
-        let inner = add_linear(&mut g, input, &head.dense, "classifier.dense");
-        let inner = g.op("Relu", &[&inner], vec![]);
-        let logits = add_linear(&mut g, &inner, &head.out, "classifier.out");
-        let logits = g.op_named("Identity", &[&logits], vec![], LOGITS);
-        g.op_named("Softmax", &[&logits], vec![attr_int("axis", -1)], PROBABILITIES);
-        let classes = head.out.weight.val().dims()[1] as i64;
-        let dims: Vec<Result<i64, &str>> = shape.into_iter().chain([Ok(classes)]).collect();
-        outputs.push(value_info(LOGITS, dtype::FLOAT, &dims));
-        outputs.push(value_info(PROBABILITIES, dtype::FLOAT, &dims));
+        outputs.extend(add_classifier(&mut g, task, head));
     }
     if let Some(parts) = &model.value {
         let width = parts.decoder_out.weight.val().dims()[1] as i64;
@@ -141,6 +130,27 @@ pub fn encoder_graph<B: Backend>(
     }
     inputs.push(value_info(ATTENTION_MASK, dtype::INT64, &[Err("batch"), Err("sequence")]));
     g.finish("corrflow_cell_encoder", inputs, outputs)
+}
+
+/// The fine-tuned label head on the cell embedding (cells) or on each token's state (genes): its
+/// `logits` and `probabilities` nodes, and their output descriptions.
+fn add_classifier<B: Backend>(
+    g: &mut GraphBuilder,
+    task: ClassifierTask,
+    head: &WholeCellHead<B>,
+) -> [ValueInfoProto; 2] {
+    let (input, shape): (&str, Vec<Result<i64, &str>>) = match task {
+        ClassifierTask::Cell => (CELL_EMBEDDING, vec![Err("batch")]),
+        ClassifierTask::Gene => (LAST_HIDDEN_STATE, vec![Err("batch"), Err("sequence")]),
+    };
+    let inner = add_linear(g, input, &head.dense, "classifier.dense");
+    let inner = g.op("Relu", &[&inner], vec![]);
+    let logits = add_linear(g, &inner, &head.out, "classifier.out");
+    let logits = g.op_named("Identity", &[&logits], vec![], LOGITS);
+    g.op_named("Softmax", &[&logits], vec![attr_int("axis", -1)], PROBABILITIES);
+    let classes = head.out.weight.val().dims()[1] as i64;
+    let dims: Vec<Result<i64, &str>> = shape.into_iter().chain([Ok(classes)]).collect();
+    [value_info(LOGITS, dtype::FLOAT, &dims), value_info(PROBABILITIES, dtype::FLOAT, &dims)]
 }
 
 /// A value model's decoder on the CLS state (position 0 of `last`): its raw outputs `[batch,

@@ -54,23 +54,7 @@ pub async fn run_batcher<E: Encoder + 'static>(
         if abandoned(&first, &metrics) {
             continue;
         }
-        let mut tokens: usize = first.cells.tokens.iter().map(Vec::len).sum();
-        let mut jobs = vec![first];
-        let deadline = tokio::time::Instant::now() + config.max_wait;
-        while tokens < config.token_budget {
-            let job = match queue.try_recv() {
-                Ok(job) => job,
-                Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(job)) => job,
-                    Ok(None) | Err(_) => break,
-                },
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-            };
-            if !abandoned(&job, &metrics) {
-                tokens += job.cells.tokens.iter().map(Vec::len).sum::<usize>();
-                jobs.push(job);
-            }
-        }
+        let mut jobs = gather(first, &mut queue, &config, &metrics).await;
         // Last look before the model runs: clients may have left while the batch filled.
         jobs.retain(|j| !abandoned(j, &metrics));
         if jobs.is_empty() {
@@ -109,15 +93,43 @@ pub async fn run_batcher<E: Encoder + 'static>(
         })
         .await
         .unwrap_or_else(|e| Err(format!("the model runner failed: {e}")));
-        let mut offset = 0;
-        for (job, n) in jobs.into_iter().zip(counts) {
-            let reply = match &result {
-                Ok(all) => Ok(all[offset * dim..(offset + n) * dim].to_vec()),
-                Err(e) => Err(e.clone()),
-            };
-            offset += n;
-            // The client may have gone away; nothing to do then.
-            let _ = job.reply.send(reply);
+        send_replies(jobs, counts, result, dim);
+    }
+}
+
+/// `first` and the requests that join it until the batch holds `config.token_budget` tokens or
+/// `config.max_wait` has passed (skipping those whose clients have gone).
+async fn gather(first: Job, queue: &mut mpsc::Receiver<Job>, config: &BatchConfig, metrics: &Metrics) -> Vec<Job> {
+    let mut tokens: usize = first.cells.tokens.iter().map(Vec::len).sum();
+    let mut jobs = vec![first];
+    let deadline = tokio::time::Instant::now() + config.max_wait;
+    while tokens < config.token_budget {
+        let job = match queue.try_recv() {
+            Ok(job) => job,
+            Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(deadline, queue.recv()).await {
+                Ok(Some(job)) => job,
+                Ok(None) | Err(_) => break,
+            },
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+        };
+        if !abandoned(&job, metrics) {
+            tokens += job.cells.tokens.iter().map(Vec::len).sum::<usize>();
+            jobs.push(job);
         }
+    }
+    jobs
+}
+
+/// Each request's rows of the batch's result, or the batch's error.
+fn send_replies(jobs: Vec<Job>, counts: Vec<usize>, result: Result<Vec<f32>, String>, dim: usize) {
+    let mut offset = 0;
+    for (job, n) in jobs.into_iter().zip(counts) {
+        let reply = match &result {
+            Ok(all) => Ok(all[offset * dim..(offset + n) * dim].to_vec()),
+            Err(e) => Err(e.clone()),
+        };
+        offset += n;
+        // The client may have gone away; nothing to do then.
+        let _ = job.reply.send(reply);
     }
 }

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the server (`GET /metrics`, text exposition format).
 
+use prometheus::core::Collector;
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -26,92 +27,63 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new_custom(Some("corrflow".into()), None).expect("static prefix");
+        let r = &registry;
         let latency = exponential_buckets(0.0005, 2.0, 16).expect("static buckets");
-        let requests = IntCounterVec::new(
-            Opts::new("http_requests_total", "HTTP requests by endpoint and status"),
-            &["endpoint", "status"],
-        )
-        .expect("static metric");
-        let request_seconds = HistogramVec::new(
-            HistogramOpts::new("http_request_duration_seconds", "Request latency by endpoint").buckets(latency.clone()),
-            &["endpoint"],
-        )
-        .expect("static metric");
-        let cells = IntCounter::new("cells_embedded_total", "Cells embedded").expect("static metric");
-        let unknown_genes =
-            IntCounter::new("unknown_genes_total", "Genes in requests not in the vocabulary").expect("static metric");
-        let queue_depth = IntGauge::new("queue_depth", "Requests waiting for the batcher").expect("static metric");
-        let requests_in_flight =
-            IntGauge::new("requests_in_flight", "Embed requests admitted and not yet answered").expect("static metric");
-        let requests_abandoned = IntCounter::new(
-            "requests_abandoned_total",
-            "Queued requests skipped before compute because their client had disconnected",
-        )
-        .expect("static metric");
-        let request_bodies_open = IntGauge::new(
-            "request_bodies_open",
-            "Request bodies being received, read by a handler or drained after a refusal",
-        )
-        .expect("static metric");
-        let request_bodies_too_slow = IntCounter::new(
-            "request_bodies_too_slow_total",
-            "Request bodies cut off for arriving under --min-body-bytes-per-s",
-        )
-        .expect("static metric");
-        let queue_wait_seconds = Histogram::with_opts(
-            HistogramOpts::new("queue_wait_seconds", "Time requests wait before their batch runs")
-                .buckets(latency.clone()),
-        )
-        .expect("static metric");
-        let batch_cells = Histogram::with_opts(
-            HistogramOpts::new("batch_cells", "Cells per model batch")
-                .buckets(exponential_buckets(1.0, 2.0, 12).expect("static")),
-        )
-        .expect("static metric");
-        let batch_tokens = Histogram::with_opts(
-            HistogramOpts::new("batch_tokens", "Padded tokens per model batch")
-                .buckets(exponential_buckets(64.0, 2.0, 14).expect("static")),
-        )
-        .expect("static metric");
-        let inference_seconds = Histogram::with_opts(
-            HistogramOpts::new("inference_seconds", "ONNX Runtime time per model batch").buckets(latency),
-        )
-        .expect("static metric");
-        let ready = IntGauge::new("ready", "1 once the model is loaded").expect("static metric");
-        for c in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(request_seconds.clone()),
-            Box::new(cells.clone()),
-            Box::new(unknown_genes.clone()),
-            Box::new(queue_depth.clone()),
-            Box::new(requests_in_flight.clone()),
-            Box::new(requests_abandoned.clone()),
-            Box::new(request_bodies_open.clone()),
-            Box::new(request_bodies_too_slow.clone()),
-            Box::new(queue_wait_seconds.clone()),
-            Box::new(batch_cells.clone()),
-            Box::new(batch_tokens.clone()),
-            Box::new(inference_seconds.clone()),
-            Box::new(ready.clone()),
-        ] {
-            registry.register(c).expect("distinct metric names");
-        }
+        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
+            register(r, Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)))
+        };
+        let counter = |name: &str, help: &str| register(r, IntCounter::new(name, help));
+        let gauge = |name: &str, help: &str| register(r, IntGauge::new(name, help));
         Self {
+            requests: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new("http_requests_total", "HTTP requests by endpoint and status"),
+                    &["endpoint", "status"],
+                ),
+            ),
+            request_seconds: register(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new("http_request_duration_seconds", "Request latency by endpoint")
+                        .buckets(latency.clone()),
+                    &["endpoint"],
+                ),
+            ),
+            cells: counter("cells_embedded_total", "Cells embedded"),
+            unknown_genes: counter("unknown_genes_total", "Genes in requests not in the vocabulary"),
+            queue_depth: gauge("queue_depth", "Requests waiting for the batcher"),
+            requests_in_flight: gauge("requests_in_flight", "Embed requests admitted and not yet answered"),
+            requests_abandoned: counter(
+                "requests_abandoned_total",
+                "Queued requests skipped before compute because their client had disconnected",
+            ),
+            request_bodies_open: gauge(
+                "request_bodies_open",
+                "Request bodies being received, read by a handler or drained after a refusal",
+            ),
+            request_bodies_too_slow: counter(
+                "request_bodies_too_slow_total",
+                "Request bodies cut off for arriving under --min-body-bytes-per-s",
+            ),
+            queue_wait_seconds: histogram(
+                "queue_wait_seconds",
+                "Time requests wait before their batch runs",
+                latency.clone(),
+            ),
+            batch_cells: histogram(
+                "batch_cells",
+                "Cells per model batch",
+                exponential_buckets(1.0, 2.0, 12).expect("static buckets"),
+            ),
+            batch_tokens: histogram(
+                "batch_tokens",
+                "Padded tokens per model batch",
+                exponential_buckets(64.0, 2.0, 14).expect("static buckets"),
+            ),
+            inference_seconds: histogram("inference_seconds", "ONNX Runtime time per model batch", latency),
+            ready: gauge("ready", "1 once the model is loaded"),
             registry,
-            requests,
-            request_seconds,
-            cells,
-            unknown_genes,
-            queue_depth,
-            requests_in_flight,
-            requests_abandoned,
-            request_bodies_open,
-            request_bodies_too_slow,
-            queue_wait_seconds,
-            batch_cells,
-            batch_tokens,
-            inference_seconds,
-            ready,
         }
     }
 
@@ -127,4 +99,11 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// A metric, registered. Names, help texts and buckets are static, so neither step can fail.
+fn register<M: Collector + Clone + 'static>(registry: &Registry, metric: prometheus::Result<M>) -> M {
+    let metric = metric.expect("static metric");
+    registry.register(Box::new(metric.clone())).expect("distinct metric names");
+    metric
 }

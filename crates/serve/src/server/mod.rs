@@ -145,46 +145,7 @@ pub async fn serve(
 
     // Load the model off the async threads; a failure stops the server with that error.
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
-    let loader_state = state.clone();
-    tokio::spawn(async move {
-        let opts = loader_state.options.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
-            // Tests hold the server in its loading state (`FAILPOINTS=serve-load=sleep(1500)`,
-            // built with the `failpoints` feature only) to see the 503s.
-            fail::fail_point!("serve-load");
-            let encoder = OrtEncoder::open(&opts.model, &opts.runtime)?;
-            corrflow_infer::encode::check_batch_memory(&encoder, opts.batch.token_budget)?;
-            Ok(encoder)
-        })
-        .await;
-        match loaded {
-            Ok(Ok(encoder)) => {
-                // As deep as admission is wide, so that an admitted request always finds room:
-                // with a queue of `--max-queue`, two requests arriving before the batcher took
-                // the first one saw 429 though admission had let both in (CI, session 32).
-                let (tx, rx) = mpsc::channel(admission::Admission::max_requests(&loader_state.options));
-                let ready = ready_state(&loader_state.options, &encoder, tx);
-                tokio::spawn(batcher::run_batcher(
-                    encoder,
-                    rx,
-                    loader_state.options.batch,
-                    loader_state.metrics.clone(),
-                ));
-                let _ = loader_state.ready.set(ready);
-                loader_state.metrics.ready.set(1);
-                tracing::info!("model loaded; ready");
-            }
-            Ok(Err(e)) => {
-                *loader_state.load_error.lock().expect("not poisoned") = Some(e);
-                let _ = failed_tx.send(());
-            }
-            Err(e) => {
-                *loader_state.load_error.lock().expect("not poisoned") =
-                    Some(Error::internal("server", format!("model loader: {e}")));
-                let _ = failed_tx.send(());
-            }
-        }
-    });
+    tokio::spawn(load_model(state.clone(), failed_tx));
     let stopping = state.clone();
     let stop = async move {
         tokio::select! {
@@ -204,6 +165,43 @@ pub async fn serve(
         .map(|e| state.metrics.requests.with_label_values(&[e.path, "200"]).get())
         .sum();
     Ok(ServeSummary { command: "serve".into(), addr: addr.to_string(), requests, cells: state.metrics.cells.get() })
+}
+
+/// Loads the model off the async threads, then starts the batcher and marks the server ready;
+/// a failure is kept in `load_error` and signalled on `failed_tx` (which stops the server).
+async fn load_model(state: Arc<AppState>, failed_tx: tokio::sync::oneshot::Sender<()>) {
+    let opts = state.options.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        // Tests hold the server in its loading state (`FAILPOINTS=serve-load=sleep(1500)`,
+        // built with the `failpoints` feature only) to see the 503s.
+        fail::fail_point!("serve-load");
+        let encoder = OrtEncoder::open(&opts.model, &opts.runtime)?;
+        corrflow_infer::encode::check_batch_memory(&encoder, opts.batch.token_budget)?;
+        Ok(encoder)
+    })
+    .await;
+    match loaded {
+        Ok(Ok(encoder)) => {
+            // As deep as admission is wide, so that an admitted request always finds room:
+            // with a queue of `--max-queue`, two requests arriving before the batcher took
+            // the first one saw 429 though admission had let both in (CI, session 32).
+            let (tx, rx) = mpsc::channel(admission::Admission::max_requests(&state.options));
+            let ready = ready_state(&state.options, &encoder, tx);
+            tokio::spawn(batcher::run_batcher(encoder, rx, state.options.batch, state.metrics.clone()));
+            let _ = state.ready.set(ready);
+            state.metrics.ready.set(1);
+            tracing::info!("model loaded; ready");
+        }
+        Ok(Err(e)) => {
+            *state.load_error.lock().expect("not poisoned") = Some(e);
+            let _ = failed_tx.send(());
+        }
+        Err(e) => {
+            *state.load_error.lock().expect("not poisoned") =
+                Some(Error::internal("server", format!("model loader: {e}")));
+            let _ = failed_tx.send(());
+        }
+    }
 }
 
 fn ready_state(options: &ServeOptions, encoder: &OrtEncoder, queue: mpsc::Sender<Job>) -> Ready {

@@ -115,29 +115,7 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
     let c = &req.config;
     c.validate().map_err(Error::Usage)?;
     let base = load_checkpoint::<B>(&req.checkpoint, device)?;
-    let positions = base.state.model.max_positions;
-    if c.max_len > positions {
-        return Err(Error::Usage(format!(
-            "--max-len (finetune.max_len) must be at most the model's {positions} positions (got {}; 0 = the length it was pre-trained on)",
-            c.max_len
-        )));
-    }
-    if base.state.model.input.sees_values() {
-        return Err(Error::Usage(format!(
-            "{} is a value model (it sees expression values); finetune adds heads to rank models only for now \
-             (docs/values.md)",
-            req.checkpoint.display()
-        )));
-    }
-    if base.state.model.classifier.is_some() {
-        return Err(Error::Usage(format!(
-            "{} is already fine-tuned (it has a classifier); fine-tune its pre-trained base instead",
-            req.checkpoint.display()
-        )));
-    }
-    if c.pooling == Pooling::Cls && base.vocab.cls.is_none() {
-        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
-    }
+    check_base(req, &base)?;
     let opened = Corpus::open(&req.corpus)?;
     if opened.vocab.hash() != base.vocab.hash() || opened.info.layout != base.state.layout {
         return Err(Error::conflict(
@@ -187,13 +165,43 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
     };
     let classifier = Classifier { task, source, classes: supervision.classes.clone(), pooling: c.pooling };
     let model = ModelConfig { classifier: Some(classifier), ..m.clone() };
-    if c.freeze_layers > m.layers {
+    Ok(Setup { base, supervision, plan, model, per_epoch, total: per_epoch * c.epochs as u64 })
+}
+
+/// What the base model must be for these flags: a pre-trained rank model, not fine-tuned yet, with
+/// the positions, `<cls>` and layers that `--max-len`, `--pooling cls` and `--freeze-layers` ask.
+fn check_base<B: TrainingBackend>(req: &FinetuneRequest, base: &corrflow_model::LoadedModel<B>) -> Result<()> {
+    let c = &req.config;
+    let positions = base.state.model.max_positions;
+    if c.max_len > positions {
         return Err(Error::Usage(format!(
-            "--freeze-layers {} is more than the model's {} layers",
-            c.freeze_layers, m.layers
+            "--max-len (finetune.max_len) must be at most the model's {positions} positions (got {}; 0 = the length it was pre-trained on)",
+            c.max_len
         )));
     }
-    Ok(Setup { base, supervision, plan, model, per_epoch, total: per_epoch * c.epochs as u64 })
+    if base.state.model.input.sees_values() {
+        return Err(Error::Usage(format!(
+            "{} is a value model (it sees expression values); finetune adds heads to rank models only for now \
+             (docs/values.md)",
+            req.checkpoint.display()
+        )));
+    }
+    if base.state.model.classifier.is_some() {
+        return Err(Error::Usage(format!(
+            "{} is already fine-tuned (it has a classifier); fine-tune its pre-trained base instead",
+            req.checkpoint.display()
+        )));
+    }
+    if c.pooling == Pooling::Cls && base.vocab.cls.is_none() {
+        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
+    }
+    if c.freeze_layers > base.state.model.layers {
+        return Err(Error::Usage(format!(
+            "--freeze-layers {} is more than the model's {} layers",
+            c.freeze_layers, base.state.model.layers
+        )));
+    }
+    Ok(())
 }
 
 /// The embeddings and the first `layers` encoder layers without gradients (0: none).

@@ -79,24 +79,8 @@ pub(crate) fn train_values<B: TrainingBackend>(req: &TrainRequest, device: B::De
     };
     let report = std::thread::scope(|scope| {
         let (tx, rx) = crossbeam_channel::bounded::<Result<ValueBatch>>(BATCHES_AHEAD);
-        let feed = setup.plan.clone().feed(trainee.step, None);
-        let maker = &maker;
-        scope.spawn(move || {
-            let read = feed(&mut |item| match item {
-                Feed::Batch(b) => {
-                    let cells: Option<Vec<(u64, ExpressionCell)>> =
-                        b.cells.iter().map(|(k, p)| ExpressionCell::unpack(p).map(|c| (*k, c))).collect();
-                    let batch = cells
-                        .map(|c| maker.build(b.epoch, &c))
-                        .ok_or_else(|| Error::internal("train", "a planned cell without its expression"));
-                    tx.send(batch).is_ok()
-                }
-                Feed::Graph(_) => true,
-            });
-            if let Err(e) = read {
-                let _ = tx.send(Err(e));
-            }
-        });
+        let (from, cells, maker) = (trainee.step, &setup, &maker);
+        scope.spawn(move || feed_value_batches(cells, from, maker, tx));
         let mut kind = ValueTraining {
             req,
             setup: &setup,
@@ -111,6 +95,31 @@ pub(crate) fn train_values<B: TrainingBackend>(req: &TrainRequest, device: B::De
     })?;
     summary.record(report, trainee.step, start);
     Ok(summary)
+}
+
+/// Sends the value batches of the planned cells from step `from` on, then a read error if any
+/// (the trainer stops at the first error it receives, or when it drops the receiver).
+fn feed_value_batches(
+    setup: &ValueSetup,
+    from: u64,
+    maker: &BatchMaker<'_>,
+    tx: crossbeam_channel::Sender<Result<ValueBatch>>,
+) {
+    let feed = setup.plan.clone().feed(from, None);
+    let read = feed(&mut |item| match item {
+        Feed::Batch(b) => {
+            let cells: Option<Vec<(u64, ExpressionCell)>> =
+                b.cells.iter().map(|(k, p)| ExpressionCell::unpack(p).map(|c| (*k, c))).collect();
+            let batch = cells
+                .map(|c| maker.build(b.epoch, &c))
+                .ok_or_else(|| Error::internal("train", "a planned cell without its expression"));
+            tx.send(batch).is_ok()
+        }
+        Feed::Graph(_) => true,
+    });
+    if let Err(e) = read {
+        let _ = tx.send(Err(e));
+    }
 }
 
 /// A value model's training as a [`TrainStep`].

@@ -48,16 +48,7 @@ pub(crate) fn prepare(req: &TrainRequest) -> Result<ValueSetup> {
     let vocab = if opened.vocab.cls.is_some() { opened.vocab.clone() } else { opened.vocab.clone().with_v2_specials() };
     let cls = vocab.cls.ok_or_else(|| Error::internal("train", "a vocabulary with <cls> has no <cls>"))?;
     let is_gene: Arc<Vec<bool>> = Arc::new((0..vocab.len() as u32).map(|t| vocab.is_gene(t)).collect());
-    let graph = match &t.graph {
-        Some(g) => Some(corrflow_io::graph_files::read_graph(g)?),
-        None if req.mask.strategy.needs_graph() && req.mask.strategy.get().structural_share(&req.mask) > 0.0 => {
-            return Err(Error::Usage(format!(
-                "masking strategy '{}' needs a dependency graph: set train.graph (or --graph)",
-                req.mask.strategy
-            )))
-        }
-        None => None,
-    };
+    let graph = read_graph(req)?;
     let values = m.values.clone().ok_or_else(|| Error::internal("train", "a value model without model.values"))?;
     let plan = DataPlan {
         index: index.clone(),
@@ -103,25 +94,36 @@ pub(crate) fn prepare(req: &TrainRequest) -> Result<ValueSetup> {
         return Err(Error::format(&corpus_dir, "no training cells (corpus empty or all held out)"));
     }
     let layout = SequenceLayout { max_genes: values.inference_genes, cls: Some(cls), eos: None };
-    let labels = match &model.hce {
-        None => None,
-        Some(head) => {
-            let labels = CellLabels::read(&plan.index, &head.column)?;
-            let names = corrflow_model::objective::for_model::<corrflow_model::CpuBackend>(&model)
-                .map_err(Error::Usage)?
-                .label_names()
-                .unwrap_or_default();
-            Some(labels.recode(&names).map_err(|unknown| {
-                Error::invalid(
-                    &corpus_dir,
-                    format!(
-                        "labels of obs column '{}' the model's head does not have: {}",
-                        head.column,
-                        unknown.join(", ")
-                    ),
-                )
-            })?)
-        }
-    };
+    let labels = head_labels(&model, &plan, &corpus_dir)?;
     Ok(ValueSetup { vocab, layout, model, plan, atlases, ctx, length, total, is_gene, labels })
+}
+
+/// The run's dependency graph, required when the masking strategy draws structural masks.
+fn read_graph(req: &TrainRequest) -> Result<Option<corrflow_io::graph_files::Graph>> {
+    match &req.train.graph {
+        Some(g) => Ok(Some(corrflow_io::graph_files::read_graph(g)?)),
+        None if req.mask.strategy.needs_graph() && req.mask.strategy.get().structural_share(&req.mask) > 0.0 => {
+            Err(Error::Usage(format!(
+                "masking strategy '{}' needs a dependency graph: set train.graph (or --graph)",
+                req.mask.strategy
+            )))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The hierarchical head's per-cell labels, coded as the head's classes (none without a head).
+fn head_labels(model: &ModelConfig, plan: &DataPlan, corpus_dir: &std::path::Path) -> Result<Option<CellLabels>> {
+    let Some(head) = &model.hce else { return Ok(None) };
+    let labels = CellLabels::read(&plan.index, &head.column)?;
+    let names = corrflow_model::objective::for_model::<corrflow_model::CpuBackend>(model)
+        .map_err(Error::Usage)?
+        .label_names()
+        .unwrap_or_default();
+    labels.recode(&names).map(Some).map_err(|unknown| {
+        Error::invalid(
+            corpus_dir,
+            format!("labels of obs column '{}' the model's head does not have: {}", head.column, unknown.join(", ")),
+        )
+    })
 }

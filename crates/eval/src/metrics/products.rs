@@ -35,8 +35,10 @@ impl Points<'_> {
     }
 }
 
-/// The largest share of a column's entries apart from its minimum for which it takes the indexed
-/// path: `density² · 30 < density` above ~3%, and its index costs 8 bytes an entry.
+/// The largest share `p` of a column's entries apart from its minimum for which it takes the
+/// indexed path: it costs `(p·n)²` indexed multiply-adds, each ~30× one inside a matrix product,
+/// against `n²` there, so it wins while `30·p² < 1` (`p` < ~0.18); an eighth leaves a margin, and
+/// the index costs 8 bytes an entry.
 pub const MAX_INDEXED_DENSITY: f64 = 0.125;
 
 /// The cells in the two forms, and each cell's squared norm in that shift.

@@ -9,7 +9,8 @@
 //!
 //! The dense product of all columns multiplies `n² · d` pairs; the indexed one costs a column's
 //! stored entries squared, `(density · n)²` each, so at 4% it is ~600× less arithmetic, though an
-//! indexed multiply-add is ~30× slower than one inside a matrix product.
+//! indexed multiply-add (a scattered load and store) costs many times one inside a packed matrix
+//! product (~30×, an estimate, not measured alone).
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
@@ -36,7 +37,7 @@ impl Points<'_> {
 }
 
 /// The largest share `p` of a column's entries apart from its minimum for which it takes the
-/// indexed path: it costs `(p·n)²` indexed multiply-adds, each ~30× one inside a matrix product,
+/// indexed path: it costs `(p·n)²` indexed multiply-adds, each ~30× one inside a matrix product (estimated),
 /// against `n²` there, so it wins while `30·p² < 1` (`p` < ~0.18); an eighth leaves a margin, and
 /// the index costs 8 bytes an entry.
 pub const MAX_INDEXED_DENSITY: f64 = 0.125;

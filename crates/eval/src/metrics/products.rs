@@ -37,9 +37,9 @@ impl Points<'_> {
 }
 
 /// The largest share `p` of a column's entries apart from its minimum for which it takes the
-/// indexed path: it costs `(p·n)²` indexed multiply-adds, each ~30× one inside a matrix product (estimated),
-/// against `n²` there, so it wins while `30·p² < 1` (`p` < ~0.18); an eighth leaves a margin, and
-/// the index costs 8 bytes an entry.
+/// indexed path: it costs `(p·n)²` indexed multiply-adds, each ~30× one inside a matrix product
+/// (estimated), against `n²` there, so it wins while `30·p² < 1` (`p` < ~0.18); an eighth leaves
+/// a margin, and the index costs 8 bytes an entry.
 pub const MAX_INDEXED_DENSITY: f64 = 0.125;
 
 /// The cells in the two forms, and each cell's squared norm in that shift.

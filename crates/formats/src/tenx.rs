@@ -111,67 +111,15 @@ fn gene_table(
     n_features: usize,
     opts: &ReadOptions,
 ) -> Result<(Vec<String>, Vec<Option<u32>>)> {
-    let strings = |p: &str| -> Result<Vec<String>> {
-        let ds = g.dataset(p).map_err(|_| Error::format(path, format!("10x matrix has no {name}/{p}")))?;
-        h5::read_strings(path, &ds, &format!("{name}/{p}"), None)
-    };
-    let v3 = g.link_exists("features");
-    let column = opts.gene_column.as_deref().unwrap_or("id");
-    let ids = match (v3, column) {
-        (true, "id" | "gene_ids") => strings("features/id")?,
-        (true, "name" | "gene_symbols") => strings("features/name")?,
-        (false, "id" | "gene_ids") => strings("genes")?,
-        (false, "name" | "gene_symbols") => strings("gene_names")?,
-        // Any other per-feature column (Space Ranger ≥ 2.1 writes features/gene_id, for one).
-        (true, other) if !other.contains('/') && g.link_exists(&format!("features/{other}")) => {
-            strings(&format!("features/{other}"))?
-        }
-        (_, other) => {
-            let mut have = vec!["id".to_string(), "name".to_string()];
-            if v3 {
-                let more = g.group("features").and_then(|f| f.member_names()).unwrap_or_default();
-                have.extend(more.into_iter().filter(|c| !c.starts_with('_') && c != "id" && c != "name"));
-            }
-            let msg = format!("--gene-column '{other}': this 10x file's gene columns are {}", have.join(", "));
-            return Err(Error::format(path, msg));
-        }
-    };
+    let table = FeatureTable { path, name, g, n_features };
+    let ids = table.gene_ids(opts.gene_column.as_deref().unwrap_or("id"))?;
     if ids.len() != n_features {
         return Err(Error::format(
             path,
             format!("shape mismatch: {name}/shape says {n_features} features, gene table has {}", ids.len()),
         ));
     }
-    // Each per-feature column must cover every feature (a shorter one would leave features
-    // without a decision: found by the fuzzer as an out-of-bounds index).
-    let per_feature = |column: &str, values: Vec<String>| -> Result<Vec<String>> {
-        if values.len() == n_features {
-            return Ok(values);
-        }
-        let msg =
-            format!("shape mismatch: {name}/shape says {n_features} features, {name}/{column} has {}", values.len());
-        Err(Error::format(path, msg))
-    };
-    let mut is_gene: Vec<bool> = if v3 && g.link_exists("features/feature_type") {
-        let types = per_feature("features/feature_type", strings("features/feature_type")?)?;
-        types.into_iter().map(|t| t == "Gene Expression").collect()
-    } else {
-        vec![true; n_features]
-    };
-    if let (true, Some(want)) = (v3, opts.genome.as_deref()) {
-        let genomes = if g.link_exists("features/genome") {
-            per_feature("features/genome", strings("features/genome")?)?
-        } else {
-            Vec::new()
-        };
-        if !genomes.iter().any(|x| x == want) {
-            let mut known = genomes.clone();
-            known.sort();
-            known.dedup();
-            return Err(Error::format(path, format!("has no genome '{want}' (genomes: {})", known.join(", "))));
-        }
-        is_gene.iter_mut().zip(&genomes).for_each(|(keep, x)| *keep &= x == want);
-    }
+    let is_gene = table.kept(opts.genome.as_deref())?;
     let mut genes = Vec::new();
     let remap = ids
         .into_iter()
@@ -184,6 +132,86 @@ fn gene_table(
         })
         .collect();
     Ok((genes, remap))
+}
+
+/// The per-feature columns of a 10x matrix group (v3: `features/*`; v2: `genes`, `gene_names`).
+struct FeatureTable<'a> {
+    path: &'a Path,
+    name: &'a str,
+    g: &'a hdf5::Group,
+    n_features: usize,
+}
+
+impl FeatureTable<'_> {
+    fn v3(&self) -> bool {
+        self.g.link_exists("features")
+    }
+
+    fn strings(&self, p: &str) -> Result<Vec<String>> {
+        let (path, name) = (self.path, self.name);
+        let ds = self.g.dataset(p).map_err(|_| Error::format(path, format!("10x matrix has no {name}/{p}")))?;
+        h5::read_strings(path, &ds, &format!("{name}/{p}"), None)
+    }
+
+    /// The identifiers of `column` (`id`/`gene_ids`, `name`/`gene_symbols`, or any other
+    /// per-feature column of a v3 file).
+    fn gene_ids(&self, column: &str) -> Result<Vec<String>> {
+        let v3 = self.v3();
+        match (v3, column) {
+            (true, "id" | "gene_ids") => self.strings("features/id"),
+            (true, "name" | "gene_symbols") => self.strings("features/name"),
+            (false, "id" | "gene_ids") => self.strings("genes"),
+            (false, "name" | "gene_symbols") => self.strings("gene_names"),
+            // Any other per-feature column (Space Ranger ≥ 2.1 writes features/gene_id, for one).
+            (true, other) if !other.contains('/') && self.g.link_exists(&format!("features/{other}")) => {
+                self.strings(&format!("features/{other}"))
+            }
+            (_, other) => {
+                let mut have = vec!["id".to_string(), "name".to_string()];
+                if v3 {
+                    let more = self.g.group("features").and_then(|f| f.member_names()).unwrap_or_default();
+                    have.extend(more.into_iter().filter(|c| !c.starts_with('_') && c != "id" && c != "name"));
+                }
+                let msg = format!("--gene-column '{other}': this 10x file's gene columns are {}", have.join(", "));
+                Err(Error::format(self.path, msg))
+            }
+        }
+    }
+
+    /// A per-feature column that must cover every feature (a shorter one would leave features
+    /// without a decision: found by the fuzzer as an out-of-bounds index).
+    fn per_feature(&self, column: &str) -> Result<Vec<String>> {
+        let values = self.strings(column)?;
+        if values.len() == self.n_features {
+            return Ok(values);
+        }
+        let (name, n) = (self.name, self.n_features);
+        let msg = format!("shape mismatch: {name}/shape says {n} features, {name}/{column} has {}", values.len());
+        Err(Error::format(self.path, msg))
+    }
+
+    /// Which features are kept: Gene Expression features (v3), of `genome` when one is asked.
+    fn kept(&self, genome: Option<&str>) -> Result<Vec<bool>> {
+        let v3 = self.v3();
+        let mut is_gene: Vec<bool> = if v3 && self.g.link_exists("features/feature_type") {
+            self.per_feature("features/feature_type")?.into_iter().map(|t| t == "Gene Expression").collect()
+        } else {
+            vec![true; self.n_features]
+        };
+        if let (true, Some(want)) = (v3, genome) {
+            let genomes =
+                if self.g.link_exists("features/genome") { self.per_feature("features/genome")? } else { Vec::new() };
+            if !genomes.iter().any(|x| x == want) {
+                let mut known = genomes.clone();
+                known.sort();
+                known.dedup();
+                let msg = format!("has no genome '{want}' (genomes: {})", known.join(", "));
+                return Err(Error::format(self.path, msg));
+            }
+            is_gene.iter_mut().zip(&genomes).for_each(|(keep, x)| *keep &= x == want);
+        }
+        Ok(is_gene)
+    }
 }
 
 impl CellSource for TenxSource {

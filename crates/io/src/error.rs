@@ -49,13 +49,10 @@ pub enum Error {
     #[error("internal error in {what}: {msg}")]
     Internal { what: &'static str, msg: String },
 
-    /// A model's forward pass failed (burn).
-    #[error("model: {0}")]
-    Model(String),
-
-    /// ONNX Runtime could not be loaded or failed to run a model.
-    #[error("ONNX Runtime: {0}")]
-    Runtime(String),
+    /// An embedding backend (the `Encoder`s: ONNX Runtime, burn) could not load or run a model;
+    /// `backend` says which, as the user knows it ("ONNX Runtime", "model").
+    #[error("{backend}: {msg}")]
+    Backend { backend: &'static str, msg: String },
 
     /// The caller cancelled the work (a Ctrl-C in the Python package); what was committed stays.
     #[error("{0}: interrupted")]
@@ -92,6 +89,10 @@ impl Error {
     pub fn parquet_read(path: impl AsRef<Path>, err: impl std::fmt::Display) -> Self {
         let msg = format!("cannot read this Parquet file, it is damaged or not Parquet ({err})");
         Self::Parquet { path: path.as_ref().to_path_buf(), msg }
+    }
+
+    pub fn backend(backend: &'static str, msg: impl Into<String>) -> Self {
+        Self::Backend { backend, msg: msg.into() }
     }
 
     pub fn conflict(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {

@@ -178,12 +178,12 @@ impl Encoder for BurnEncoder {
 
     fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let (_, pooled) = self.loaded.forward(batch, self.layer, self.pooling);
-        pooled.into_data().to_vec().map_err(|e| Error::Model(format!("burn forward: {e:?}")))
+        pooled.into_data().to_vec().map_err(|e| Error::backend("model", format!("burn forward: {e:?}")))
     }
 
     fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let (states, _) = self.loaded.forward(batch, self.layer, self.pooling);
-        states.into_data().to_vec().map_err(|e| Error::Model(format!("burn forward: {e:?}")))
+        states.into_data().to_vec().map_err(|e| Error::backend("model", format!("burn forward: {e:?}")))
     }
 
     fn classes(&self) -> &[String] {
@@ -204,7 +204,7 @@ impl Encoder for BurnEncoder {
             .cell_probabilities(batch, pooling)
             .into_data()
             .to_vec()
-            .map_err(|e| Error::Model(format!("burn forward: {e:?}")))?;
+            .map_err(|e| Error::backend("model", format!("burn forward: {e:?}")))?;
         let (dim, k) = (self.dim(), self.classes().len());
         Ok((0..batch.rows)
             .flat_map(|r| vectors[r * dim..(r + 1) * dim].iter().chain(&probs[r * k..(r + 1) * k]).copied())

@@ -170,39 +170,36 @@ fn no_matrix(path: &Path, key: &str) -> Error {
 }
 
 fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Result<(Matrix, usize, usize)> {
-    if let Some(a) = ZArray::open(path, store, key)? {
-        let enc = array::attr_str(a.attributes(), "encoding-type").unwrap_or("array");
-        if enc != "array" {
-            return Err(Error::format(
-                path,
-                format!("{key} has encoding-type '{enc}', expected array for a dense matrix"),
-            ));
-        }
-        let (rows, cols) = match a.shape() {
-            [r, c] => (*r, *c),
-            other => {
-                return Err(Error::format(path, format!("{key}: dense matrix must be 2-d, found shape {other:?}")))
-            }
-        };
-        if a.kind() == array::Kind::Str {
-            return Err(Error::format(path, format!("{key}: a matrix of strings, expected numbers")));
-        }
-        return Ok((Matrix::Dense(a), rows, cols));
+    match ZArray::open(path, store, key)? {
+        Some(a) => open_dense(path, a, key),
+        None => open_sparse(path, store, key, opts),
     }
+}
+
+/// `key` as a dense 2-d array of numbers.
+fn open_dense(path: &Path, a: ZArray, key: &str) -> Result<(Matrix, usize, usize)> {
+    let enc = array::attr_str(a.attributes(), "encoding-type").unwrap_or("array");
+    if enc != "array" {
+        return Err(Error::format(path, format!("{key} has encoding-type '{enc}', expected array for a dense matrix")));
+    }
+    let (rows, cols) = match a.shape() {
+        [r, c] => (*r, *c),
+        other => return Err(Error::format(path, format!("{key}: dense matrix must be 2-d, found shape {other:?}"))),
+    };
+    if a.kind() == array::Kind::Str {
+        return Err(Error::format(path, format!("{key}: a matrix of strings, expected numbers")));
+    }
+    Ok((Matrix::Dense(a), rows, cols))
+}
+
+/// `key` as an AnnData sparse group (csr_matrix or csc_matrix): its three arrays, each with
+/// every chunk present, of lengths that agree with each other and with the group's shape.
+fn open_sparse(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Result<(Matrix, usize, usize)> {
     let attrs = array::group_attrs(path, key)?;
     let enc = array::attr_str(&attrs, "encoding-type")
         .ok_or_else(|| Error::format(path, format!("{key} is a group without an encoding-type attribute")))?
         .to_string();
-    let shape: Option<Vec<usize>> = attrs
-        .get("shape")
-        .and_then(|s| s.as_array())
-        .and_then(|s| s.iter().map(|v| v.as_u64().map(|n| n as usize)).collect());
-    let (n_rows, n_cols) = match shape.as_deref() {
-        Some(&[r, c]) => (r, c),
-        other => {
-            return Err(Error::format(path, format!("{key}: shape attribute must hold 2 integers, found {other:?}")))
-        }
-    };
+    let (n_rows, n_cols) = sparse_shape(path, key, &attrs)?;
     let part = |p: &str| {
         let at = format!("{key}/{p}");
         ZArray::open(path, store, &at)?.ok_or_else(|| {
@@ -253,6 +250,18 @@ fn open_matrix(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
         }
     };
     Ok((matrix, n_rows, n_cols))
+}
+
+/// A sparse group's `shape` attribute: two integers.
+fn sparse_shape(path: &Path, key: &str, attrs: &serde_json::Map<String, serde_json::Value>) -> Result<(usize, usize)> {
+    let shape: Option<Vec<usize>> = attrs
+        .get("shape")
+        .and_then(|s| s.as_array())
+        .and_then(|s| s.iter().map(|v| v.as_u64().map(|n| n as usize)).collect());
+    match shape.as_deref() {
+        Some(&[r, c]) => Ok((r, c)),
+        other => Err(Error::format(path, format!("{key}: shape attribute must hold 2 integers, found {other:?}"))),
+    }
 }
 
 impl Csc {

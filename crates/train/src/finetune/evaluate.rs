@@ -75,7 +75,8 @@ pub(crate) fn predict<B: FusedOps>(
         } else {
             model.cell_logits(t.input_ids, t.pad, t.weights).select(0, t.index)
         };
-        let probs = softmax(logits, 1).into_data().to_vec::<f32>().map_err(|e| Error::Model(format!("{e:?}")))?;
+        let probs =
+            softmax(logits, 1).into_data().to_vec::<f32>().map_err(|e| Error::backend("model", format!("{e:?}")))?;
         out.probabilities.extend(probs);
         out.truth.extend(b.targets.iter().map(|&c| c as usize));
         // A target's row: the index itself for cells, the flattened position's row for genes.

@@ -110,8 +110,9 @@ impl Config {
         self.train.validate()?;
         self.finetune.validate()?;
         self.synth.validate()?;
-        if !(self.vocab.alpha > 0.0 && self.vocab.alpha < 0.5) {
-            return Err(format!("vocab.alpha must be in (0, 0.5), got {}", self.vocab.alpha));
+        if !(self.vocab.alpha >= corrflow_algorithms::MIN_ALPHA && self.vocab.alpha < 0.5) {
+            let min = corrflow_algorithms::MIN_ALPHA;
+            return Err(format!("vocab.alpha must be in [{min:e}, 0.5), got {}", self.vocab.alpha));
         }
         Ok(())
     }

@@ -109,6 +109,14 @@ fn bases(i: &Inputs) -> Vec<Base> {
     let read = ["--gene-column", "gene_ids"];
     vec![
         Base {
+            name: "vocab build",
+            args: [v(&["vocab", "build", "--out", "{out}"]), v(&read), v(&[&i.cells])].concat(),
+            // Below 1e-6 a bucket key of a large value would not fit an i32.
+            numbers: vec![("--alpha", vec!["0", "-1", "1e-7", "0.5"])],
+            inputs: vec![],
+            choices: vec![],
+        },
+        Base {
             name: "embed",
             args: [v(&["embed", "--checkpoint", &i.run, "--input", &i.cells]), v(&read), v(&["--out", "{out}"])]
                 .concat(),

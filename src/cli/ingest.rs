@@ -111,7 +111,7 @@ pub(crate) enum VocabCommand {
         /// Name recorded for the vocabulary (default: the output directory's name).
         #[arg(long)]
         name: Option<String>,
-        /// Relative error bound of the medians.
+        /// Relative error bound of the medians, in [1e-6, 0.5) (default: vocab.alpha, 0.001).
         #[arg(long)]
         alpha: Option<f64>,
         /// Leave out genes expressed in fewer cells.

@@ -14,5 +14,5 @@ pub mod perturb;
 pub mod quantile;
 pub mod rank;
 
-pub use quantile::LogQuantileSketch;
+pub use quantile::{LogQuantileSketch, MIN_ALPHA};
 pub use rank::{normalized_expression, rank_order, rank_value_encode, RankScratch, SequenceLayout};

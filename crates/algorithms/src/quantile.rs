@@ -10,21 +10,50 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+/// Consecutive bucket keys per page of counts.
+const PAGE: i32 = 128;
+
+/// Widest page table, in pages: 131,072 buckets, at alpha 0.001 values over a factor of e^262
+/// (normalized expression spans ~e^21: counts ≥ 1 of totals ≤ 10^9, up to 10^4). Keys beyond
+/// it (a far smaller alpha, or values from other scales) are counted in the overflow map.
+const MAX_PAGES: i64 = 1 << 10;
+
+/// The smallest `alpha` whose bucket keys fit an i32 for every finite positive f64
+/// (|ln x| ≤ 745 over ln γ ≈ 2α).
+pub const MIN_ALPHA: f64 = 1e-6;
 
 /// Streaming quantile sketch of positive values with relative error `alpha`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Bucket counts live in pages of [`PAGE`] consecutive keys, allocated when a key in them is
+/// first added: a gene's buckets fill a contiguous middle range as cells arrive, so a page
+/// holds them at 4 bytes each, where a map spent ~20 bytes per bucket and a tree descent per
+/// add (half of `vocab build`'s time, and its memory grew with the cells until every bucket
+/// of the range was present; measured in BENCHMARKS "Atlas scale").
+#[derive(Clone, Debug)]
 pub struct LogQuantileSketch {
     ln_gamma: f64,
-    buckets: BTreeMap<i32, u64>,
+    /// Page `i` holds keys `(first_page + i) * PAGE ..`; `None` where no key was added.
+    pages: Vec<Option<Box<[u32; PAGE as usize]>>>,
+    first_page: i32,
+    /// Counts that did not fit a page: past a u32 (4.29 billion values in one bucket) or
+    /// beyond [`MAX_PAGES`].
+    overflow: BTreeMap<i32, u64>,
     count: u64,
 }
 
+impl PartialEq for LogQuantileSketch {
+    /// Equal alpha and equal counts in every bucket, however they are stored.
+    fn eq(&self, other: &Self) -> bool {
+        self.ln_gamma == other.ln_gamma && self.count == other.count && self.buckets().eq(other.buckets())
+    }
+}
+
 impl LogQuantileSketch {
-    /// A sketch whose quantiles are within relative error `alpha` (0 < alpha < 1).
+    /// A sketch whose quantiles are within relative error `alpha` ([`MIN_ALPHA`] ≤ alpha < 1).
     pub fn new(alpha: f64) -> Self {
-        assert!(alpha > 0.0 && alpha < 1.0, "alpha must be in (0, 1)");
-        Self { ln_gamma: ((1.0 + alpha) / (1.0 - alpha)).ln(), buckets: BTreeMap::new(), count: 0 }
+        assert!((MIN_ALPHA..1.0).contains(&alpha), "alpha must be in [{MIN_ALPHA}, 1)");
+        let ln_gamma = ((1.0 + alpha) / (1.0 - alpha)).ln();
+        Self { ln_gamma, pages: Vec::new(), first_page: 0, overflow: BTreeMap::new(), count: 0 }
     }
 
     /// The relative error bound this sketch was built with.
@@ -55,17 +84,72 @@ impl LogQuantileSketch {
     /// Adds `n` values that fall in bucket `key` (from [`Self::bucket`] of a sketch with the
     /// same `alpha`).
     pub fn add_to_bucket(&mut self, key: i32, n: u64) {
-        *self.buckets.entry(key).or_insert(0) += n;
+        if n == 0 {
+            return;
+        }
+        let paged = self.slot(key).and_then(|slot| {
+            let sum = u32::try_from(n).ok().and_then(|n| slot.checked_add(n))?;
+            *slot = sum;
+            Some(())
+        });
+        if paged.is_none() {
+            *self.overflow.entry(key).or_insert(0) += n;
+        }
         self.count += n;
+    }
+
+    /// The count of bucket `key` in its page, allocated (and the page table widened) if
+    /// needed; `None` when that would take the table past [`MAX_PAGES`].
+    fn slot(&mut self, key: i32) -> Option<&mut u32> {
+        let page = key.div_euclid(PAGE);
+        if self.pages.is_empty() {
+            self.first_page = page;
+        }
+        let last = self.first_page + self.pages.len().max(1) as i32 - 1;
+        let (first, last) = (self.first_page.min(page), last.max(page));
+        if i64::from(last) - i64::from(first) >= MAX_PAGES {
+            return None;
+        }
+        if page < self.first_page {
+            let before = (self.first_page - page) as usize;
+            self.pages.splice(0..0, std::iter::repeat_with(|| None).take(before));
+            self.first_page = page;
+        }
+        let i = (page - self.first_page) as usize;
+        if i >= self.pages.len() {
+            self.pages.resize_with(i + 1, || None);
+        }
+        let counts = self.pages[i].get_or_insert_with(|| Box::new([0; PAGE as usize]));
+        Some(&mut counts[key.rem_euclid(PAGE) as usize])
+    }
+
+    /// (key, count) of every non-empty bucket, in key order: the pages' and the overflow's,
+    /// summed where both hold a key.
+    fn buckets(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
+        let paged =
+            self.pages.iter().enumerate().filter_map(|(i, p)| p.as_ref().map(|p| (i, p))).flat_map(move |(i, p)| {
+                let first = (self.first_page + i as i32) * PAGE;
+                p.iter().enumerate().filter(|(_, &n)| n > 0).map(move |(j, &n)| (first + j as i32, u64::from(n)))
+            });
+        let (mut paged, mut overflow) = (paged.peekable(), self.overflow.iter().map(|(&k, &n)| (k, n)).peekable());
+        std::iter::from_fn(move || match (paged.peek().copied(), overflow.peek().copied()) {
+            (Some((a, n)), Some((b, m))) if a == b => {
+                paged.next();
+                overflow.next();
+                Some((a, n + m))
+            }
+            (Some((a, _)), Some((b, _))) if b < a => overflow.next(),
+            (Some(_), _) => paged.next(),
+            (None, _) => overflow.next(),
+        })
     }
 
     /// Adds all of `other`'s values. Both sketches must share `alpha`.
     pub fn merge(&mut self, other: &Self) {
         assert!((self.ln_gamma - other.ln_gamma).abs() < 1e-15, "cannot merge sketches with different alpha");
-        for (&k, &n) in &other.buckets {
-            *self.buckets.entry(k).or_insert(0) += n;
+        for (k, n) in other.buckets() {
+            self.add_to_bucket(k, n);
         }
-        self.count += other.count;
     }
 
     /// Estimate of the element of 0-based rank `rank` in sorted order (`None` when out of range).
@@ -74,7 +158,7 @@ impl LogQuantileSketch {
             return None;
         }
         let mut seen = 0u64;
-        for (&key, &n) in &self.buckets {
+        for (key, n) in self.buckets() {
             seen += n;
             if seen > rank {
                 let gamma = self.ln_gamma.exp();
@@ -157,7 +241,60 @@ mod tests {
         assert_eq!(counted.count(), 300);
     }
 
+    /// Every rank's value from a map of bucket counts, the representation the pages replaced.
+    fn values_by_rank_of_a_map(s: &LogQuantileSketch, keys: &[(i32, u64)]) -> Vec<f64> {
+        let mut map = BTreeMap::new();
+        keys.iter().for_each(|&(k, n)| *map.entry(k).or_insert(0u64) += n);
+        let gamma = s.ln_gamma.exp();
+        map.iter()
+            .flat_map(|(&k, &n)| {
+                std::iter::repeat_n(2.0 * (f64::from(k) * s.ln_gamma).exp() / (gamma + 1.0), n as usize)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counts_past_a_u32_and_keys_past_the_page_table_are_kept_exactly() {
+        let mut s = LogQuantileSketch::new(0.001);
+        let big = u64::from(u32::MAX);
+        s.add_to_bucket(10, big);
+        s.add_to_bucket(10, 5); // past the page's u32: the overflow map takes it
+        s.add_to_bucket(-3, 2 * big); // more than a u32 at once
+        let far = (MAX_PAGES as i32 + 2) * PAGE; // beyond the widest page table from key 10
+        s.add_to_bucket(far, 1);
+        s.add_to_bucket(-far, 1);
+        assert_eq!(s.count(), 3 * big + 7);
+        let keys: Vec<(i32, u64)> = s.buckets().collect();
+        assert_eq!(keys, vec![(-far, 1), (-3, 2 * big), (10, big + 5), (far, 1)]);
+        let at = |k: i32| 2.0 * (f64::from(k) * s.ln_gamma).exp() / (s.ln_gamma.exp() + 1.0);
+        assert_eq!(s.value_at_rank(0), Some(at(-far)));
+        assert_eq!(s.value_at_rank(2 * big), Some(at(-3)));
+        assert_eq!(s.value_at_rank(2 * big + 1), Some(at(10)));
+        assert_eq!(s.value_at_rank(3 * big + 6), Some(at(far)));
+        assert_eq!(s.value_at_rank(3 * big + 7), None);
+        let mut merged = LogQuantileSketch::new(0.001);
+        merged.merge(&s);
+        merged.merge(&s);
+        let doubled: Vec<(i32, u64)> = keys.iter().map(|&(k, n)| (k, 2 * n)).collect();
+        assert_eq!(merged.buckets().collect::<Vec<_>>(), doubled);
+    }
+
     proptest! {
+        /// The pages (and, at a tiny alpha, the overflow map beside them) give every rank the
+        /// value a map of bucket counts gives it, whatever order the values come in.
+        #[test]
+        fn pages_rank_every_value_as_a_map_of_buckets_does(
+            values in proptest::collection::vec(prop_oneof![1e-6f64..1e-2, 1e-2f64..1e4, 1e4f64..1e9], 1..300),
+            alpha in prop_oneof![Just(1e-6), Just(0.001), Just(0.05)],
+        ) {
+            let mut s = LogQuantileSketch::new(alpha);
+            values.iter().for_each(|&x| s.add(x));
+            let keys: Vec<(i32, u64)> = values.iter().map(|&x| (s.bucket(x).unwrap(), 1)).collect();
+            let expected = values_by_rank_of_a_map(&s, &keys);
+            let got: Vec<f64> = (0..s.count()).map(|r| s.value_at_rank(r).unwrap()).collect();
+            prop_assert_eq!(got, expected);
+        }
+
         #[test]
         fn median_is_within_relative_alpha_of_exact(
             values in proptest::collection::vec(1e-4f64..1e5, 1..500),

@@ -6,7 +6,7 @@
 //! missing or short heap object is a clear error. Datasets stored with filters other than deflate
 //! are not checked (anndata and Cell Ranger write strings unfiltered or deflated).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -38,32 +38,67 @@ pub fn check(path: &Path, ds: &Dataset, what: &str) -> Result<()> {
     let sizes = Sizes::of(&file, path)?;
     // On disk an element is its length, then the heap id: collection address and object index.
     let width = 4 + sizes.offsets + 4;
-    let Some(raw) = element_bytes(&file, path, ds, what, len, width as u64)? else { return Ok(()) };
     let damaged = |detail: String| Error::format(path, format!("{what}: the string storage is damaged ({detail})"));
-    let mut heaps: HashMap<u64, HashMap<u32, u64>> = HashMap::new();
-    for (i, e) in raw.chunks_exact(width).enumerate() {
-        let n = u64::from(u32::from_le_bytes(e[..4].try_into().expect("4 bytes")));
-        if n == 0 {
-            continue;
-        }
-        let addr = le(&e[4..4 + sizes.offsets]);
-        let index = u32::from_le_bytes(e[4 + sizes.offsets..].try_into().expect("4 bytes"));
-        let objects = match heaps.entry(addr) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(collection(&file, addr, len, sizes).map_err(|d| damaged(format!("element {i}: {d}")))?)
+    let mut heaps = RecentCollections::default();
+    let mut i = 0usize;
+    let checked_all = for_each_element_block(&file, path, ds, what, len, width as u64, |raw| {
+        for e in raw.chunks_exact(width) {
+            let n = u64::from(u32::from_le_bytes(e[..4].try_into().expect("4 bytes")));
+            let (addr, index) =
+                (le(&e[4..4 + sizes.offsets]), u32::from_le_bytes(e[4 + sizes.offsets..].try_into().expect("4 bytes")));
+            if n > 0 {
+                let objects = heaps
+                    .get(addr, || collection(&file, addr, len, sizes))
+                    .map_err(|d| damaged(format!("element {i}: {d}")))?;
+                match objects.get(&index) {
+                    Some(&size) if size >= n => {}
+                    Some(&size) => {
+                        return Err(damaged(format!("element {i}: {n} bytes stored in a heap object of {size}")))
+                    }
+                    None => return Err(damaged(format!("element {i}: heap object {index} at {addr} does not exist"))),
+                }
             }
-        };
-        match objects.get(&index) {
-            Some(&size) if size >= n => {}
-            Some(&size) => return Err(damaged(format!("element {i}: {n} bytes stored in a heap object of {size}"))),
-            None => return Err(damaged(format!("element {i}: heap object {index} at {addr} does not exist"))),
+            i += 1;
         }
-    }
-    if let Ok(mut c) = checked().lock() {
-        c.insert(key);
+        Ok(())
+    })?;
+    if checked_all {
+        if let Ok(mut c) = checked().lock() {
+            c.insert(key);
+        }
     }
     Ok(())
+}
+
+/// Heap collections parsed most recently. Neighbouring strings share a collection, so a few
+/// serve a whole dataset, and memory does not grow with its length (keeping every collection's
+/// objects took 21 MB for 629,146 cell names, and grew with the cells: BENCHMARKS "Atlas scale").
+#[derive(Default)]
+struct RecentCollections {
+    objects: HashMap<u64, HashMap<u32, u64>>,
+    order: VecDeque<u64>,
+}
+
+/// Collections kept parsed at once.
+const RECENT_COLLECTIONS: usize = 16;
+
+impl RecentCollections {
+    /// The objects of the collection at `addr`, parsed by `load` unless recently seen.
+    fn get(
+        &mut self,
+        addr: u64,
+        load: impl FnOnce() -> std::result::Result<HashMap<u32, u64>, String>,
+    ) -> std::result::Result<&HashMap<u32, u64>, String> {
+        if !self.objects.contains_key(&addr) {
+            if self.order.len() == RECENT_COLLECTIONS {
+                let oldest = self.order.pop_front().expect("full");
+                self.objects.remove(&oldest);
+            }
+            self.objects.insert(addr, load()?);
+            self.order.push_back(addr);
+        }
+        Ok(&self.objects[&addr])
+    }
 }
 
 /// The superblock's "size of offsets" and "size of lengths".
@@ -95,52 +130,66 @@ fn le(bytes: &[u8]) -> u64 {
     bytes.iter().rev().fold(0u64, |v, &b| (v << 8) | u64::from(b))
 }
 
-/// The dataset's stored elements (disk form): contiguous bytes, or its chunks (deflate undone);
-/// `None` when stored in a way not checked here.
-fn element_bytes(
+/// Elements read per block from contiguous storage.
+const BLOCK_ELEMENTS: u64 = 1 << 16;
+
+/// Hands `block` the dataset's stored elements (disk form) a block at a time: contiguous bytes
+/// in blocks of [`BLOCK_ELEMENTS`], or each chunk (deflate undone). `false` when stored in a way
+/// not checked here (then nothing, or only the chunks before the unreadable one, was handed).
+fn for_each_element_block(
     file: &std::fs::File,
     path: &Path,
     ds: &Dataset,
     what: &str,
     len: u64,
     element: u64,
-) -> Result<Option<Vec<u8>>> {
+    mut block: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<bool> {
+    let past_end = |addr: u64, size: u64| addr.checked_add(size).is_none_or(|end| end > len);
+    let beyond = |addr: u64, size: u64| {
+        Error::format(path, format!("{what}: storage at {addr} (+{size} bytes) lies past the end of the file"))
+    };
     let read = |addr: u64, size: u64| -> Result<Vec<u8>> {
-        if addr.checked_add(size).is_none_or(|end| end > len) {
-            return Err(Error::format(
-                path,
-                format!("{what}: storage at {addr} (+{size} bytes) lies past the end of the file"),
-            ));
+        if past_end(addr, size) {
+            return Err(beyond(addr, size));
         }
         let mut buf = vec![0u8; size as usize];
         file.read_exact_at(&mut buf, addr).at(path)?;
         Ok(buf)
     };
     if !ds.is_chunked() {
-        let Some(addr) = ds.offset() else { return Ok(Some(Vec::new())) };
-        return read(addr, ds.size() as u64 * element).map(Some);
+        let Some(addr) = ds.offset() else { return Ok(true) };
+        let total = ds.size() as u64 * element;
+        // The whole extent is checked first, as it was read whole before.
+        if past_end(addr, total) {
+            return Err(beyond(addr, total));
+        }
+        let step = BLOCK_ELEMENTS * element;
+        for start in (0..total).step_by(step as usize) {
+            block(&read(addr + start, step.min(total - start))?)?;
+        }
+        return Ok(true);
     }
     let filters = ds.filters();
     let deflated = match filters.as_slice() {
         [] => false,
         [hdf5::filters::Filter::Deflate(_)] => true,
-        _ => return Ok(None),
+        _ => return Ok(false),
     };
-    let mut out = Vec::new();
     for i in 0..ds.num_chunks().unwrap_or(0) {
-        let Some(info) = ds.chunk_info(i) else { return Ok(None) };
+        let Some(info) = ds.chunk_info(i) else { return Ok(false) };
         let bytes = read(info.addr, info.size)?;
         if deflated && info.filter_mask & 1 == 0 {
             let mut plain = Vec::new();
             flate2::read::ZlibDecoder::new(bytes.as_slice())
                 .read_to_end(&mut plain)
                 .map_err(|e| Error::format(path, format!("{what}: a compressed chunk does not decompress: {e}")))?;
-            out.extend(plain);
+            block(&plain)?;
         } else {
-            out.extend(bytes);
+            block(&bytes)?;
         }
     }
-    Ok(Some(out))
+    Ok(true)
 }
 
 /// The objects (index → size) of the global heap collection at `addr`, or what is wrong with it.

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use corrflow_algorithms::{rank::TARGET_SUM, LogQuantileSketch};
+use corrflow_algorithms::{rank::TARGET_SUM, LogQuantileSketch, MIN_ALPHA};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -129,8 +129,8 @@ pub fn build_vocabulary(
     opts: &VocabBuildOptions,
 ) -> Result<(Vocabulary, VocabBuildSummary)> {
     let started = Instant::now();
-    if !(opts.alpha > 0.0 && opts.alpha < 0.5) {
-        return Err(Error::Usage(format!("--alpha must be in (0, 0.5), got {}", opts.alpha)));
+    if !(opts.alpha >= MIN_ALPHA && opts.alpha < 0.5) {
+        return Err(Error::Usage(format!("--alpha must be in [{MIN_ALPHA:e}, 0.5), got {}", opts.alpha)));
     }
     let mut est = MedianEstimator::new(opts.alpha);
     let mut counts: Vec<(usize, f64)> = Vec::new();

@@ -32,6 +32,9 @@ pub fn write_parquet_atomic(target: &Path, batch: &arrow_array::RecordBatch) -> 
     result
 }
 
+/// Bytes of encoded rows after which a streamed file's row group is ended.
+pub const ROW_GROUP_BYTES: usize = 32 << 20;
+
 pub struct ParquetOut {
     target: PathBuf,
     tmp: PathBuf,
@@ -54,7 +57,14 @@ impl ParquetOut {
                 Some(ArrowWriter::try_new(f, batch.schema(), None).map_err(|e| Error::parquet(&self.tmp, e))?);
         }
         let w = self.writer.as_mut().expect("created above"); // ok: invariant
-        w.write(batch).map_err(|e| Error::parquet(&self.tmp, e))
+        w.write(batch).map_err(|e| Error::parquet(&self.tmp, e))?;
+        // A row group is held in memory until it ends, and the writer's default ends it at
+        // 1,048,576 rows: 200 MB of embeddings at 16x (BENCHMARKS "Atlas scale"). Ending it by
+        // size keeps memory independent of the row count.
+        if w.in_progress_size() >= ROW_GROUP_BYTES {
+            w.flush().map_err(|e| Error::parquet(&self.tmp, e))?;
+        }
+        Ok(())
     }
 
     /// The file this writer finishes into (for messages about what is being written).
@@ -119,5 +129,35 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "only the finished file");
         let e = ParquetOut::new(&other).finish(|| Error::Usage("no rows".into())).unwrap_err();
         assert!(e.to_string().contains("no rows"));
+    }
+
+    #[test]
+    fn a_long_stream_is_cut_into_row_groups_by_size_and_reads_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("long.parquet");
+        let mut out = ParquetOut::new(&target);
+        // Distinct values, so the dictionary gives up and each row costs its 4 bytes.
+        let per = 1 << 20;
+        let batches = 3 * ROW_GROUP_BYTES / (4 * per) + 1;
+        for b in 0..batches {
+            out.write(&batch(&(0..per as i32).map(|i| i + (b * per) as i32).collect::<Vec<_>>())).unwrap();
+        }
+        out.finish(|| Error::Usage("empty".into())).unwrap();
+        let file = File::open(&target).unwrap();
+        let reader = parquet::file::reader::SerializedFileReader::new(file).unwrap();
+        let groups = parquet::file::reader::FileReader::metadata(&reader).num_row_groups();
+        assert!(groups >= 2, "{groups} row groups for {} MB", batches * per * 4 >> 20);
+        let mut next = 0i32;
+        for b in parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(File::open(&target).unwrap(), 65536)
+            .unwrap()
+        {
+            let b = b.unwrap();
+            let x = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+            for v in x.values() {
+                assert_eq!(*v, next);
+                next += 1;
+            }
+        }
+        assert_eq!(next as usize, batches * per);
     }
 }

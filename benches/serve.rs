@@ -35,17 +35,7 @@ fn main() -> anyhow::Result<()> {
     };
 
     let mut encoder = OrtEncoder::open(&model, &RuntimeOptions::default())?;
-    let keep = encoder.meta.tokenize_layout().max_genes;
-    let pad = encoder.vocab.pad;
-    let opened = corrflow::corpus::Corpus::open(&corpus)?;
-    let index = opened.index(&[])?;
-    let vocab = opened.vocab;
-    let mut cells: Vec<Vec<u32>> = Vec::new();
-    index.for_each_cell_block(vocab.len(), |b| {
-        cells.extend((0..b.len()).map(|i| b.cell(i).iter().take(keep).copied().collect::<Vec<u32>>()));
-        Ok(())
-    })?;
-    cells.truncate(4000);
+    let cells = first_cells(&corpus, encoder.meta.tokenize_layout().max_genes)?;
     let mean_len = cells.iter().map(Vec::len).sum::<usize>() as f64 / cells.len() as f64;
     println!(
         "model {} ({} layers, hidden {}), {} cells, mean length {mean_len:.0}, runtime {}",
@@ -55,19 +45,48 @@ fn main() -> anyhow::Result<()> {
         cells.len(),
         encoder.library.display()
     );
+    forward(&ckpt, &mut encoder, &cells, secs, forward_only)?;
+    if forward_only {
+        return Ok(());
+    }
+    let offline = offline_rate(&mut encoder, &cells)?;
+    drop(encoder);
+    under_load(&model, &cells, secs, &levels, offline)
+}
 
-    // 1. burn vs ort on one batch of 8 cells × 256 tokens.
+/// The corpus's first 4,000 cells, each cut to the model's gene budget.
+fn first_cells(corpus: &std::path::Path, keep: usize) -> anyhow::Result<Vec<Vec<u32>>> {
+    let opened = corrflow::corpus::Corpus::open(corpus)?;
+    let index = opened.index(&[])?;
+    let mut cells: Vec<Vec<u32>> = Vec::new();
+    index.for_each_cell_block(opened.vocab.len(), |b| {
+        cells.extend((0..b.len()).map(|i| b.cell(i).iter().take(keep).copied().collect::<Vec<u32>>()));
+        Ok(())
+    })?;
+    cells.truncate(4000);
+    Ok(cells)
+}
+
+/// 1. burn vs ort on one batch of 8 cells × 256 tokens: medians of timed runs, or with
+/// `alternating` 11 rounds of each in turn.
+fn forward(
+    ckpt: &std::path::Path,
+    encoder: &mut OrtEncoder,
+    cells: &[Vec<u32>],
+    secs: f64,
+    alternating: bool,
+) -> anyhow::Result<()> {
     let long: Vec<&[u32]> = cells.iter().filter(|c| c.len() >= 256).take(8).map(|c| &c[..256]).collect();
     anyhow::ensure!(long.len() == 8, "need 8 cells with ≥ 256 tokens");
-    let batch = PaddedBatch::new(long, pad);
+    let batch = PaddedBatch::new(long, encoder.vocab.pad);
     let device = Default::default();
-    let loaded = corrflow::model::load_checkpoint::<CpuBackend>(&ckpt, &device)?;
+    let loaded = corrflow::model::load_checkpoint::<CpuBackend>(ckpt, &device)?;
     let layers = loaded.state.model.layers;
     let burn_once = || {
         let (_, pooled) = loaded.forward(&batch, layers, Pooling::Mean);
         pooled.into_data().to_vec::<f32>().expect("f32")
     };
-    if forward_only {
+    if alternating {
         // Alternating rounds, so that both runtimes see the same phases of a shared machine.
         burn_once();
         encoder.embed(&batch).expect("ort run");
@@ -94,24 +113,35 @@ fn main() -> anyhow::Result<()> {
         encoder.embed(&batch).expect("ort run");
     });
     println!("forward 8x256: burn (ndarray CPU) {burn_ms:.1} ms, onnxruntime {ort_ms:.1} ms: {:.2}x", burn_ms / ort_ms);
+    Ok(())
+}
 
-    // 2. Offline throughput.
+/// 2. Offline throughput (cells/s): every cell through the runtime in token-budget batches.
+fn offline_rate(encoder: &mut OrtEncoder, cells: &[Vec<u32>]) -> anyhow::Result<f64> {
     let lengths: Vec<usize> = cells.iter().map(Vec::len).collect();
     let plan = plan_batches(&lengths, TOKEN_BUDGET, MAX_ROWS);
     let t = Instant::now();
     for rows in &plan {
-        encoder.embed(&PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), pad))?;
+        encoder.embed(&PaddedBatch::new(rows.iter().map(|&i| cells[i].as_slice()), encoder.vocab.pad))?;
     }
     let offline = cells.len() as f64 / t.elapsed().as_secs_f64();
     println!("offline: {offline:.0} cells/s ({} batches, budget {TOKEN_BUDGET} tokens)", plan.len());
-    drop(encoder);
+    Ok(offline)
+}
 
-    // 3. Server under load.
+/// 3. The server on loopback, each level of clients for `secs`, one table row per level.
+fn under_load(
+    model: &std::path::Path,
+    cells: &[Vec<u32>],
+    secs: f64,
+    levels: &[usize],
+    offline: f64,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let options = ServeOptions {
-        model: model.clone(),
+        model: model.to_path_buf(),
         addr: "127.0.0.1:0".parse()?,
         runtime: RuntimeOptions::default(),
         batch: BatchConfig { token_budget: TOKEN_BUDGET, max_rows: MAX_ROWS, max_wait: Duration::from_millis(2) },
@@ -121,7 +151,7 @@ fn main() -> anyhow::Result<()> {
         max_cells_per_request: 1024,
         bearer_token: None,
         body_timeout: Duration::from_secs(30),
-        ..ServeOptions::new(model.clone(), "127.0.0.1:0".parse()?)
+        ..ServeOptions::new(model.to_path_buf(), "127.0.0.1:0".parse()?)
     };
     let server = std::thread::spawn(move || {
         rt.block_on(serve(
@@ -144,41 +174,8 @@ fn main() -> anyhow::Result<()> {
         cells.chunks(CELLS_PER_REQUEST).map(|c| serde_json::json!({ "input_ids": c }).to_string()).collect();
     println!("| clients | requests | cells/s | vs offline | p50 ms | p90 ms | p99 ms | max ms | non-200 |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &c in &levels {
-        let until = Instant::now() + Duration::from_secs_f64(secs);
-        let results: Vec<(Vec<f64>, usize, usize)> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..c)
-                .map(|k| {
-                    let (url, bodies) = (&url, &bodies);
-                    s.spawn(move || {
-                        let agent = ureq::AgentBuilder::new().build();
-                        let (mut lat, mut cells_done, mut failed) = (Vec::new(), 0usize, 0usize);
-                        let mut i = k;
-                        while Instant::now() < until {
-                            let t = Instant::now();
-                            let r = agent
-                                .post(&format!("{url}/v1/embed"))
-                                .set("Content-Type", "application/json")
-                                .send_string(&bodies[i % bodies.len()]);
-                            match r {
-                                Ok(resp) => {
-                                    let _ = resp.into_string();
-                                    lat.push(t.elapsed().as_secs_f64() * 1e3);
-                                    cells_done += CELLS_PER_REQUEST;
-                                }
-                                Err(_) => failed += 1,
-                            }
-                            i += c;
-                        }
-                        (lat, cells_done, failed)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("client")).collect()
-        });
-        let mut lat: Vec<f64> = results.iter().flat_map(|r| r.0.iter().copied()).collect();
-        let done: usize = results.iter().map(|r| r.1).sum();
-        let failed: usize = results.iter().map(|r| r.2).sum();
+    for &c in levels {
+        let (mut lat, done, failed) = closed_loop(&url, &bodies, c, secs);
         lat.sort_by(f64::total_cmp);
         let q = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
         let rate = done as f64 / secs;
@@ -195,6 +192,43 @@ fn main() -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     server.join().expect("server thread")?;
     Ok(())
+}
+
+/// `clients` closed-loop clients for `secs`: the latencies (ms) of the answered requests, the
+/// cells they carried, and the requests that failed.
+fn closed_loop(url: &str, bodies: &[String], clients: usize, secs: f64) -> (Vec<f64>, usize, usize) {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let results: Vec<(Vec<f64>, usize, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|k| {
+                s.spawn(move || {
+                    let agent = ureq::AgentBuilder::new().build();
+                    let (mut lat, mut cells_done, mut failed) = (Vec::new(), 0usize, 0usize);
+                    let mut i = k;
+                    while Instant::now() < until {
+                        let t = Instant::now();
+                        let r = agent
+                            .post(&format!("{url}/v1/embed"))
+                            .set("Content-Type", "application/json")
+                            .send_string(&bodies[i % bodies.len()]);
+                        match r {
+                            Ok(resp) => {
+                                let _ = resp.into_string();
+                                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                                cells_done += CELLS_PER_REQUEST;
+                            }
+                            Err(_) => failed += 1,
+                        }
+                        i += clients;
+                    }
+                    (lat, cells_done, failed)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client")).collect()
+    });
+    let lat = results.iter().flat_map(|r| r.0.iter().copied()).collect();
+    (lat, results.iter().map(|r| r.1).sum(), results.iter().map(|r| r.2).sum())
 }
 
 /// Median of `v` (sorted in place).

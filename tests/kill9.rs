@@ -200,14 +200,9 @@ fn killed_training_resumes_to_the_same_weights() {
     // Cells cut to 64 genes, and 20 steps with a checkpoint and an evaluation every 10 (the
     // preset: 40 and 20): the 20 kills and reruns cost a sixth of the preset's, and still land
     // before the first checkpoint, between the two and after the run.
-    let cfg = short_cells_tiny_config(base.path());
-    let mut text = std::fs::read_to_string(&cfg).unwrap();
-    for key in ["checkpoint_every", "eval_every"] {
-        let from = format!("{key} = 20");
-        assert_eq!(text.matches(&from).count(), 1, "configs/tiny.toml changed: `{from}` is no longer there once");
-        text = text.replacen(&from, &format!("{key} = 10"), 1);
-    }
-    std::fs::write(&cfg, text).unwrap();
+    let every_10 =
+        [SHORT_CELLS, ("checkpoint_every = 20", "checkpoint_every = 10"), ("eval_every = 20", "eval_every = 10")];
+    let cfg = preset_with_lines(base.path(), "tiny.toml", &every_10, "tiny-64-every-10.toml");
     let prepare = |dir: &Path| -> Vec<String> {
         let args =
             ["train", "--config", &s(&cfg), "--corpus", &s(&corpus), "--strategy", "random", "--max-steps", "20"];
@@ -225,23 +220,13 @@ fn killed_training_resumes_to_the_same_weights() {
     kill_and_resume("train", 3, &prepare, &|d| d.join("run"), &compare);
 }
 
-/// A tiny model trained on cells cut to their 64 top genes, exported: it embeds the bundled
-/// cells in a fraction of the time of the preset's 256-gene cells (the ONNX forward is nearly
-/// all of an embed), and the kills need a run with its phases, not long sequences.
-fn short_cells_model(dir: &Path) -> PathBuf {
-    let (corpus, graph) = bundled_corpus_and_graph(dir);
-    let (run, model) = (dir.join("run"), dir.join("onnx/model.onnx"));
-    let cfg = short_cells_tiny_config(dir);
-    let train = ["train", "--json", "--config", &s(&cfg), "--corpus", &s(&corpus), "--graph", &s(&graph)];
-    ok_json(&corrflow(&[&train[..], &["--out", &s(&run), "--max-steps", "8"]].concat()));
-    ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &s(&run), "--out", &s(&model)]));
-    model
-}
-
 #[test]
 fn killed_embeds_leave_no_partial_output_and_rerun_to_the_same_file() {
+    // A model trained on cells cut to their 64 top genes: it embeds the bundled cells in a
+    // fraction of the time of the preset's 256-gene cells (the ONNX forward is nearly all of an
+    // embed), and the kills need a run with its phases, not long sequences.
     let base = tempfile::tempdir().unwrap();
-    let model = short_cells_model(base.path());
+    let (_, _, model) = exported_model(base.path(), &short_cells_tiny_config(base.path()));
     let prepare = |dir: &Path| -> Vec<String> {
         std::fs::create_dir_all(dir.join("out")).unwrap();
         [

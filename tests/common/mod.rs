@@ -126,18 +126,29 @@ pub fn bundled_corpus_and_graph(dir: &Path) -> (PathBuf, PathBuf) {
 /// in the preset exactly once, so a changed preset fails here instead of silently testing the
 /// unedited one.
 pub fn preset_with(dir: &Path, preset: &str, from: &str, to: &str, name: &str) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("configs").join(preset)).unwrap();
-    assert_eq!(text.matches(from).count(), 1, "configs/{preset} changed: `{from}` is no longer there once");
+    preset_with_lines(dir, preset, &[(from, to)], name)
+}
+
+/// [`preset_with`] with several lines replaced, each `(from, to)` in turn.
+pub fn preset_with_lines(dir: &Path, preset: &str, lines: &[(&str, &str)], name: &str) -> PathBuf {
+    let mut text = std::fs::read_to_string(repo().join("configs").join(preset)).unwrap();
+    for &(from, to) in lines {
+        assert_eq!(text.matches(from).count(), 1, "configs/{preset} changed: `{from}` is no longer there once");
+        text = text.replacen(from, to, 1);
+    }
     let path = dir.join(name);
-    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    std::fs::write(&path, text).unwrap();
     path
 }
 
-/// `configs/tiny.toml` with cells cut to their 64 top-ranked genes (256 in the preset), written
-/// into `dir`: the same model, masking and schedule at about a third of the CPU per step, for
-/// tests that check how training behaves (kills, resumes, locks), not what it learns.
+/// The line of `configs/tiny.toml` that cuts cells to their 64 top-ranked genes (256 in the
+/// preset): the same model, masking and schedule at about a third of the CPU per step.
+pub const SHORT_CELLS: (&str, &str) = ("max_len = 256", "max_len = 64");
+
+/// `configs/tiny.toml` with [`SHORT_CELLS`], written into `dir`, for tests that check how
+/// training behaves (kills, resumes, locks), not what it learns.
 pub fn short_cells_tiny_config(dir: &Path) -> PathBuf {
-    preset_with(dir, "tiny.toml", "max_len = 256", "max_len = 64", "tiny-64.toml")
+    preset_with_lines(dir, "tiny.toml", &[SHORT_CELLS], "tiny-64.toml")
 }
 
 /// A tiny model trained briefly on the bundled cells and exported, once per test binary.
@@ -177,16 +188,21 @@ pub fn max_abs_diff_at_tokens(a: &[f32], b: &[f32], mask: &[i64]) -> f32 {
 
 /// (corpus, run, model.onnx) of [`tiny_model`], built in `dir`.
 fn exported_tiny_model(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    exported_model(dir, &repo().join("configs/tiny.toml"))
+}
+
+/// (corpus, run, model.onnx) of a 2-layer model of `config` trained 8 steps on the bundled cells
+/// and exported, built in `dir`.
+pub fn exported_model(dir: &Path, config: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let (corpus, graph) = bundled_corpus_and_graph(dir);
     let run = dir.join("run");
     let model = dir.join("onnx/model.onnx");
     let p = |p: &Path| p.display().to_string();
-    let tiny = repo().join("configs/tiny.toml");
     ok_json(&corrflow(&[
         "train",
         "--json",
         "--config",
-        &p(&tiny),
+        &p(config),
         "--corpus",
         &p(&corpus),
         "--graph",

@@ -2,6 +2,9 @@
 # The cargo target dir lives outside the clone so fresh clones reuse the build.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/corrflow/target
 CARGO ?= cargo
+# Freshness by content, not file times, so a fresh clone reuses the build (scripts/build-env.sh).
+export RUSTC_BOOTSTRAP = 1
+export CARGO_UNSTABLE_CHECKSUM_FRESHNESS = true
 TEST_FEATURES ?= corrflow/failpoints corrflow/wgpu corrflow/cuda
 
 .PHONY: demo test deps data pyenv build bench wheel

@@ -15,7 +15,7 @@ x16="$work/kang_ctrl_x16.h5ad"
 [ -d "$work/k16/atlases/k16" ] || "$bin" ingest --atlas k16 --out "$work/k16" "$x16"
 
 echo "## GEMM rate of this machine"
-cargo run -q --release -p corrflow-algorithms --example gemm_peak
+(. scripts/build-env.sh && cargo run -q --release -p corrflow-algorithms --example gemm_peak)
 
 echo "## corrflow graph build, all 104,768 cells (the baseline's input)"
 for run in 1 2 3; do

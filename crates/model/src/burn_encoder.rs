@@ -18,6 +18,14 @@ use crate::init::InitModel;
 use crate::CpuBackend;
 use corrflow_algorithms::SequenceLayout;
 
+/// The backend's name in its errors (`corrflow_io::error::Error::Backend`).
+pub const BACKEND: &str = "model";
+
+/// A burn failure as this backend's error: `model: {what}: {e:?}`.
+pub fn burn_error(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::backend(BACKEND, format!("{what}: {e:?}"))
+}
+
 /// A trained encoder with its checkpoint state and vocabulary.
 pub struct LoadedModel<B: Backend> {
     pub model: CellEncoder<B>,
@@ -178,12 +186,12 @@ impl Encoder for BurnEncoder {
 
     fn encode(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let (_, pooled) = self.loaded.forward(batch, self.layer, self.pooling);
-        pooled.into_data().to_vec().map_err(|e| Error::backend("model", format!("burn forward: {e:?}")))
+        pooled.into_data().to_vec().map_err(|e| burn_error("burn forward", e))
     }
 
     fn token_states(&mut self, batch: &PaddedBatch) -> Result<Vec<f32>> {
         let (states, _) = self.loaded.forward(batch, self.layer, self.pooling);
-        states.into_data().to_vec().map_err(|e| Error::backend("model", format!("burn forward: {e:?}")))
+        states.into_data().to_vec().map_err(|e| burn_error("burn forward", e))
     }
 
     fn classes(&self) -> &[String] {
@@ -204,7 +212,7 @@ impl Encoder for BurnEncoder {
             .cell_probabilities(batch, pooling)
             .into_data()
             .to_vec()
-            .map_err(|e| Error::backend("model", format!("burn forward: {e:?}")))?;
+            .map_err(|e| burn_error("burn forward", e))?;
         let (dim, k) = (self.dim(), self.classes().len());
         Ok((0..batch.rows)
             .flat_map(|r| vectors[r * dim..(r + 1) * dim].iter().chain(&probs[r * k..(r + 1) * k]).copied())

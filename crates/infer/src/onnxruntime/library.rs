@@ -94,6 +94,6 @@ pub fn environment() -> Result<(&'static Path, &'static ort::environment::Enviro
         });
     match loaded {
         Ok((path, env)) => Ok((path.as_path(), env)),
-        Err(msg) => Err(Error::backend("ONNX Runtime", msg.clone())),
+        Err(msg) => Err(Error::backend(super::BACKEND, msg.clone())),
     }
 }

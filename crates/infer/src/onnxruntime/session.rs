@@ -51,7 +51,7 @@ pub struct OrtEncoder {
 /// The error of an ort call; the message is only formatted when the call failed (embed runs
 /// once per batch).
 fn ort_err<'a>(path: &'a Path, what: &'a str) -> impl FnOnce(ort::Error) -> Error + 'a {
-    move |e| Error::backend("ONNX Runtime", format!("{}: {what}: {e}", path.display()))
+    move |e| Error::backend(super::BACKEND, format!("{}: {what}: {e}", path.display()))
 }
 
 impl OrtEncoder {
@@ -161,11 +161,11 @@ impl OrtEncoder {
         for &(name, want) in wanted {
             let value = outputs
                 .get(name)
-                .ok_or_else(|| Error::backend("ONNX Runtime", format!("{}: no {name} output", self.path.display())))?;
+                .ok_or_else(|| Error::backend(super::BACKEND, format!("{}: no {name} output", self.path.display())))?;
             let (dims, data) = value.try_extract_tensor::<f32>().map_err(ort_err(&self.path, name))?;
             if !dims.iter().map(|&d| d as usize).eq(want.iter().copied()) {
                 return Err(Error::backend(
-                    "ONNX Runtime",
+                    super::BACKEND,
                     format!("{}: {name} has shape {dims:?}, expected {want:?}", self.path.display()),
                 ));
             }

@@ -122,6 +122,12 @@ impl MedianEstimator {
     }
 }
 
+/// `None` when `alpha` is a usable relative error for the median sketches; otherwise the
+/// allowed range, for the caller's message (`--alpha` here, `vocab.alpha` in the config).
+pub fn alpha_out_of_range(alpha: f64) -> Option<String> {
+    (!(alpha >= MIN_ALPHA && alpha < 0.5)).then(|| format!("[{MIN_ALPHA:e}, 0.5)"))
+}
+
 /// Builds a vocabulary from `inputs` and writes it to `out`.
 pub fn build_vocabulary(
     inputs: &[PathBuf],
@@ -129,8 +135,8 @@ pub fn build_vocabulary(
     opts: &VocabBuildOptions,
 ) -> Result<(Vocabulary, VocabBuildSummary)> {
     let started = Instant::now();
-    if !(opts.alpha >= MIN_ALPHA && opts.alpha < 0.5) {
-        return Err(Error::Usage(format!("--alpha must be in [{MIN_ALPHA:e}, 0.5), got {}", opts.alpha)));
+    if let Some(allowed) = alpha_out_of_range(opts.alpha) {
+        return Err(Error::Usage(format!("--alpha must be in {allowed}, got {}", opts.alpha)));
     }
     let mut est = MedianEstimator::new(opts.alpha);
     let mut counts: Vec<(usize, f64)> = Vec::new();

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use burn::tensor::activation::softmax;
 use corrflow_algorithms::auroc::auroc;
 use corrflow_algorithms::classes::{argmax, f1_scores, macro_mean};
-use corrflow_io::error::{Error, Result};
+use corrflow_io::error::Result;
 use corrflow_mask::plan::DataPlan;
+use corrflow_model::burn_encoder::burn_error;
 use corrflow_model::{CellEncoder, FusedOps};
 use serde::{Deserialize, Serialize};
 
@@ -75,8 +76,7 @@ pub(crate) fn predict<B: FusedOps>(
         } else {
             model.cell_logits(t.input_ids, t.pad, t.weights).select(0, t.index)
         };
-        let probs =
-            softmax(logits, 1).into_data().to_vec::<f32>().map_err(|e| Error::backend("model", format!("{e:?}")))?;
+        let probs = softmax(logits, 1).into_data().to_vec::<f32>().map_err(|e| burn_error("class probabilities", e))?;
         out.probabilities.extend(probs);
         out.truth.extend(b.targets.iter().map(|&c| c as usize));
         // A target's row: the index itself for cells, the flattened position's row for genes.

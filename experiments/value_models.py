@@ -68,6 +68,10 @@ VARIANTS = {
     # inference): against the depth axis a draw from every measured gene gives sparse cells.
     "txfm-2x128-k128-dec": ("TxFM, 2 x 128, K 128 of the 1,024 decoded HVGs",
                             {**BASE, "visible_genes": "128", "visible": '"decoded"'}, 3000),
+    # The encoder sees detected HVGs only (K of them, all of them at inference): no zero is ever
+    # shown, so the share of zeros among the visible genes cannot give the depth away.
+    "txfm-2x128-k128-det": ("TxFM, 2 x 128, K 128 of the cell's detected decoded HVGs",
+                            {**BASE, "visible_genes": "128", "visible": '"decoded-detected"'}, 3000),
     "txfm-4x128": ("TxFM, 4 x 128 (FFN 256), 90% hidden", {**BASE, "layers": "4"}, 3000),
     "txfm-2x128-meas": ("TxFM, 2 x 128, every measured gene decoded", {**BASE, "decode": '"measured"'}, 3000),
     "txfm-2x128-75": ("TxFM, 2 x 128, 75% hidden", {**BASE, "p": "0.75"}, 3000),

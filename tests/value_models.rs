@@ -155,6 +155,46 @@ fn a_wced_model_trains_and_its_exported_model_embeds() {
 /// Perturbation of a value model: deletion zeroes B2M's counts in the cells that detect it (the
 /// others get no row value), overexpression raises it in every cell; both move the embedding;
 /// the output is the same on a second run; `--genes-out` is refused naming the reason.
+/// `visible = "decoded-detected"` from the config file: the trainer draws each cell's visible
+/// genes from its detected HVGs, the checkpoint keeps the choice, and its embeddings use it
+/// (the pools themselves: `corrflow_mask`'s and `corrflow_infer`'s unit tests, pytest's
+/// `test_values.py`).
+#[test]
+fn a_model_that_sees_detected_genes_only_trains_and_embeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = [
+        ("inference_genes = 512", "inference_genes = 128"),
+        ("visible = \"measured\"", "visible = \"decoded-detected\""),
+    ];
+    let config = preset_with_lines(dir.path(), "txfm-tiny.toml", &lines, "txfm-detected.toml");
+    let (_, run) = trained_on_config(dir.path(), &config);
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let steps: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let first = steps.iter().find(|m| m.get("visible").is_some()).expect("a step's line");
+    // Batches of 8 cells with K = 256 (a measured pool shows 2,048 genes): a pbmc3k cell detects
+    // fewer of the 1,024 HVGs than that.
+    let visible = first["visible"].as_u64().unwrap();
+    assert!(visible > 0 && visible < 8 * 256, "{first}");
+    let out = dir.path().join("e.parquet");
+    let (r, o, b) = (run.display().to_string(), out.display().to_string(), bundled().display().to_string());
+    let s = ok_json(&corrflow(&[
+        "embed",
+        "--json",
+        "--checkpoint",
+        &r,
+        "--gene-column",
+        "gene_ids",
+        "--input",
+        &b,
+        "--out",
+        &o,
+    ]));
+    assert_eq!(s["cells"], 1000, "{s}");
+    let rows = embedding_rows(&out);
+    assert!(rows.iter().all(|(_, e)| e.iter().all(|x| x.is_finite())));
+    assert!(max_abs_diff(&rows[0].1, &rows[1].1) > 0.0, "cells differ");
+}
+
 #[test]
 fn a_value_model_is_perturbed_in_its_counts() {
     let dir = tempfile::tempdir().unwrap();

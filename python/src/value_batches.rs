@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use corrflow_algorithms::mask::{MaskParams, MaskStrategy};
+use corrflow_infer::model_meta::VisiblePool;
 use corrflow_io::corpus::Corpus;
 use corrflow_mask::dataflow::Feed;
 use corrflow_mask::plan::{DataPlan, ExpressionCell};
-use corrflow_mask::values::{atlas_measured, decoding_set, BatchMaker, CellAtlases, ValueBatch};
+use corrflow_mask::values::{atlas_measured, decoding_set, BatchMaker, CellAtlases, ValueBatch, VisibleFrom};
 use corrflow_mask::MaskContext;
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -259,13 +260,10 @@ impl ValueSpec<'_> {
         if !(0.0..1.0).contains(&self.eval_fraction) {
             return Err(PyValueError::new_err(format!("eval_fraction must be in [0, 1), got {}", self.eval_fraction)));
         }
-        let decoded_only = match self.visible {
-            "measured" => false,
-            "decoded" => true,
-            other => {
-                return Err(PyValueError::new_err(format!("visible must be 'measured' or 'decoded', got '{other}'")))
-            }
-        };
+        let pool = VisiblePool::parse(self.visible).ok_or_else(|| {
+            PyValueError::new_err(format!("visible must be one of {:?}, got '{}'", VisiblePool::NAMES, self.visible))
+        })?;
+        let from = VisibleFrom { decoded_only: pool.decoded_only(), detected_only: pool.detected_only() };
         let strategy =
             MaskStrategy::parse(self.strategy).filter(|s| !matches!(s.name(), "pmi" | "pmi-rand")).ok_or_else(
                 || PyValueError::new_err(format!("strategy must be 'random' or 'corrmask', got '{}'", self.strategy)),
@@ -304,7 +302,7 @@ impl ValueSpec<'_> {
             let decode = decoding_set(self.decode, &plan, &measured, g.as_ref(), &is_gene)?;
             let dir = self.graph.clone().unwrap_or_default();
             let ctx = MaskContext::load(&c.info, &c.vocab, &index, g.as_ref(), &dir, params, false)?;
-            let atlases = CellAtlases::new(&index, measured, &decode, decoded_only);
+            let atlases = CellAtlases::new(&index, measured, &decode, from);
             let (cls, pad) = (vocab.cls.unwrap_or_default(), vocab.pad);
             Ok(ValueData { plan, decode, atlases, ctx, cls, pad, target_sum, is_gene })
         })

@@ -46,6 +46,24 @@ def test_value_batches_have_cls_first_the_visible_genes_and_targets_over_the_dec
         batches(pbmc_corpus, strategy="pmi")
 
 
+@pytest.mark.parametrize("visible", ["detected", "decoded-detected"])
+def test_a_detected_pool_shows_the_encoder_no_zero_while_the_targets_keep_them(pbmc_corpus, visible):
+    b = batches(pbmc_corpus, visible=visible)
+    first = next(iter(b))
+    shown = first["attention_mask"].astype(bool)
+    shown[:, 0] = False  # <cls>
+    assert shown.sum() > 0 and (first["values"][shown] > 0).all()
+    if visible == "decoded-detected":
+        assert np.isin(first["input_ids"][shown], b.decode_genes).all()
+    # The decoder is still asked for every decoding gene, undetected ones included.
+    assert (first["counts"] == 0).any() and (first["counts"] > 0).any()
+    # The measured pool shows zeros among the same cells' genes.
+    measured = next(iter(batches(pbmc_corpus)))
+    assert (measured["values"][:, 1:] == 0).any()
+    with pytest.raises(ValueError, match="visible must be one of"):
+        batches(pbmc_corpus, visible="hvg")
+
+
 def test_the_pytorch_value_model_with_the_exported_weights_equals_onnx_runtime_on_a_batch(value_model, pbmc_corpus):
     from corrflow.values import ValueModel, batch_tensors
 

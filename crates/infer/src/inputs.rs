@@ -42,6 +42,13 @@ pub fn value_input_with(
     always: &[u32],
 ) -> (Vec<u32>, Vec<f32>) {
     let cap = v.inference_genes;
+    let detected_pool;
+    let measured = if v.visible.detected_only() {
+        detected_pool = detected_among(measured, cell);
+        &detected_pool[..]
+    } else {
+        measured
+    };
     let mut seen: Vec<u32> =
         if measured.len() <= cap { measured.to_vec() } else { sample(measured.to_vec(), cap, seed) };
     if !always.is_empty() {
@@ -68,6 +75,20 @@ pub fn value_input_with(
         }
     }
     (tokens, values)
+}
+
+/// The genes of `pool` (ascending) the cell detected (count > 0), ascending: the pool of a model
+/// whose encoder sees detected genes only (`values.visible = "detected"`).
+fn detected_among(pool: &[u32], cell: CellExpression<'_>) -> Vec<u32> {
+    let mut detected: Vec<u32> = cell
+        .genes
+        .iter()
+        .zip(cell.counts)
+        .filter(|&(g, &c)| c > 0.0 && pool.binary_search(g).is_ok())
+        .map(|(&g, _)| g)
+        .collect();
+    detected.sort_unstable();
+    detected
 }
 
 /// A seed from a cell's expression (FNV-1a over its genes and counts' bits).
@@ -160,5 +181,25 @@ mod tests {
         other_counts[399] = 2.0;
         let other = CellExpression { genes: &genes, counts: &other_counts, total: 1e6 };
         assert_ne!(value_input(1, &settings(200), &measured, other).0, a);
+    }
+
+    #[test]
+    fn a_detected_pool_shows_only_the_detected_genes_of_the_pool_sampled_past_the_cap() {
+        use crate::model_meta::VisiblePool;
+        let detected = |cap| ValueModel { visible: VisiblePool::Detected, ..settings(cap) };
+        // Gene 8 is detected but not measured by the source; gene 5 is listed with a zero count.
+        let cell = CellExpression { genes: &[7, 3, 8, 5], counts: &[5.0, 1.0, 2.0, 0.0], total: 10.0 };
+        let (t, v) = value_input(1, &detected(10), &[2, 3, 5, 7, 9], cell);
+        assert_eq!(t, vec![1, 7, 3]);
+        assert!(v[1..].iter().all(|&x| x > 0.0));
+        // Past the cap: a sample of the detected genes only, never a zero.
+        let measured: Vec<u32> = (0..1000).collect();
+        let genes: Vec<u32> = (0..400).map(|i| (i * 7919 + 13) % 1000).collect();
+        let counts: Vec<f32> = (0..400).map(|i| 1000.0 - i as f32).collect();
+        let cell = CellExpression { genes: &genes, counts: &counts, total: 1e6 };
+        let (a, va) = value_input(1, &detected(200), &measured, cell);
+        assert_eq!(a.len(), 201);
+        assert!(va[1..].iter().all(|&x| x > 0.0));
+        assert_eq!(value_input(1, &detected(200), &measured, cell).0, a);
     }
 }

@@ -60,7 +60,7 @@ pub struct ValueModel {
 
 /// The genes a value model's encoder sees are drawn from (`model.values.visible`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum VisiblePool {
     /// Every gene the cell's source measured, zeros included (TxFM §3).
     #[default]
@@ -69,6 +69,34 @@ pub enum VisiblePool {
     /// draw from thousands of measured genes is mostly zeros, whose count tells the encoder the
     /// cell's depth more than its type (REPORT §10).
     Decoded,
+    /// Only the genes the cell detected (count > 0), among every measured gene. The encoder
+    /// never sees a zero, so the share of zeros among its genes cannot tell it the depth; the
+    /// decoder still predicts every decoding gene, zeros included. A cell that detected fewer
+    /// than K shows all of them.
+    Detected,
+    /// The detected genes of the decoding set (`decoded` and `detected` together).
+    DecodedDetected,
+}
+
+impl VisiblePool {
+    /// The names `model.values.visible` takes.
+    pub const NAMES: [&'static str; 4] = ["measured", "decoded", "detected", "decoded-detected"];
+
+    /// The pool named `name` (one of [`Self::NAMES`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        let all = [Self::Measured, Self::Decoded, Self::Detected, Self::DecodedDetected];
+        Self::NAMES.iter().position(|&n| n == name).map(|i| all[i])
+    }
+
+    /// Whether only the decoding set's genes are drawn from.
+    pub fn decoded_only(self) -> bool {
+        matches!(self, Self::Decoded | Self::DecodedDetected)
+    }
+
+    /// Whether only each cell's detected genes are drawn from.
+    pub fn detected_only(self) -> bool {
+        matches!(self, Self::Detected | Self::DecodedDetected)
+    }
 }
 
 impl Default for ValueModel {
@@ -98,15 +126,16 @@ impl ValueModel {
     }
 
     /// The genes the encoder's input is drawn from, given a source's measured genes (ascending):
-    /// all of them, or those the model decodes (`visible = "decoded"`). Ascending.
+    /// all of them, or those the model decodes (`visible = "decoded"`, `"decoded-detected"`).
+    /// Ascending. `detected` pools narrow this to each cell's detected genes
+    /// (`crate::inputs::value_input`).
     pub fn visible_pool(&self, measured: &[u32]) -> Vec<u32> {
-        match self.visible {
-            VisiblePool::Measured => measured.to_vec(),
-            VisiblePool::Decoded => {
-                let mut decoded = self.decode_genes.clone();
-                decoded.sort_unstable();
-                measured.iter().copied().filter(|g| decoded.binary_search(g).is_ok()).collect()
-            }
+        if self.visible.decoded_only() {
+            let mut decoded = self.decode_genes.clone();
+            decoded.sort_unstable();
+            measured.iter().copied().filter(|g| decoded.binary_search(g).is_ok()).collect()
+        } else {
+            measured.to_vec()
         }
     }
 
@@ -179,6 +208,16 @@ mod tests {
         let new: ValueModel = serde_json::from_str(r#"{"visible": "decoded"}"#).unwrap();
         assert_eq!(new.visible, VisiblePool::Decoded);
         assert!(serde_json::from_str::<ValueModel>(r#"{"visible": "hvg"}"#).is_err());
+        for (i, name) in VisiblePool::NAMES.iter().enumerate() {
+            let pool = VisiblePool::parse(name).unwrap();
+            let read: ValueModel = serde_json::from_str(&format!(r#"{{"visible": "{name}"}}"#)).unwrap();
+            assert_eq!(read.visible, pool);
+            assert_eq!(serde_json::to_value(pool).unwrap(), *name);
+            assert_eq!((pool.decoded_only(), pool.detected_only()), (i % 2 == 1, i >= 2));
+        }
+        let dd = ValueModel { visible: VisiblePool::DecodedDetected, ..d };
+        assert_eq!(dd.visible_pool(&[1, 2, 4, 7]), [1, 4]);
+        assert_eq!(VisiblePool::parse("hvg"), None);
     }
 
     #[test]

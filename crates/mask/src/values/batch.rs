@@ -3,6 +3,8 @@
 //! measured), built on the host from the plan's expression cells. Plain data: the burn trainer
 //! makes tensors of it, the Python package hands it to PyTorch.
 
+use std::borrow::Cow;
+
 use corrflow_algorithms::mask::{MaskPlan, MaskScratch};
 use corrflow_io::corpus::CellLabels;
 
@@ -58,10 +60,17 @@ impl BatchMaker<'_> {
         b.measured = Vec::with_capacity(cells.len() * genes);
         for (r, (key, cell)) in cells.iter().enumerate() {
             let atlas = self.atlases.of(*key);
-            let value = cell_values(&atlas.pool, cell);
-            let k = visible_count(self.visible_genes, self.ctx.params.p, atlas.pool.len());
+            let mut value = cell_values(&atlas.pool, cell);
+            let pool: Cow<'_, [u32]> = if self.atlases.detected_only {
+                let mut detected = atlas.pool.clone();
+                keep_detected(&mut detected, &mut value);
+                Cow::Owned(detected)
+            } else {
+                Cow::Borrowed(&atlas.pool)
+            };
+            let k = visible_count(self.visible_genes, self.ctx.params.p, pool.len());
             choose_visible(
-                &atlas.pool,
+                &pool,
                 k,
                 &self.ctx.params,
                 self.ctx.tables(),
@@ -75,7 +84,7 @@ impl BatchMaker<'_> {
             tokens.push(self.cls);
             vals.push(0.0);
             for &i in &chosen {
-                tokens.push(atlas.pool[i as usize]);
+                tokens.push(pool[i as usize]);
                 vals.push(value_of(f64::from(value[i as usize]), cell.total, self.target_sum));
             }
             b.visible += chosen.len();
@@ -122,6 +131,21 @@ fn cell_values(measured: &[u32], cell: &ExpressionCell) -> Vec<f32> {
     out
 }
 
+/// Keeps the genes of `pool` with a count above zero, and their counts (`values.visible =
+/// "detected"`).
+fn keep_detected(pool: &mut Vec<u32>, value: &mut Vec<f32>) {
+    let mut kept = 0;
+    for i in 0..pool.len() {
+        if value[i] > 0.0 {
+            pool[kept] = pool[i];
+            value[kept] = value[i];
+            kept += 1;
+        }
+    }
+    pool.truncate(kept);
+    value.truncate(kept);
+}
+
 /// `ln(1 + c / n · L)` (0 for a cell without counts): the value model's input value, as
 /// `corrflow_infer::model_meta::ValueModel::value` computes it.
 pub fn value_of(count: f64, total: f64, target_sum: f64) -> f32 {
@@ -149,5 +173,15 @@ mod tests {
         assert_eq!(cell_values(&[1, 2, 5, 7, 9], &cell), vec![0.0, 1.0, 2.0, 0.0, 4.0]);
         // A detected gene the atlas list lacks (not possible from ingest) is ignored.
         assert_eq!(cell_values(&[2, 9], &cell), vec![1.0, 4.0]);
+    }
+
+    #[test]
+    fn a_detected_pool_keeps_the_genes_with_counts_in_order() {
+        let (mut pool, mut value) = (vec![1, 2, 5, 7, 9], vec![0.0, 1.0, 2.0, 0.0, 4.0]);
+        keep_detected(&mut pool, &mut value);
+        assert_eq!((pool, value), (vec![2, 5, 9], vec![1.0, 2.0, 4.0]));
+        let (mut pool, mut value) = (vec![3u32], vec![0.0f32]);
+        keep_detected(&mut pool, &mut value);
+        assert!(pool.is_empty() && value.is_empty());
     }
 }

@@ -10,4 +10,4 @@ pub mod visible;
 
 pub use batch::{value_of, BatchMaker, ValueBatch};
 pub use setup::{atlas_measured, decoding_set, HVG_CELLS};
-pub use visible::{choose_visible, visible_count, AtlasGenes, CellAtlases};
+pub use visible::{choose_visible, visible_count, AtlasGenes, CellAtlases, VisibleFrom};

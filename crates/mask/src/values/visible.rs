@@ -35,6 +35,15 @@ impl AtlasGenes {
     }
 }
 
+/// Where a cell's visible genes are drawn from (`model.values.visible`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VisibleFrom {
+    /// Only the measured genes of the decoding set.
+    pub decoded_only: bool,
+    /// Only the genes the cell detected (count > 0): the encoder never sees a zero.
+    pub detected_only: bool,
+}
+
 /// The atlas of every cell key, and each atlas' genes.
 #[derive(Debug)]
 pub struct CellAtlases {
@@ -43,21 +52,23 @@ pub struct CellAtlases {
     pub atlases: Vec<AtlasGenes>,
     /// Token → index in the decoding set ([`NOT_DECODED`] for the rest).
     pub decode_index: Vec<u32>,
+    /// Whether each cell's visible genes are drawn from its detected genes of the pool only.
+    pub detected_only: bool,
 }
 
 impl CellAtlases {
     /// The atlases of `index` (each with its measured genes) and the decoding set `decode`
-    /// (ascending); `decoded_only`: see [`AtlasGenes::new`].
-    pub fn new(index: &CorpusIndex, measured: Vec<(String, Vec<u32>)>, decode: &[u32], decoded_only: bool) -> Self {
+    /// (ascending); `from`: see [`VisibleFrom`] and [`AtlasGenes::new`].
+    pub fn new(index: &CorpusIndex, measured: Vec<(String, Vec<u32>)>, decode: &[u32], from: VisibleFrom) -> Self {
         let position = |name: &str| measured.iter().position(|(n, _)| n == name).unwrap_or(0);
         let starts = index.shards.iter().map(|s| (s.first_key, position(&s.atlas))).collect();
-        let atlases = measured.iter().map(|(_, m)| AtlasGenes::new(decode, m, decoded_only)).collect();
+        let atlases = measured.iter().map(|(_, m)| AtlasGenes::new(decode, m, from.decoded_only)).collect();
         let size = decode.iter().map(|&t| t as usize + 1).max().unwrap_or(0);
         let mut decode_index = vec![NOT_DECODED; size];
         for (i, &t) in decode.iter().enumerate() {
             decode_index[t as usize] = i as u32;
         }
-        Self { starts, atlases, decode_index }
+        Self { starts, atlases, decode_index, detected_only: from.detected_only }
     }
 
     /// The genes of the atlas cell `key` belongs to.

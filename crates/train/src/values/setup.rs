@@ -14,7 +14,7 @@ use corrflow_mask::MaskContext;
 
 use crate::length::RunLength;
 use crate::run::TrainRequest;
-use corrflow_mask::values::{atlas_measured, decoding_set, CellAtlases};
+use corrflow_mask::values::{atlas_measured, decoding_set, CellAtlases, VisibleFrom};
 
 /// A value model's run, resolved.
 pub(crate) struct ValueSetup {
@@ -73,8 +73,9 @@ pub(crate) fn prepare(req: &TrainRequest) -> Result<ValueSetup> {
         ..m.clone()
     };
     let decode = model.values.as_ref().map(|v| v.decode_genes.clone()).unwrap_or_default();
-    let decoded_only = values.visible == corrflow_infer::model_meta::VisiblePool::Decoded;
-    let atlases = Arc::new(CellAtlases::new(&index, measured, &decode, decoded_only));
+    let from =
+        VisibleFrom { decoded_only: values.visible.decoded_only(), detected_only: values.visible.detected_only() };
+    let atlases = Arc::new(CellAtlases::new(&index, measured, &decode, from));
     let graph_dir = t.graph.clone().unwrap_or_default();
     let ctx = Arc::new(MaskContext::load(
         &opened.info,

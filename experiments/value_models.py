@@ -78,6 +78,11 @@ VARIANTS = {
     "wced-2x128": ("WCED, 2 x 128, 90% hidden, 1,024 HVGs decoded",
                    {**BASE, "objective": '"wced"', "target_sum": "1e4", "decoder_layers": "1"}, 3000),
     "bins-2x128": ("TxFM with value bins (scGPT-style), 2 x 128", {**BASE, "input": '"bins"'}, 3000),
+    # `txfm-2x128-k128-dec` with scGPT-style value bins: E_gene + E_bin(x) keeps a detected
+    # gene's identity and level through the embedding LayerNorm, which [E_gene; x] loses once
+    # x is far larger than the gene embedding (REPORT §10, session 45).
+    "bins-2x128-k128-dec": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs",
+                            {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"'}, 3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
     "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",
                   {k: v for k, v in BASE.items() if k not in ("visible_genes", "inference_genes")}, 3000,

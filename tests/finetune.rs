@@ -371,3 +371,73 @@ fn bad_requests_are_refused_before_anything_is_written() {
     ]);
     assert!(stderr(&o).contains("already fine-tuned"), "{}", stderr(&o));
 }
+
+/// A value model (TxFM) fine-tuned on pbmc68k_reduced's `bulk_labels`: the classifier trains on
+/// each cell as `embed` shows it, so the run's test predictions are the ones `embed` gives the
+/// same cells from the h5ad (ONNX Runtime and burn alike); a gene task and `--max-len` are
+/// refused with the reason.
+#[test]
+fn a_value_model_is_fine_tuned_on_the_cells_embed_shows_it() {
+    let Some(input) = data("pbmc68k_reduced.h5ad") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, pre, ft) = (dir.path().join("c"), dir.path().join("pre"), dir.path().join("ft"));
+    let read = ["--counts", "raw", "--log1p"];
+    let ingest = [&["ingest", "--json", "--atlas", "p68", "--obs-columns", "bulk_labels"][..], &read].concat();
+    ok_json(&corrflow(&[&ingest[..], &["--out", p(&corpus).as_str(), p(&input).as_str()]].concat()));
+    let config =
+        preset_with_lines(dir.path(), "txfm-tiny.toml", &[("inference_genes = 512", "inference_genes = 96")], "t.toml");
+    let (c, r) = (p(&corpus), p(&pre));
+    ok_json(&corrflow(&["train", "--json", "--config", &p(&config), "--corpus", &c, "--max-steps", "20", "--out", &r]));
+    let finetune = |extra: &[&str]| {
+        let f = p(&ft);
+        let args = ["finetune", "--json", "--checkpoint", &r, "--corpus", &c, "--out", &f, "--lr", "5e-3"];
+        corrflow(&[&args[..], extra].concat())
+    };
+    let refused = finetune(&["--label", "bulk_labels", "--max-len", "48"]);
+    assert!(!refused.status.success() && stderr(&refused).contains("--max-len"), "{}", stderr(&refused));
+    let labels = repo().join("datasets/tasks/dosage-sensitivity/dosage_sens_tf_labels.csv");
+    let genes = finetune(&["--gene-labels", &p(&labels), "--classes", "dosage_insensitive,dosage_sensitive"]);
+    assert!(!genes.status.success() && stderr(&genes).contains("classifies its cells"), "{}", stderr(&genes));
+    assert!(!ft.join("checkpoints").exists(), "a refused run wrote checkpoints");
+
+    // From a model pre-trained for 20 steps the CLS state barely differs between cells; three
+    // epochs at this rate make the classifier's calls differ (checked below).
+    let s = ok_json(&finetune(&["--label", "bulk_labels", "--pooling", "cls", "--epochs", "3", "--patience", "3"]));
+    assert_eq!(s["finished"], true, "{s}");
+    assert_eq!(s["classes"].as_array().unwrap().len(), 10, "{s}");
+    let state = read_json(&checkpoints(&ft)[0].join("state.json"));
+    assert_eq!(state["model"]["input"], "value");
+    assert_eq!(state["model"]["classifier"]["pooling"], "cls");
+
+    // Exported without --pooling it reads its head's (CLS) pooling; embed's calls on the h5ad
+    // are the fine-tuning run's own test predictions, cell for cell.
+    let onnx = dir.path().join("ft.onnx");
+    ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &p(&ft), "--out", &p(&onnx)]));
+    let embed = |source: &[&str], out: &Path| {
+        let (i, o) = (p(&input), p(out));
+        let args = [&["embed", "--json", "--input", &i, "--out", &o][..], &read, source].concat();
+        ok_json(&corrflow(&args))
+    };
+    let (by_ort, by_burn) = (dir.path().join("ort.parquet"), dir.path().join("burn.parquet"));
+    embed(&["--model", &p(&onnx)], &by_ort);
+    embed(&["--checkpoint", &p(&ft)], &by_burn);
+    let (a, b) = (probabilities(&by_ort), probabilities(&by_burn));
+    assert_eq!(a.len(), 700);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-4);
+        assert!(max_abs_diff(x, y) <= 1e-4, "ONNX Runtime and burn differ");
+    }
+    let embedded: std::collections::HashMap<String, Vec<f32>> =
+        parquet_column(&by_ort, "cell_id").into_iter().zip(a).collect();
+    let preds = ft.join("predictions.parquet");
+    let (cells, run_probs) = (parquet_column(&preds, "cell_id"), probabilities(&preds));
+    assert_eq!(cells.len() as u64, s["split"]["test"].as_u64().unwrap());
+    // The calls differ from cell to cell far more than the tolerance, so matching them says
+    // that each cell had the same input in both.
+    let spread = run_probs.iter().map(|x| max_abs_diff(x, &run_probs[0])).fold(0f32, f32::max);
+    assert!(spread > 0.05, "the classifier's probabilities barely vary ({spread})");
+    for (cell, want) in cells.iter().zip(&run_probs) {
+        let got = embedded.get(cell).unwrap_or_else(|| panic!("cell {cell} not embedded"));
+        assert!(max_abs_diff(got, want) <= 1e-4, "cell {cell}: embed {got:?}, fine-tuning {want:?}");
+    }
+}

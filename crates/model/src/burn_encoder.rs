@@ -8,7 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use corrflow_infer::encode::{Encoder, PaddedBatch};
-use corrflow_infer::model_meta::{inference_layout, Pooling};
+use corrflow_infer::model_meta::{inference_layout, ModelConfig, Pooling};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::vocab::Vocabulary;
 
@@ -56,10 +56,7 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
     /// (`[rows, len, hidden]`) and the cell vectors pooled from them (`[rows, hidden]`).
     pub fn forward(&self, batch: &PaddedBatch, layer: usize, pooling: Pooling) -> (Tensor<B, 3>, Tensor<B, 2>) {
         let (input, pad, weights) = self.batch_tensors(batch, pooling);
-        let values = (!batch.values.is_empty()).then(|| {
-            let device = input.device();
-            Tensor::<B, 2>::from_data(TensorData::new(batch.values.clone(), [batch.rows, batch.len]), &device)
-        });
+        let values = values_tensor(batch, &input.device());
         let states = self.model.states_with_values(input, values, pad, layer);
         let pooled = CellEncoder::mean_pool(states.clone(), weights);
         (states, pooled)
@@ -68,7 +65,8 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
     /// The cell classifier's probabilities `[rows, classes]` of a padded batch.
     pub fn cell_probabilities(&self, batch: &PaddedBatch, pooling: Pooling) -> Tensor<B, 2> {
         let (input, pad, weights) = self.batch_tensors(batch, pooling);
-        softmax(self.model.cell_logits(input, pad, weights), 1)
+        let values = values_tensor(batch, &input.device());
+        softmax(self.model.cell_logits(input, values, pad, weights), 1)
     }
 
     /// Token ids, padding and pooling weights of a padded batch.
@@ -100,6 +98,19 @@ impl<B: crate::fused::FusedOps> LoadedModel<B> {
         let weights = Tensor::<B, 2>::from_data(TensorData::new(weights, shape), &device);
         (input, pad, weights)
     }
+}
+
+/// The cell vector a model gives when no pooling is asked for: the one its cell head (a
+/// fine-tuned classifier, a hierarchical head) reads, else a value model's CLS state (what its
+/// decoder reads), else the mean of the gene states.
+pub fn default_pooling(model: &ModelConfig) -> Pooling {
+    model.cell_head_pooling().unwrap_or(if model.input.sees_values() { Pooling::Cls } else { Pooling::Mean })
+}
+
+/// A value model's token values `[rows, len]` (none in a rank model's batch).
+fn values_tensor<B: Backend>(batch: &PaddedBatch, device: &B::Device) -> Option<Tensor<B, 2>> {
+    (!batch.values.is_empty())
+        .then(|| Tensor::<B, 2>::from_data(TensorData::new(batch.values.clone(), [batch.rows, batch.len]), device))
 }
 
 /// A checkpoint's model on the CPU backend behind non-generic functions: the burn [`Encoder`]
@@ -146,9 +157,7 @@ impl BurnEncoder {
                 n_layers + 1
             )));
         }
-        // A value model's embedding is its CLS state (what its decoder reads).
-        let default = if loaded.state.model.input.sees_values() { Pooling::Cls } else { Pooling::default() };
-        let pooling = pooling.unwrap_or(default);
+        let pooling = pooling.unwrap_or_else(|| default_pooling(&loaded.state.model));
         if pooling == Pooling::Cls && loaded.state.layout.cls.is_none() {
             return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
         }

@@ -15,14 +15,17 @@ impl<B: FusedOps> CellEncoder<B> {
     }
 
     /// Class logits `[rows, classes]` of whole cells: the head over the mean of the final states
-    /// at the positions `weights` marks (gene positions, or `<cls>`).
+    /// at the positions `weights` marks (gene positions, or `<cls>`). A value model's tokens
+    /// carry `values` `[rows, len]` (`None` for rank models).
     pub fn cell_logits(
         &self,
         input_ids: Tensor<B, 2, Int>,
+        values: Option<Tensor<B, 2>>,
         pad: Tensor<B, 2, Bool>,
         weights: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
-        let pooled = Self::mean_pool(self.hidden(input_ids, pad), weights);
+        let states = self.states_with_values(input_ids, values, pad, self.encoder.layers.len());
+        let pooled = Self::mean_pool(states, weights);
         self.classifier_head().forward(pooled)
     }
 

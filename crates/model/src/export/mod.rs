@@ -66,8 +66,7 @@ pub fn export_onnx(req: &ExportRequest) -> Result<ExportSummary> {
     let device = Default::default();
     let loaded = load_checkpoint::<crate::CpuBackend>(&req.checkpoint, &device)?;
     let (state, vocab) = (&loaded.state, &loaded.vocab);
-    let default = if state.model.input.sees_values() { Pooling::Cls } else { Pooling::Mean };
-    let pooling = req.pooling.unwrap_or(default);
+    let pooling = req.pooling.unwrap_or_else(|| crate::burn_encoder::default_pooling(&state.model));
     let head_task = exported_head(state, vocab, pooling)?;
     let layers = exported_layers(state, req.layer, head_task.is_some())?;
     let flags: Vec<f32> = (0..vocab.len() as u32)

@@ -74,7 +74,7 @@ pub(crate) fn predict<B: FusedOps>(
         let logits = if spec.supervision.genes {
             model.token_logits(t.input_ids, t.pad, t.index)
         } else {
-            model.cell_logits(t.input_ids, t.pad, t.weights).select(0, t.index)
+            model.cell_logits(t.input_ids, t.values, t.pad, t.weights).select(0, t.index)
         };
         let probs = softmax(logits, 1).into_data().to_vec::<f32>().map_err(|e| burn_error("class probabilities", e))?;
         out.probabilities.extend(probs);

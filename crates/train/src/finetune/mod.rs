@@ -3,7 +3,9 @@
 //! seeded stratified train/validation/test split (cells, or genes for gene classification),
 //! optional balanced class weights, the embeddings and first layers frozen on request, AdamW
 //! with warmup and linear decay, validation macro-F1 after each epoch with early stopping, and
-//! the best epoch's model scored on the test part.
+//! the best epoch's model scored on the test part. A value model (DESIGN.md §11) is fine-tuned on
+//! cells only, each shown to it as `embed` shows it ([`value_inputs`]), from a corpus that keeps
+//! expression.
 //!
 //! ```text
 //! OUT/checkpoints/step-N/   model.bin, optim.bin, state.json (model.classifier names the classes),
@@ -22,6 +24,7 @@ mod evaluate;
 mod labels;
 mod outputs;
 mod run_dir;
+mod value_inputs;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +54,7 @@ pub use evaluate::{ClassMetrics, Scores, SplitMetrics};
 use labels::Supervision;
 pub use labels::{FinetuneTask, PartSizes};
 use run_dir::{clear_or_refuse, init_or_resume, prune, save, Best, FinetuneState};
+use value_inputs::ValueInputs;
 
 const PROGRESS_FILE: &str = "finetune.json";
 const RESULTS_FILE: &str = "results.json";
@@ -109,6 +113,8 @@ struct Setup<B: TrainingBackend> {
     model: ModelConfig,
     per_epoch: u64,
     total: u64,
+    /// A value model's inputs (its cells are planned with their expression).
+    values: Option<ValueInputs>,
 }
 
 fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Result<Setup<B>> {
@@ -117,23 +123,20 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
     let base = load_checkpoint::<B>(&req.checkpoint, device)?;
     check_base(req, &base)?;
     let opened = Corpus::open(&req.corpus)?;
-    if opened.vocab.hash() != base.vocab.hash() || opened.info.layout != base.state.layout {
-        return Err(Error::conflict(
-            &req.corpus,
-            format!(
-                "the corpus is tokenized with vocabulary {} ({:?} layout), the model with {} ({:?}): ingest the cells with the model's vocabulary",
-                opened.vocab.hash(),
-                opened.info.layout,
-                base.vocab.hash(),
-                base.state.layout
-            ),
-        ));
-    }
+    check_corpus(req, &opened, &base)?;
     let index = opened.index(&req.atlases)?;
     let supervision =
         Supervision::resolve(&req.task, &index, &base.vocab, c.validation_fraction, c.test_fraction, c.seed)?;
     let m = &base.state.model;
     let max_len = if c.max_len == 0 { base.state.max_len() } else { c.max_len };
+    let values = match corrflow_infer::inputs::value_settings(m) {
+        Some(settings) => {
+            let cls = corrflow_infer::inputs::cls_token(&base.vocab)?;
+            let is_gene = Arc::new((0..base.vocab.len() as u32).map(|t| base.vocab.is_gene(t)).collect());
+            Some(ValueInputs::open(&req.corpus, &index, settings, cls, is_gene)?)
+        }
+        None => None,
+    };
     let plan = DataPlan {
         index,
         vocab_size: base.vocab.len(),
@@ -142,11 +145,12 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
         group_batches: 50,
         shuffle_buffer: c.shuffle_buffer,
         epochs: c.epochs,
-        max_len,
+        // A value model's cells travel as their expression, which the plan does not cut.
+        max_len: if values.is_some() { 0 } else { max_len },
         eval_fraction: 0.0,
         seed: c.seed,
         subset: (!supervision.genes).then(|| Arc::new(supervision.training_cells())),
-        expression: None,
+        expression: values.as_ref().map(|v| v.is_gene.clone()),
     };
     let bytes =
         corrflow_model::memory::training_bytes(m, base.vocab.len(), c.batch_size, max_len) + plan.masking_bytes(4);
@@ -165,7 +169,36 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
     };
     let classifier = Classifier { task, source, classes: supervision.classes.clone(), pooling: c.pooling };
     let model = ModelConfig { classifier: Some(classifier), ..m.clone() };
-    Ok(Setup { base, supervision, plan, model, per_epoch, total: per_epoch * c.epochs as u64 })
+    Ok(Setup { base, supervision, plan, model, per_epoch, total: per_epoch * c.epochs as u64, values })
+}
+
+/// The corpus must be tokenized with the base model's vocabulary: a rank model's with its
+/// layout; a value model's with the vocabulary it trained on (`<cls>` added when the corpus'
+/// has none), whatever the corpus' layout (its cells are read as expression).
+fn check_corpus<B: TrainingBackend>(
+    req: &FinetuneRequest,
+    opened: &Corpus,
+    base: &corrflow_model::LoadedModel<B>,
+) -> Result<()> {
+    let sees_values = base.state.model.input.sees_values();
+    let vocab = if sees_values && opened.vocab.cls.is_none() {
+        opened.vocab.clone().with_v2_specials()
+    } else {
+        opened.vocab.clone()
+    };
+    if vocab.hash() == base.vocab.hash() && (sees_values || opened.info.layout == base.state.layout) {
+        return Ok(());
+    }
+    Err(Error::conflict(
+        &req.corpus,
+        format!(
+            "the corpus is tokenized with vocabulary {} ({:?} layout), the model with {} ({:?}): ingest the cells with the model's vocabulary",
+            opened.vocab.hash(),
+            opened.info.layout,
+            base.vocab.hash(),
+            base.state.layout
+        ),
+    ))
 }
 
 /// What the base model must be for these flags: a pre-trained rank model, not fine-tuned yet, with
@@ -179,10 +212,19 @@ fn check_base<B: TrainingBackend>(req: &FinetuneRequest, base: &corrflow_model::
             c.max_len
         )));
     }
-    if base.state.model.input.sees_values() {
+    if base.state.model.input.sees_values() && c.max_len != 0 {
         return Err(Error::Usage(format!(
-            "{} is a value model (it sees expression values); finetune adds heads to rank models only for now \
-             (docs/values.md)",
+            "--max-len (finetune.max_len) does not apply to a value model: its cells are shown as `embed` shows \
+             them, at most the model's values.inference_genes ({}) genes (got {})",
+            base.state.model.values.as_ref().map_or(0, |v| v.inference_genes),
+            c.max_len
+        )));
+    }
+    if base.state.model.input.sees_values() && matches!(req.task, FinetuneTask::Gene { .. }) {
+        return Err(Error::Usage(format!(
+            "{} is a value model (it sees expression values): finetune classifies its cells, not its genes \
+             (a value model's tokens are a sample of the measured genes, not the cell's ranked genes; \
+             gene classification needs a rank model, docs/values.md)",
             req.checkpoint.display()
         )));
     }
@@ -374,8 +416,9 @@ impl<B: TrainingBackend> TrainStep<B> for Finetuning<'_, B> {
             vocab: &self.setup.base.vocab,
             pooling: self.req.config.pooling,
             part: Part::Train,
+            values: self.setup.values.as_ref(),
         };
-        let batch = spec.build(&planned.cells);
+        let batch = spec.build(&planned.cells)?;
         if batch.targets.is_empty() {
             return Ok(None);
         }
@@ -383,7 +426,7 @@ impl<B: TrainingBackend> TrainStep<B> for Finetuning<'_, B> {
         let logits = if self.setup.supervision.genes {
             model.token_logits(t.input_ids, t.pad, t.index)
         } else {
-            model.cell_logits(t.input_ids, t.pad, t.weights)
+            model.cell_logits(t.input_ids, t.values, t.pad, t.weights)
         };
         let loss = cross_entropy(logits, t.targets, self.weights.clone());
         Ok(Some(Forward { loss, parts: Vec::new(), masked: 0 }))
@@ -437,6 +480,7 @@ fn validate<B: TrainingBackend>(
         vocab: &setup.base.vocab,
         pooling: c.pooling,
         part: Part::Validation,
+        values: setup.values.as_ref(),
     };
     let p = evaluate::predict(&model.valid(), &setup.plan, &spec, c.gene_eval_cells, device)?;
     Ok(p.metrics(&setup.supervision.classes, setup.supervision.genes))
@@ -462,6 +506,7 @@ fn finish<B: TrainingBackend>(
             vocab: &setup.base.vocab,
             pooling: c.pooling,
             part: Part::Test,
+            values: setup.values.as_ref(),
         };
         let p = evaluate::predict(&model.valid(), &setup.plan, &spec, c.gene_eval_cells, device)?;
         summary.test = Some(p.metrics(&setup.supervision.classes, setup.supervision.genes));

@@ -72,6 +72,11 @@ VARIANTS = {
     # shown, so the share of zeros among the visible genes cannot give the depth away.
     "txfm-2x128-k128-det": ("TxFM, 2 x 128, K 128 of the cell's detected decoded HVGs",
                             {**BASE, "visible_genes": "128", "visible": '"decoded-detected"'}, 3000),
+    # The same with the gene embeddings started at N(0, 1) instead of BERT's N(0, 0.02): x (2-11
+    # for a detected gene) no longer swamps E_gene in the embedding LayerNorm (session 45).
+    "txfm-2x128-k128-dec-e1": ("TxFM, 2 x 128, K 128 of the 1,024 decoded HVGs, E_gene ~ N(0, 1)",
+                               {**BASE, "visible_genes": "128", "visible": '"decoded"', "gene_embedding_std": "1.0"},
+                               3000),
     "txfm-4x128": ("TxFM, 4 x 128 (FFN 256), 90% hidden", {**BASE, "layers": "4"}, 3000),
     "txfm-2x128-meas": ("TxFM, 2 x 128, every measured gene decoded", {**BASE, "decode": '"measured"'}, 3000),
     "txfm-2x128-75": ("TxFM, 2 x 128, 75% hidden", {**BASE, "p": "0.75"}, 3000),

@@ -143,12 +143,15 @@ class ValueModel(nn.Module):
         yield "decoder.out.weight", self.decoder_out.weight, True
         yield "decoder.out.bias", self.decoder_out.bias, False
 
-    def bert_init(self, std: float = 0.02) -> "ValueModel":
+    def bert_init(self, std: float = 0.02, gene_std: float = 0.02) -> "ValueModel":
         """BERT's initialisation, as ``corrflow train`` starts a model: weights ~ N(0, std),
-        biases 0, LayerNorms 1 and 0."""
+        the gene embeddings ~ N(0, gene_std) (``values.gene_embedding_std``), biases 0,
+        LayerNorms 1 and 0."""
         with torch.no_grad():
             for name, p, _ in self._corrflow_slots():
-                if name.endswith((".gamma",)):
+                if name == "embeddings.tokens":
+                    p.normal_(0.0, gene_std)
+                elif name.endswith((".gamma",)):
                     p.fill_(1.0)
                 elif name.endswith((".bias", ".beta")):
                     p.zero_()

@@ -183,6 +183,9 @@ def test_bad_value_settings_are_refused_with_the_file_and_key(tmp_path, pbmc_cor
         (TXFM.read_text().replace('strategy = "random"', 'strategy = "pmi"'), "use 'random' or 'corrmask'"),
         (TXFM.read_text().replace("[model.values]", "[model.values]\nwidth = 3"),
          "unknown key(s) ['width'] in [model.values]"),
+        (TXFM.read_text().replace("gene_embedding_std = 0.02", "gene_embedding_std = 0"),
+         "model.values.gene_embedding_std must be in (0, 100]"),
+        (TXFM.read_text().replace('visible = "measured"', 'visible = "hvg"'), "model.values.visible must be one of"),
     ]
     for text, message in cases:
         assert text != TXFM.read_text(), message
@@ -192,3 +195,13 @@ def test_bad_value_settings_are_refused_with_the_file_and_key(tmp_path, pbmc_cor
     assert main(["--config", str(TXFM), *args, "--init-from", str(pbmc_corpus)]) == 2
     assert "value model starts fresh" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_value_model_starts_with_its_gene_embeddings_at_the_configured_scale():
+    from corrflow.values import ValueModel
+
+    torch.manual_seed(0)
+    m = ValueModel(500, 64, 128, 4, 2, 100).bert_init(gene_std=1.0)
+    assert abs(float(m.tokens.weight.std()) - 1.0) < 0.02
+    assert abs(float(m.encoder.layers[0].linear1.weight.std()) - 0.02) < 0.002
+    assert abs(float(ValueModel(500, 64, 128, 4, 2, 100).bert_init().tokens.weight.std()) - 0.02) < 0.002

@@ -28,6 +28,7 @@ class ValueSettings:
     decode: str = "measured"
     inference_genes: int = 2048
     visible: str = "measured"
+    gene_embedding_std: float = 0.02
 
 
 @dataclasses.dataclass
@@ -221,8 +222,11 @@ def _check_input(bad, m: ModelSettings) -> None:
         bad("model.values.decoder_layers must be in 0..=64 and decoder_width in 0..=65,536")
     if not 1 <= v.inference_genes <= 1 << 16:
         bad(f"model.values.inference_genes must be in 1..=65,536, got {v.inference_genes}")
-    if v.visible not in ("measured", "decoded"):
-        bad(f"model.values.visible must be 'measured' or 'decoded', got {v.visible!r}")
+    pools = ("measured", "decoded", "detected", "decoded-detected")
+    if v.visible not in pools:
+        bad(f"model.values.visible must be one of {', '.join(pools)}, got {v.visible!r}")
+    if not 0 < v.gene_embedding_std <= 100:
+        bad(f"model.values.gene_embedding_std must be in (0, 100], got {v.gene_embedding_std}")
     n = v.decode[4:] if v.decode.startswith("hvg:") else None
     if v.decode not in ("measured", "graph") and not (n is not None and n.isdigit() and int(n) >= 1):
         bad(f"model.values.decode must be 'measured', 'graph' or 'hvg:N' (N >= 1), got {v.decode!r}")

@@ -73,7 +73,8 @@ class ValueTask:
                            decoder_layers=v.decoder_layers, decoder_width=v.decoder_width, dropout=m.dropout,
                            layer_norm_eps=m.layer_norm_eps))
         torch.manual_seed(settings.train.seed)
-        self.module = ValueLoss(self._new_model().bert_init(), m.objective, v.target_sum)
+        self.module = ValueLoss(self._new_model().bert_init(gene_std=v.gene_embedding_std), m.objective,
+                                v.target_sum)
 
     def _new_model(self) -> ValueModel:
         args, kwargs = self.shape

@@ -56,6 +56,12 @@ pub struct ValueModel {
     pub inference_genes: usize,
     /// Which genes the encoder's input is drawn from, in training and at inference.
     pub visible: VisiblePool,
+    /// The standard deviation of the gene embeddings' initialisation (`E_gene`, N(0, σ)). BERT's
+    /// 0.02, the default, puts `E_gene` (norm ≈ 0.02·√hidden) far below a detected gene's value
+    /// (x ≈ 2–11), so the embedding LayerNorm maps every detected gene at every level to nearly
+    /// one vector (`experiments/token_norm.py`); 1.0 (PyTorch's `nn.Embedding` default) keeps
+    /// both the gene and its value through it. Only a new model's start: not read at inference.
+    pub gene_embedding_std: f64,
 }
 
 /// The genes a value model's encoder sees are drawn from (`model.values.visible`).
@@ -111,6 +117,7 @@ impl Default for ValueModel {
             decode_genes: Vec::new(),
             inference_genes: 2048,
             visible: VisiblePool::Measured,
+            gene_embedding_std: 0.02,
         }
     }
 }
@@ -153,6 +160,12 @@ impl ValueModel {
         }
         if self.decoder_layers > 64 || self.decoder_width > 1 << 16 {
             return Err("model.values.decoder_layers must be at most 64 and decoder_width at most 65,536".into());
+        }
+        if !(self.gene_embedding_std > 0.0 && self.gene_embedding_std <= 100.0) {
+            return Err(format!(
+                "model.values.gene_embedding_std must be in (0, 100], got {}",
+                self.gene_embedding_std
+            ));
         }
         if !(1..=1 << 16).contains(&self.inference_genes) {
             return Err(format!("model.values.inference_genes must be in 1..=65,536, got {}", self.inference_genes));

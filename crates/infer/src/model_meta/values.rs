@@ -58,9 +58,10 @@ pub struct ValueModel {
     pub visible: VisiblePool,
     /// The standard deviation of the gene embeddings' initialisation (`E_gene`, N(0, σ)). BERT's
     /// 0.02, the default, puts `E_gene` (norm ≈ 0.02·√hidden) far below a detected gene's value
-    /// (x ≈ 2–11), so the embedding LayerNorm maps every detected gene at every level to nearly
-    /// one vector (`experiments/token_norm.py`); 1.0 (PyTorch's `nn.Embedding` default) keeps
-    /// both the gene and its value through it. Only a new model's start: not read at inference.
+    /// (x ≈ 2–11), so `input = "value"`'s embedding LayerNorm maps every detected gene at every
+    /// level to nearly one vector (`experiments/token_norm.py`); 1.0 (PyTorch's `nn.Embedding`
+    /// default) keeps the genes apart but leaves the value one coordinate of `hidden`. Only a
+    /// new model's start: not read at inference (docs/values.md).
     pub gene_embedding_std: f64,
 }
 

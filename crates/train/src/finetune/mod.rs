@@ -18,6 +18,7 @@
 //! While running, the latest and the best checkpoints are kept; when finished, only the best.
 
 mod batches;
+mod checks;
 mod collapse;
 mod config;
 mod evaluate;
@@ -36,7 +37,7 @@ use corrflow_algorithms::batches::PlannedBatch;
 use corrflow_algorithms::classes::{balanced_weights, Part};
 use corrflow_fs::atomic::write_json_atomic;
 use corrflow_fs::lock::DirLock;
-use corrflow_infer::model_meta::{Classifier, ClassifierTask, ModelConfig, Pooling};
+use corrflow_infer::model_meta::{Classifier, ClassifierTask, ModelConfig};
 use corrflow_io::corpus::Corpus;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_io::vocab::Vocabulary;
@@ -49,6 +50,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::learner::{run_loop, AfterStep, Forward, Schedule, Stepped, TrainStep, Trainee};
 use batches::BatchSpec;
+use checks::{check_base, check_corpus};
 pub use config::FinetuneConfig;
 pub use evaluate::{ClassMetrics, Scores, SplitMetrics};
 use labels::Supervision;
@@ -170,80 +172,6 @@ fn prepare<B: TrainingBackend>(req: &FinetuneRequest, device: &B::Device) -> Res
     let classifier = Classifier { task, source, classes: supervision.classes.clone(), pooling: c.pooling };
     let model = ModelConfig { classifier: Some(classifier), ..m.clone() };
     Ok(Setup { base, supervision, plan, model, per_epoch, total: per_epoch * c.epochs as u64, values })
-}
-
-/// The corpus must be tokenized with the base model's vocabulary: a rank model's with its
-/// layout; a value model's with the vocabulary it trained on (`<cls>` added when the corpus'
-/// has none), whatever the corpus' layout (its cells are read as expression).
-fn check_corpus<B: TrainingBackend>(
-    req: &FinetuneRequest,
-    opened: &Corpus,
-    base: &corrflow_model::LoadedModel<B>,
-) -> Result<()> {
-    let sees_values = base.state.model.input.sees_values();
-    let vocab = if sees_values && opened.vocab.cls.is_none() {
-        opened.vocab.clone().with_v2_specials()
-    } else {
-        opened.vocab.clone()
-    };
-    if vocab.hash() == base.vocab.hash() && (sees_values || opened.info.layout == base.state.layout) {
-        return Ok(());
-    }
-    Err(Error::conflict(
-        &req.corpus,
-        format!(
-            "the corpus is tokenized with vocabulary {} ({:?} layout), the model with {} ({:?}): ingest the cells with the model's vocabulary",
-            opened.vocab.hash(),
-            opened.info.layout,
-            base.vocab.hash(),
-            base.state.layout
-        ),
-    ))
-}
-
-/// What the base model must be for these flags: a pre-trained rank model, not fine-tuned yet, with
-/// the positions, `<cls>` and layers that `--max-len`, `--pooling cls` and `--freeze-layers` ask.
-fn check_base<B: TrainingBackend>(req: &FinetuneRequest, base: &corrflow_model::LoadedModel<B>) -> Result<()> {
-    let c = &req.config;
-    let positions = base.state.model.max_positions;
-    if c.max_len > positions {
-        return Err(Error::Usage(format!(
-            "--max-len (finetune.max_len) must be at most the model's {positions} positions (got {}; 0 = the length it was pre-trained on)",
-            c.max_len
-        )));
-    }
-    if base.state.model.input.sees_values() && c.max_len != 0 {
-        return Err(Error::Usage(format!(
-            "--max-len (finetune.max_len) does not apply to a value model: its cells are shown as `embed` shows \
-             them, at most the model's values.inference_genes ({}) genes (got {})",
-            base.state.model.values.as_ref().map_or(0, |v| v.inference_genes),
-            c.max_len
-        )));
-    }
-    if base.state.model.input.sees_values() && matches!(req.task, FinetuneTask::Gene { .. }) {
-        return Err(Error::Usage(format!(
-            "{} is a value model (it sees expression values): finetune classifies its cells, not its genes \
-             (a value model's tokens are a sample of the measured genes, not the cell's ranked genes; \
-             gene classification needs a rank model, docs/values.md)",
-            req.checkpoint.display()
-        )));
-    }
-    if base.state.model.classifier.is_some() {
-        return Err(Error::Usage(format!(
-            "{} is already fine-tuned (it has a classifier); fine-tune its pre-trained base instead",
-            req.checkpoint.display()
-        )));
-    }
-    if c.pooling == Pooling::Cls && base.vocab.cls.is_none() {
-        return Err(Error::Usage("--pooling cls needs a V2 (<cls>) model; this one is V1".into()));
-    }
-    if c.freeze_layers > base.state.model.layers {
-        return Err(Error::Usage(format!(
-            "--freeze-layers {} is more than the model's {} layers",
-            c.freeze_layers, base.state.model.layers
-        )));
-    }
-    Ok(())
 }
 
 /// The embeddings and the first `layers` encoder layers without gradients (0: none).

@@ -118,6 +118,29 @@ fn probabilities(path: &Path) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// pbmc68k_reduced's 700 cells embedded by a fine-tuned cell classifier, exported (`onnx`, ONNX
+/// Runtime) and as its checkpoint `run` (burn), into `dir`: every row's probabilities sum to 1
+/// and the backends agree within 1e-4. Returns the ONNX Runtime output and its probabilities.
+fn calls_by_both_backends(dir: &Path, run: &Path, onnx: &Path) -> (PathBuf, Vec<Vec<f32>>) {
+    let input = data("pbmc68k_reduced.h5ad").unwrap();
+    let embed = |source: &[&str], out: &Path| {
+        let (i, o) = (p(&input), p(out));
+        let args =
+            [&["embed", "--json", "--counts", "raw", "--log1p", "--input", &i, "--out", &o][..], source].concat();
+        ok_json(&corrflow(&args))
+    };
+    let (by_ort, by_burn) = (dir.join("ort.parquet"), dir.join("burn.parquet"));
+    embed(&["--model", &p(onnx)], &by_ort);
+    embed(&["--checkpoint", &p(run)], &by_burn);
+    let (a, b) = (probabilities(&by_ort), probabilities(&by_burn));
+    assert_eq!(a.len(), 700);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-4);
+        assert!(max_abs_diff(x, y) <= 1e-4, "ONNX Runtime and burn differ");
+    }
+    (by_ort, a)
+}
+
 #[test]
 fn cell_classifier_finishes_with_test_scores_and_serves_its_calls() {
     let Some(b) = base() else { return };
@@ -158,24 +181,8 @@ fn cell_classifier_finishes_with_test_scores_and_serves_its_calls() {
     // Exported, it gains logits and probabilities; embed reads them with ONNX Runtime and burn.
     let onnx = dir.path().join("ft.onnx");
     ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &p(&run), "--out", &p(&onnx)]));
-    let input = data("pbmc68k_reduced.h5ad").unwrap();
-    let embed = |source: &[&str], out: &Path| {
-        let mut args = vec!["embed", "--json", "--counts", "raw", "--log1p", "--input"];
-        let (i, o) = (p(&input), p(out));
-        args.extend([i.as_str(), "--out", o.as_str()]);
-        args.extend(source);
-        ok_json(&corrflow(&args))
-    };
-    let (by_ort, by_burn) = (dir.path().join("ort.parquet"), dir.path().join("burn.parquet"));
-    embed(&["--model", &p(&onnx)], &by_ort);
-    embed(&["--checkpoint", &p(&run)], &by_burn);
-    let (a, bb) = (probabilities(&by_ort), probabilities(&by_burn));
-    assert_eq!(a.len(), 700);
-    for (x, y) in a.iter().zip(&bb) {
-        assert_eq!(x.len(), 10);
-        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-4);
-        assert!(max_abs_diff(x, y) <= 1e-4);
-    }
+    let (by_ort, a) = calls_by_both_backends(dir.path(), &run, &onnx);
+    assert!(a.iter().all(|x| x.len() == 10));
     let called = parquet_column(&by_ort, "predicted_label");
     let classes: Vec<String> = serde_json::from_value(s["classes"].clone()).unwrap();
     for (row, label) in a.iter().zip(&called) {
@@ -413,20 +420,7 @@ fn a_value_model_is_fine_tuned_on_the_cells_embed_shows_it() {
     // are the fine-tuning run's own test predictions, cell for cell.
     let onnx = dir.path().join("ft.onnx");
     ok_json(&corrflow(&["export", "onnx", "--json", "--checkpoint", &p(&ft), "--out", &p(&onnx)]));
-    let embed = |source: &[&str], out: &Path| {
-        let (i, o) = (p(&input), p(out));
-        let args = [&["embed", "--json", "--input", &i, "--out", &o][..], &read, source].concat();
-        ok_json(&corrflow(&args))
-    };
-    let (by_ort, by_burn) = (dir.path().join("ort.parquet"), dir.path().join("burn.parquet"));
-    embed(&["--model", &p(&onnx)], &by_ort);
-    embed(&["--checkpoint", &p(&ft)], &by_burn);
-    let (a, b) = (probabilities(&by_ort), probabilities(&by_burn));
-    assert_eq!(a.len(), 700);
-    for (x, y) in a.iter().zip(&b) {
-        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-4);
-        assert!(max_abs_diff(x, y) <= 1e-4, "ONNX Runtime and burn differ");
-    }
+    let (by_ort, a) = calls_by_both_backends(dir.path(), &ft, &onnx);
     let embedded: std::collections::HashMap<String, Vec<f32>> =
         parquet_column(&by_ort, "cell_id").into_iter().zip(a).collect();
     let preds = ft.join("predictions.parquet");

@@ -4,7 +4,8 @@
 # RSS, beside what a user would otherwise run at that size:
 #   ingest (h5ad, zarr)   anndata read_h5ad(backed="r") + corrflow.tokenize in blocks of 8,192
 #   vocab build, graph build (N_sub 100,000 and all cells), graph update --add (an atlas of 10%)
-#   one MaskedBatches epoch, 200 training steps (throughput), embed --model over all cells
+#   one MaskedBatches epoch       annbatch: its collection (a shuffled zarr copy) and one epoch
+#   200 training steps (throughput), embed --model over all cells
 #   eval cells on 100,000 cells   scanpy + scib-metrics (benches/eval_cells_reference.py)
 # The atlases come from benches/atlas_synth.py (real Kang, CBMC and pbmc3k cells resampled with
 # count noise, written block by block as gzip h5ad and AnnData zarr).
@@ -19,7 +20,11 @@
 #   BASE=65536 WORK=~/.cache/corrflow/bench/atlas MEM_LIMIT= ALL_CELLS_GRAPH_MAX=16 (largest
 #   size whose all-cells graph is built) KEEP=1 (keep the largest size's files)
 #   EVAL_CELLS=100000 (0: no eval cells stage) PY= (a Python with corrflow installed; default:
-#   the test venv, the package built first by scripts/python-package.sh)
+#   the test venv, the package built first by scripts/python-package.sh) ANNBATCH_PY= (a Python
+#   with annbatch; default: benches/annbatch-env.sh's venv, the anchor left out without one)
+#   SKIP="embed --model,train 200 steps,ingest h5ad (anndata backed + corrflow.tokenize)" (stages
+#   left out, by name or "name (tool)" as stages.tsv writes them; a stage whose output a later
+#   one reads must stay)
 # Writes WORK/stages.tsv (size, stage, tool, cells, seconds, peak RSS MB), WORK/atlas_scale.md
 # (table, slopes, RSS ratios) and WORK/atlas_scale.svg (benches/atlas_plot.py).
 set -euo pipefail
@@ -31,6 +36,8 @@ sizes="${1:-1,4,16,64}"
 base="${BASE:-65536}"
 work="${WORK:-$HOME/.cache/corrflow/bench/atlas}"
 all_cells_max="${ALL_CELLS_GRAPH_MAX:-16}"
+annbatch_py="${ANNBATCH_PY:-$(benches/annbatch-env.sh || true)}"
+[ -n "$annbatch_py" ] || echo "atlas_scale: no Python >= 3.12 for annbatch, its anchor rows are left out" >&2
 mkdir -p "$work"
 tsv="$work/stages.tsv"
 [ -s "$tsv" ] || printf 'size\tstage\ttool\tcells\tseconds\tpeak_rss_mb\n' >"$tsv"
@@ -51,6 +58,11 @@ drop_caches() {
 # stage SIZE NAME TOOL CELLS command...: one timed run, appended to stages.tsv.
 stage() {
   local size="$1" name="$2" tool="$3" cells="$4"; shift 4
+  local skip
+  IFS=, read -ra skip <<<"${SKIP:-}"
+  for x in "${skip[@]}"; do
+    if [ "$x" = "$name" ] || [ "$x" = "$name ($tool)" ]; then echo "${size}x $name ($tool): skipped"; return 0; fi
+  done
   drop_caches
   local t="$work/time.txt" run=("$@")
   # In the memory group, a shell joins it and then becomes the stage.
@@ -113,6 +125,15 @@ for m in ${sizes//,/ }; do
 import sys, corrflow
 n = sum(len(b['cell_index']) for b in corrflow.MaskedBatches(sys.argv[1], sys.argv[2], batch_size=64, shuffle_buffer=2000))
 print(n)" "$d/corpus" "$d/graph"
+  if [ -n "$annbatch_py" ]; then
+    # annbatch's own preparation (shuffle into a sharded zarr), then its epoch over that copy.
+    rm -rf "$d/annbatch.zarr"
+    stage "$m" "annbatch collection" annbatch "$cells" "$annbatch_py" benches/annbatch_epoch.py collection \
+      "$d/annbatch.zarr" "${h5ads[@]}"
+    stage "$m" "MaskedBatches epoch" "annbatch epoch (batch 4,096, X only)" "$cells" "$annbatch_py" \
+      benches/annbatch_epoch.py epoch "$d/annbatch.zarr"
+    rm -rf "$d/annbatch.zarr"
+  fi
   # 200 steps whatever the corpus: time against the atlas's cells should be flat.
   stage "$m" "train 200 steps" corrflow "$cells" "$bin" --config configs/tiny.toml train --corpus "$d/corpus" \
     --graph "$d/graph" --out "$d/run" --max-steps 200 --restart

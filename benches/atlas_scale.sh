@@ -37,6 +37,7 @@ base="${BASE:-65536}"
 work="${WORK:-$HOME/.cache/corrflow/bench/atlas}"
 all_cells_max="${ALL_CELLS_GRAPH_MAX:-16}"
 annbatch_py="${ANNBATCH_PY:-$(benches/annbatch-env.sh || true)}"
+IFS=, read -ra skip <<<"${SKIP:-}"   # stages to leave out (see usage)
 [ -n "$annbatch_py" ] || echo "atlas_scale: no Python >= 3.12 for annbatch, its anchor rows are left out" >&2
 mkdir -p "$work"
 tsv="$work/stages.tsv"
@@ -58,8 +59,6 @@ drop_caches() {
 # stage SIZE NAME TOOL CELLS command...: one timed run, appended to stages.tsv.
 stage() {
   local size="$1" name="$2" tool="$3" cells="$4"; shift 4
-  local skip
-  IFS=, read -ra skip <<<"${SKIP:-}"
   for x in "${skip[@]}"; do
     if [ "$x" = "$name" ] || [ "$x" = "$name ($tool)" ]; then echo "${size}x $name ($tool): skipped"; return 0; fi
   done

@@ -42,22 +42,22 @@ def main():
     p.add_argument("points", nargs="+", help="STEPS=EVAL.json")
     a = p.parse_args()
     data = load(a.points, a.tag)
+    means = {steps: {k: statistics.mean(v[k] for v in seeds.values()) for k, _ in METRICS}
+             for steps, (seeds, _) in data.items()}
     print("| steps | seeds | " + " | ".join(name for _, name in METRICS) + " |")
     print("|---|---|" + "---|" * len(METRICS))
     for steps, (seeds, _) in data.items():
-        means = [statistics.mean(v[k] for v in seeds.values()) for k, _ in METRICS]
-        print(f"| {steps:,} | {len(seeds)} | " + " | ".join(f"{m:.3f}" for m in means) + " |")
+        print(f"| {steps:,} | {len(seeds)} | " + " | ".join(f"{means[steps][k]:.3f}" for k, _ in METRICS) + " |")
     pca = next(iter(data.values()))[1]
     print("| PCA | | " + " | ".join(f"{pca[k]:.3f}" for k, _ in METRICS) + " |")
 
+    xs = list(data)
     fig, axes = plt.subplots(1, len(METRICS), figsize=(4 * len(METRICS), 3.6), sharex=True)
     for ax, (key, name) in zip(axes, METRICS):
-        xs = list(data)
         for steps, (seeds, _) in data.items():
             ax.plot([steps] * len(seeds), [v[key] for v in seeds.values()], "o", color="tab:blue", alpha=0.4,
                     markersize=4)
-        ax.plot(xs, [statistics.mean(v[key] for v in data[s][0].values()) for s in xs], "-", color="tab:blue",
-                label="model (mean of seeds)")
+        ax.plot(xs, [means[s][key] for s in xs], "-", color="tab:blue", label="model (mean of seeds)")
         ax.axhline(pca[key], linestyle="--", color="tab:red", label="PCA")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [f"{x:,}" for x in xs])

@@ -88,6 +88,14 @@ VARIANTS = {
     # x is far larger than the gene embedding (REPORT §10, session 45).
     "bins-2x128-k128-dec": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs",
                             {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"'}, 3000),
+    # The same at a higher peak learning rate (session 47): the classifiers still rose with
+    # each doubling of the steps at 1e-3, a sign of a model far from converged.
+    "bins-2x128-k128-dec-lr2": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 2e-3",
+                                {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"', "lr": "2e-3"},
+                                3000),
+    "bins-2x128-k128-dec-lr4": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 4e-3",
+                                {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"', "lr": "4e-3"},
+                                3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
     "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",
                   {k: v for k, v in BASE.items() if k not in ("visible_genes", "inference_genes")}, 3000,

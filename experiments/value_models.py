@@ -58,6 +58,8 @@ TARGET = ["ari", "nmi", "macro_f1"]
 BASE = {"hidden": "128", "ffn": "256", "batch_size": "32", "epochs": "1000", "visible_genes": "0", "warmup_steps": "100",
         "eval_every": "1000", "checkpoint_every": "1000", "log_every": "50", "max_steps": "3000",
         "inference_genes": "1024"}
+# Value bins, K 128 visible genes drawn from the 1,024 decoded HVGs (REPORT §10, sessions 45-47).
+BINS_DEC = {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"'}
 VARIANTS = {
     # K = 10% of the cell's measured genes (TxFM's ~90% masked), 1,024 HVGs decoded.
     "txfm-2x128": ("TxFM, 2 x 128 (FFN 256), 90% hidden, 1,024 HVGs decoded", dict(BASE), 3000),
@@ -86,16 +88,13 @@ VARIANTS = {
     # `txfm-2x128-k128-dec` with scGPT-style value bins: E_gene + E_bin(x) keeps a detected
     # gene's identity and level through the embedding LayerNorm, which [E_gene; x] loses once
     # x is far larger than the gene embedding (REPORT §10, session 45).
-    "bins-2x128-k128-dec": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs",
-                            {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"'}, 3000),
-    # The same at a higher peak learning rate (session 47): the classifiers still rose with
-    # each doubling of the steps at 1e-3, a sign of a model far from converged.
+    "bins-2x128-k128-dec": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs", BINS_DEC, 3000),
+    # The same at a higher peak learning rate (session 47's screen): the classifiers still rose
+    # with each doubling of the steps at 1e-3. Neither helped (2e-3 level or lower, 4e-3 collapsed).
     "bins-2x128-k128-dec-lr2": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 2e-3",
-                                {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"', "lr": "2e-3"},
-                                3000),
+                                {**BINS_DEC, "lr": "2e-3"}, 3000),
     "bins-2x128-k128-dec-lr4": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 4e-3",
-                                {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"', "lr": "4e-3"},
-                                3000),
+                                {**BINS_DEC, "lr": "4e-3"}, 3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
     "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",
                   {k: v for k, v in BASE.items() if k not in ("visible_genes", "inference_genes")}, 3000,

@@ -209,14 +209,13 @@ def train(binary, out, name, variant, seed, corpus, graph, steps, strategy="rand
     if not os.path.exists(done):
         os.makedirs(run, exist_ok=True)
         cfg = config_of(run, "config", edits, strategy, *preset)
-        # A run stopped part-way resumes from its last checkpoint, to the weights an unbroken run
-        # reaches (DESIGN §7, "Determinism and resume"); its cpu_seconds then count the resumed
-        # part only (the summary's `resumed_from` says from where).
-        checkpoints = os.path.join(run, "checkpoints")
-        restart = [] if os.path.isdir(checkpoints) and os.listdir(checkpoints) else ["--restart"]
+        # Without --restart, `train` resumes a run stopped part-way from its last checkpoint, to
+        # the weights an unbroken run reaches (DESIGN §7, "Determinism and resume"), and starts
+        # one with no checkpoint from step 0; a resumed run's cpu_seconds count the resumed part
+        # only (the summary's `resumed_from` says from where).
         t0, cpu0 = time.time(), cpu_seconds()
         s = corrflow(binary, "train", "--config", cfg, "--corpus", corpus, "--graph", graph, "--seed", str(seed),
-                     "--max-steps", str(steps or default_steps), "--out", run, *restart)
+                     "--max-steps", str(steps or default_steps), "--out", run)
         s["cpu_seconds"] = cpu_seconds() - cpu0
         corrflow(binary, "export", "onnx", "--checkpoint", run, "--out", os.path.join(run, "model.onnx"))
         s["wall_seconds"] = time.time() - t0

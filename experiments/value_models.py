@@ -95,6 +95,12 @@ VARIANTS = {
                                 {**BINS_DEC, "lr": "2e-3"}, 3000),
     "bins-2x128-k128-dec-lr4": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 4e-3",
                                 {**BINS_DEC, "lr": "4e-3"}, 3000),
+    # Deeper and wider bins models (session 48): Zeisel's logistic macro-F1 stopped gaining with
+    # budget at PCA's level, so the model's size is the next lever the issue names.
+    "bins-4x128-k128-dec": ("TxFM with value bins, 4 x 128, K 128 of the 1,024 decoded HVGs",
+                            {**BINS_DEC, "layers": "4"}, 3000),
+    "bins-2x256-k128-dec": ("TxFM with value bins, 2 x 256 (FFN 512), K 128 of the 1,024 decoded HVGs",
+                            {**BINS_DEC, "hidden": "256", "ffn": "512"}, 3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
     "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",
                   {k: v for k, v in BASE.items() if k not in ("visible_genes", "inference_genes")}, 3000,

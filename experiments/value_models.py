@@ -60,6 +60,7 @@ BASE = {"hidden": "128", "ffn": "256", "batch_size": "32", "epochs": "1000", "vi
         "inference_genes": "1024"}
 # Value bins, K 128 visible genes drawn from the 1,024 decoded HVGs (REPORT §10, sessions 45-47).
 BINS_DEC = {**BASE, "input": '"bins"', "visible_genes": "128", "visible": '"decoded"'}
+BINS_DEC_DESC = "TxFM with value bins, {}, K 128 of the 1,024 decoded HVGs"
 VARIANTS = {
     # K = 10% of the cell's measured genes (TxFM's ~90% masked), 1,024 HVGs decoded.
     "txfm-2x128": ("TxFM, 2 x 128 (FFN 256), 90% hidden, 1,024 HVGs decoded", dict(BASE), 3000),
@@ -88,18 +89,18 @@ VARIANTS = {
     # `txfm-2x128-k128-dec` with scGPT-style value bins: E_gene + E_bin(x) keeps a detected
     # gene's identity and level through the embedding LayerNorm, which [E_gene; x] loses once
     # x is far larger than the gene embedding (REPORT §10, session 45).
-    "bins-2x128-k128-dec": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs", BINS_DEC, 3000),
+    "bins-2x128-k128-dec": (BINS_DEC_DESC.format("2 x 128"), BINS_DEC, 3000),
     # The same at a higher peak learning rate (session 47's screen): the classifiers still rose
     # with each doubling of the steps at 1e-3. Neither helped (2e-3 level or lower, 4e-3 collapsed).
-    "bins-2x128-k128-dec-lr2": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 2e-3",
+    "bins-2x128-k128-dec-lr2": (BINS_DEC_DESC.format("2 x 128") + ", lr 2e-3",
                                 {**BINS_DEC, "lr": "2e-3"}, 3000),
-    "bins-2x128-k128-dec-lr4": ("TxFM with value bins, 2 x 128, K 128 of the 1,024 decoded HVGs, lr 4e-3",
+    "bins-2x128-k128-dec-lr4": (BINS_DEC_DESC.format("2 x 128") + ", lr 4e-3",
                                 {**BINS_DEC, "lr": "4e-3"}, 3000),
-    # Deeper and wider bins models (session 48): Zeisel's logistic macro-F1 stopped gaining with
-    # budget at PCA's level, so the model's size is the next lever the issue names.
-    "bins-4x128-k128-dec": ("TxFM with value bins, 4 x 128, K 128 of the 1,024 decoded HVGs",
+    # Deeper and wider bins models (session 48): Zeisel's logistic macro-F1 gained little from
+    # 8,988 to 11,000 steps, level with PCA, so the model's size is the next lever the issue names.
+    "bins-4x128-k128-dec": (BINS_DEC_DESC.format("4 x 128"),
                             {**BINS_DEC, "layers": "4"}, 3000),
-    "bins-2x256-k128-dec": ("TxFM with value bins, 2 x 256 (FFN 512), K 128 of the 1,024 decoded HVGs",
+    "bins-2x256-k128-dec": (BINS_DEC_DESC.format("2 x 256 (FFN 512)"),
                             {**BINS_DEC, "hidden": "256", "ffn": "512"}, 3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
     "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",

@@ -65,11 +65,13 @@ pub struct VocabConfig {
     pub alpha: f64,
     /// Genes expressed in fewer cells are left out of a built vocabulary.
     pub min_cells: u64,
+    /// Build in two passes over the inputs, in flat memory (the same medians).
+    pub two_pass: bool,
 }
 
 impl Default for VocabConfig {
     fn default() -> Self {
-        Self { alpha: 0.001, min_cells: 1 }
+        Self { alpha: 0.001, min_cells: 1, two_pass: false }
     }
 }
 

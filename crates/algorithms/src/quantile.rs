@@ -171,6 +171,36 @@ impl LogQuantileSketch {
         None
     }
 
+    /// The bucket holding the element of 0-based rank `rank`, and how many values lie in the
+    /// buckets before it (`None` when out of range). A second pass can then count finer buckets
+    /// inside that one bucket only ([`Self::median_in`]).
+    pub fn bucket_of_rank(&self, rank: u64) -> Option<(i32, u64)> {
+        if rank >= self.count {
+            return None;
+        }
+        let mut seen = 0u64;
+        for (key, n) in self.buckets() {
+            if seen + n > rank {
+                return Some((key, seen));
+            }
+            seen += n;
+        }
+        None
+    }
+
+    /// The median of `count` values, `below` of which lie under the values this sketch holds:
+    /// the values of the middle ranks must be in it. Equal to [`Self::median`] of a sketch with
+    /// the same alpha that holds all `count` values, since the element of each rank falls in the
+    /// same bucket.
+    pub fn median_in(&self, count: u64, below: u64) -> Option<f64> {
+        if count == 0 {
+            return None;
+        }
+        let lo = self.value_at_rank(((count - 1) / 2).checked_sub(below)?)?;
+        let hi = self.value_at_rank((count / 2).checked_sub(below)?)?;
+        Some((lo + hi) / 2.0)
+    }
+
     /// Estimate of the median, averaging the two middle elements for an even count
     /// (`numpy.median`'s definition); within relative error `alpha` of the exact median.
     pub fn median(&self) -> Option<f64> {
@@ -282,7 +312,46 @@ mod tests {
         assert_eq!(merged.buckets().collect::<Vec<_>>(), doubled);
     }
 
+    /// The two-pass median (`vocab build --two-pass`): a coarse sketch finds the buckets of
+    /// the middle ranks, a fine one counts only the values in them.
+    fn two_pass_median(values: &[f64], coarse_alpha: f64, alpha: f64) -> Option<f64> {
+        let mut coarse = LogQuantileSketch::new(coarse_alpha);
+        values.iter().for_each(|&x| coarse.add(x));
+        let n = coarse.count();
+        let (lo, below) = coarse.bucket_of_rank(n.checked_sub(1)? / 2)?;
+        let (hi, _) = coarse.bucket_of_rank(n / 2)?;
+        let mut fine = LogQuantileSketch::new(alpha);
+        values.iter().filter(|&&x| coarse.bucket(x).is_some_and(|k| k == lo || k == hi)).for_each(|&x| fine.add(x));
+        fine.median_in(n, below)
+    }
+
+    #[test]
+    fn bucket_of_rank_gives_the_bucket_and_the_count_below_it() {
+        let mut s = LogQuantileSketch::new(0.05);
+        [1.0, 1.0, 2.0, 50.0].iter().for_each(|&x| s.add(x));
+        let (k1, k2, k50) = (s.bucket(1.0).unwrap(), s.bucket(2.0).unwrap(), s.bucket(50.0).unwrap());
+        assert_eq!(s.bucket_of_rank(0), Some((k1, 0)));
+        assert_eq!(s.bucket_of_rank(1), Some((k1, 0)));
+        assert_eq!(s.bucket_of_rank(2), Some((k2, 2)));
+        assert_eq!(s.bucket_of_rank(3), Some((k50, 3)));
+        assert_eq!(s.bucket_of_rank(4), None);
+        assert_eq!(LogQuantileSketch::new(0.05).median_in(0, 0), None);
+    }
+
     proptest! {
+        /// Two passes give the one-pass sketch's median bit for bit, for odd and even counts,
+        /// middle elements in one coarse bucket or in two.
+        #[test]
+        fn the_two_pass_median_is_the_one_pass_median(
+            values in proptest::collection::vec(prop_oneof![1e-3f64..1e-1, 1e-1f64..1e3, 1e3f64..1e6], 1..400),
+            alpha in prop_oneof![Just(1e-6), Just(0.001), Just(0.01)],
+        ) {
+            let mut one = LogQuantileSketch::new(alpha);
+            values.iter().for_each(|&x| one.add(x));
+            let two = two_pass_median(&values, 0.05, alpha);
+            prop_assert_eq!(two.map(f64::to_bits), one.median().map(f64::to_bits));
+        }
+
         /// The pages (and, at a tiny alpha, the overflow map beside them) give every rank the
         /// value a map of bucket counts gives it, whatever order the values come in.
         #[test]

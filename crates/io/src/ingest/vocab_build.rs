@@ -4,6 +4,10 @@
 //! Each gene gets a [`LogQuantileSketch`]: its median is within relative error `alpha`
 //! (default 0.1%) of the exact `numpy.median` of the gene's nonzero normalized values, for any
 //! data and corpus size; memory is one small bucket map per gene, not one value per cell.
+//! That memory still follows the buckets the values reach, which new cells keep widening
+//! (BENCHMARKS "Atlas scale", session 49); `two_pass` reads the inputs twice instead, a coarse
+//! pass to find the buckets of each gene's middle ranks and a fine pass inside them only, for
+//! the same medians in memory that stays nearly flat.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -29,7 +33,14 @@ pub struct VocabBuildOptions {
     pub alpha: f64,
     /// Genes expressed in fewer cells are left out.
     pub min_cells: u64,
+    /// Read the inputs twice, in memory that stays nearly flat as cells are added (same
+    /// medians).
+    pub two_pass: bool,
 }
+
+/// Relative error of the first pass of `two_pass`: ~50 times wider buckets than the default
+/// alpha, so a gene's whole range fits one page of counts.
+pub const COARSE_ALPHA: f64 = 0.05;
 
 /// What `vocab build --json` prints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -40,6 +51,9 @@ pub struct VocabBuildSummary {
     pub genes_below_min_cells: usize,
     pub cells: u64,
     pub alpha: f64,
+    /// Passes over the inputs: 2 with `two_pass` (below [`COARSE_ALPHA`]), else 1.
+    #[serde(default)]
+    pub passes: u32,
     pub hash: String,
     pub seconds: f64,
 }
@@ -56,6 +70,16 @@ pub struct MedianEstimator {
     /// land together and equal buckets are added once.
     pending: Vec<(u32, i32)>,
     cells: u64,
+    /// Set for the second pass of a two-pass estimate: only values in these buckets are added.
+    first: Option<FirstPass>,
+}
+
+/// What the coarse first pass found: each slot's sketch and the buckets of its middle ranks.
+#[derive(Debug)]
+struct FirstPass {
+    sketches: Vec<LogQuantileSketch>,
+    /// (bucket of rank ⌊(n−1)/2⌋, bucket of rank ⌊n/2⌋, values below the first), by slot.
+    middle: Vec<Option<(i32, i32, u64)>>,
 }
 
 /// Values buffered before they are added to the sketches (8 bytes each).
@@ -63,7 +87,35 @@ const PENDING_VALUES: usize = 1 << 18;
 
 impl MedianEstimator {
     pub fn new(alpha: f64) -> Self {
-        Self { alpha, index: HashMap::new(), genes: Vec::new(), sketches: Vec::new(), pending: Vec::new(), cells: 0 }
+        Self {
+            alpha,
+            index: HashMap::new(),
+            genes: Vec::new(),
+            sketches: Vec::new(),
+            pending: Vec::new(),
+            cells: 0,
+            first: None,
+        }
+    }
+
+    /// Ends a first pass (made with a coarse alpha) and starts the second, whose sketches of
+    /// relative error `alpha` count only the values in the buckets of each gene's middle ranks.
+    /// The same inputs must then be read again, in the same order.
+    pub fn start_second_pass(&mut self, alpha: f64) {
+        self.flush();
+        let middle = self
+            .sketches
+            .iter()
+            .map(|s| {
+                let n = s.count();
+                let (lo, below) = s.bucket_of_rank(n.checked_sub(1)? / 2)?;
+                let (hi, _) = s.bucket_of_rank(n / 2)?;
+                Some((lo, hi, below))
+            })
+            .collect();
+        let fine = self.sketches.iter().map(|_| LogQuantileSketch::new(alpha)).collect();
+        self.first = Some(FirstPass { sketches: std::mem::replace(&mut self.sketches, fine), middle });
+        self.alpha = alpha;
     }
 
     /// Global slot of each of a file's gene ids (duplicates share a slot).
@@ -86,9 +138,19 @@ impl MedianEstimator {
         if n_counts <= 0.0 {
             return;
         }
-        self.cells += 1;
+        if self.first.is_none() {
+            self.cells += 1;
+        }
         for &(slot, c) in counts {
-            if let Some(key) = self.sketches[slot].bucket(c / n_counts * TARGET_SUM) {
+            let x = c / n_counts * TARGET_SUM;
+            if let Some(first) = &self.first {
+                let coarse = first.sketches.get(slot).and_then(|s| s.bucket(x));
+                let middle = first.middle.get(slot).copied().flatten();
+                if !matches!((coarse, middle), (Some(k), Some((lo, hi, _))) if k == lo || k == hi) {
+                    continue;
+                }
+            }
+            if let Some(key) = self.sketches[slot].bucket(x) {
                 self.pending.push((slot as u32, key));
             }
         }
@@ -110,10 +172,23 @@ impl MedianEstimator {
     /// (gene id, estimated median, number of cells expressing it), for genes seen expressed.
     pub fn medians(&mut self) -> Vec<(String, f64, u64)> {
         self.flush();
+        let Some(first) = &self.first else {
+            return self
+                .genes
+                .iter()
+                .zip(&self.sketches)
+                .filter_map(|(g, s)| s.median().map(|m| (g.clone(), m, s.count())))
+                .collect();
+        };
+        let coarse = first.sketches.iter().zip(&first.middle);
         self.genes
             .iter()
             .zip(&self.sketches)
-            .filter_map(|(g, s)| s.median().map(|m| (g.clone(), m, s.count())))
+            .zip(coarse)
+            .filter_map(|((g, fine), (coarse, middle))| {
+                let (_, _, below) = (*middle)?;
+                fine.median_in(coarse.count(), below).map(|m| (g.clone(), m, coarse.count()))
+            })
             .collect()
     }
 
@@ -138,25 +213,12 @@ pub fn build_vocabulary(
     if let Some(allowed) = alpha_out_of_range(opts.alpha) {
         return Err(Error::Usage(format!("--alpha must be in {allowed}, got {}", opts.alpha)));
     }
-    let mut est = MedianEstimator::new(opts.alpha);
-    let mut counts: Vec<(usize, f64)> = Vec::new();
-    for path in inputs {
-        let mut source = open(path, &opts.read)?;
-        let gene_ids = source.gene_ids().to_vec();
-        let slots = est.slots(&gene_ids);
-        let n = source.n_cells();
-        let step = opts.read.chunk_cells.max(1);
-        for start in (0..n).step_by(step) {
-            let chunk = source.read_chunk(start..(start + step).min(n))?;
-            for i in 0..chunk.n_cells() {
-                counts.clear();
-                let total = cell_counts(path, &chunk, i, &gene_ids, &opts.values, |col, v| {
-                    counts.push((slots[col as usize], v))
-                })?;
-                sum_duplicates(&mut counts);
-                est.add_cell(&counts, total);
-            }
-        }
+    let passes = if opts.two_pass && opts.alpha < COARSE_ALPHA { 2 } else { 1 };
+    let mut est = MedianEstimator::new(if passes == 2 { COARSE_ALPHA } else { opts.alpha });
+    add_cells(inputs, opts, &mut est)?;
+    if passes == 2 {
+        est.start_second_pass(opts.alpha);
+        add_cells(inputs, opts, &mut est)?;
     }
     let mut medians = est.medians();
     let before = medians.len();
@@ -180,8 +242,33 @@ pub fn build_vocabulary(
         genes_below_min_cells: before - medians.len(),
         cells: est.cells(),
         alpha: opts.alpha,
+        passes,
         hash: vocab.hash().to_string(),
         seconds: started.elapsed().as_secs_f64(),
     };
     Ok((vocab, summary))
+}
+
+/// Reads every cell of `inputs` into `est`: its (slot, count) pairs, duplicates summed.
+fn add_cells(inputs: &[PathBuf], opts: &VocabBuildOptions, est: &mut MedianEstimator) -> Result<()> {
+    let mut counts: Vec<(usize, f64)> = Vec::new();
+    for path in inputs {
+        let mut source = open(path, &opts.read)?;
+        let gene_ids = source.gene_ids().to_vec();
+        let slots = est.slots(&gene_ids);
+        let n = source.n_cells();
+        let step = opts.read.chunk_cells.max(1);
+        for start in (0..n).step_by(step) {
+            let chunk = source.read_chunk(start..(start + step).min(n))?;
+            for i in 0..chunk.n_cells() {
+                counts.clear();
+                let total = cell_counts(path, &chunk, i, &gene_ids, &opts.values, |col, v| {
+                    counts.push((slots[col as usize], v))
+                })?;
+                sum_duplicates(&mut counts);
+                est.add_cell(&counts, total);
+            }
+        }
+    }
+    Ok(())
 }

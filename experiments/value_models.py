@@ -98,6 +98,8 @@ VARIANTS = {
                                 {**BINS_DEC, "lr": "4e-3"}, 3000),
     # Deeper and wider bins models (session 48): Zeisel's logistic macro-F1 gained little from
     # 8,988 to 11,000 steps, level with PCA, so the model's size is the next lever the issue names.
+    # Session 49 at 4,494 steps: four layers +0.012 ± 0.005 over two (five seeds), level with two
+    # layers at twice the steps (equal compute); a width of 256 worse on one seed (0.888).
     "bins-4x128-k128-dec": (BINS_DEC_DESC.format("4 x 128"),
                             {**BINS_DEC, "layers": "4"}, 3000),
     "bins-2x256-k128-dec": (BINS_DEC_DESC.format("2 x 256 (FFN 512)"),

@@ -39,7 +39,7 @@ pub struct VocabBuildOptions {
 }
 
 /// Relative error of the first pass of `two_pass`: ~50 times wider buckets than the default
-/// alpha, so a gene's whole range fits one page of counts.
+/// alpha, so a gene's whole range fits one or two pages of counts.
 pub const COARSE_ALPHA: f64 = 0.05;
 
 /// What `vocab build --json` prints.
@@ -170,15 +170,16 @@ impl MedianEstimator {
     }
 
     /// (gene id, estimated median, number of cells expressing it), for genes seen expressed.
-    pub fn medians(&mut self) -> Vec<(String, f64, u64)> {
+    /// Fails when a second pass did not see the values of the first (the inputs changed).
+    pub fn medians(&mut self) -> Result<Vec<(String, f64, u64)>> {
         self.flush();
         let Some(first) = &self.first else {
-            return self
+            return Ok(self
                 .genes
                 .iter()
                 .zip(&self.sketches)
                 .filter_map(|(g, s)| s.median().map(|m| (g.clone(), m, s.count())))
-                .collect();
+                .collect());
         };
         let coarse = first.sketches.iter().zip(&first.middle);
         self.genes
@@ -187,7 +188,12 @@ impl MedianEstimator {
             .zip(coarse)
             .filter_map(|((g, fine), (coarse, middle))| {
                 let (_, _, below) = (*middle)?;
-                fine.median_in(coarse.count(), below).map(|m| (g.clone(), m, coarse.count()))
+                Some(fine.median_in(coarse.count(), below).map(|m| (g.clone(), m, coarse.count())).ok_or_else(|| {
+                    Error::Usage(format!(
+                        "vocab build --two-pass: gene {g}'s middle values were not read again in the second pass; \
+                         the inputs changed while being read (build again once they are complete)"
+                    ))
+                }))
             })
             .collect()
     }
@@ -215,12 +221,20 @@ pub fn build_vocabulary(
     }
     let passes = if opts.two_pass && opts.alpha < COARSE_ALPHA { 2 } else { 1 };
     let mut est = MedianEstimator::new(if passes == 2 { COARSE_ALPHA } else { opts.alpha });
-    add_cells(inputs, opts, &mut est)?;
+    let first = add_cells(inputs, opts, &mut est)?;
     if passes == 2 {
         est.start_second_pass(opts.alpha);
-        add_cells(inputs, opts, &mut est)?;
+        let second = add_cells(inputs, opts, &mut est)?;
+        if let Some((path, (a, b))) = inputs.iter().zip(first.iter().zip(&second)).find(|(_, (a, b))| a != b) {
+            return Err(Error::InvalidData {
+                path: path.clone(),
+                msg: format!(
+                    "{a} cells in the first pass of --two-pass and {b} in the second: it changed while being read"
+                ),
+            });
+        }
     }
-    let mut medians = est.medians();
+    let mut medians = est.medians()?;
     let before = medians.len();
     medians.retain(|m| m.2 >= opts.min_cells);
     if medians.is_empty() {
@@ -249,14 +263,17 @@ pub fn build_vocabulary(
     Ok((vocab, summary))
 }
 
-/// Reads every cell of `inputs` into `est`: its (slot, count) pairs, duplicates summed.
-fn add_cells(inputs: &[PathBuf], opts: &VocabBuildOptions, est: &mut MedianEstimator) -> Result<()> {
+/// Reads every cell of `inputs` into `est`: its (slot, count) pairs, duplicates summed. Returns
+/// each input's number of cells.
+fn add_cells(inputs: &[PathBuf], opts: &VocabBuildOptions, est: &mut MedianEstimator) -> Result<Vec<usize>> {
     let mut counts: Vec<(usize, f64)> = Vec::new();
+    let mut cells = Vec::with_capacity(inputs.len());
     for path in inputs {
         let mut source = open(path, &opts.read)?;
         let gene_ids = source.gene_ids().to_vec();
         let slots = est.slots(&gene_ids);
         let n = source.n_cells();
+        cells.push(n);
         let step = opts.read.chunk_cells.max(1);
         for start in (0..n).step_by(step) {
             let chunk = source.read_chunk(start..(start + step).min(n))?;
@@ -270,5 +287,5 @@ fn add_cells(inputs: &[PathBuf], opts: &VocabBuildOptions, est: &mut MedianEstim
             }
         }
     }
-    Ok(())
+    Ok(cells)
 }

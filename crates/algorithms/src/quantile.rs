@@ -157,18 +157,9 @@ impl LogQuantileSketch {
 
     /// Estimate of the element of 0-based rank `rank` in sorted order (`None` when out of range).
     pub fn value_at_rank(&self, rank: u64) -> Option<f64> {
-        if rank >= self.count {
-            return None;
-        }
-        let mut seen = 0u64;
-        for (key, n) in self.buckets() {
-            seen += n;
-            if seen > rank {
-                let gamma = self.ln_gamma.exp();
-                return Some(2.0 * (f64::from(key) * self.ln_gamma).exp() / (gamma + 1.0));
-            }
-        }
-        None
+        let (key, _) = self.bucket_of_rank(rank)?;
+        let gamma = self.ln_gamma.exp();
+        Some(2.0 * (f64::from(key) * self.ln_gamma).exp() / (gamma + 1.0))
     }
 
     /// The bucket holding the element of 0-based rank `rank`, and how many values lie in the
@@ -188,6 +179,14 @@ impl LogQuantileSketch {
         None
     }
 
+    /// The buckets of the two middle ranks, ⌊(n−1)/2⌋ and ⌊n/2⌋, and how many values lie below
+    /// the first (`None` when empty): where a second pass must count ([`Self::median_in`]).
+    pub fn median_buckets(&self) -> Option<(i32, i32, u64)> {
+        let (lo, below) = self.bucket_of_rank(self.count.checked_sub(1)? / 2)?;
+        let (hi, _) = self.bucket_of_rank(self.count / 2)?;
+        Some((lo, hi, below))
+    }
+
     /// The median of `count` values, `below` of which lie under the values this sketch holds:
     /// the values of the middle ranks must be in it. Equal to [`Self::median`] of a sketch with
     /// the same alpha that holds all `count` values, since the element of each rank falls in the
@@ -204,12 +203,7 @@ impl LogQuantileSketch {
     /// Estimate of the median, averaging the two middle elements for an even count
     /// (`numpy.median`'s definition); within relative error `alpha` of the exact median.
     pub fn median(&self) -> Option<f64> {
-        if self.count == 0 {
-            return None;
-        }
-        let lo = self.value_at_rank((self.count - 1) / 2)?;
-        let hi = self.value_at_rank(self.count / 2)?;
-        Some((lo + hi) / 2.0)
+        self.median_in(self.count, 0)
     }
 }
 
@@ -317,12 +311,10 @@ mod tests {
     fn two_pass_median(values: &[f64], coarse_alpha: f64, alpha: f64) -> Option<f64> {
         let mut coarse = LogQuantileSketch::new(coarse_alpha);
         values.iter().for_each(|&x| coarse.add(x));
-        let n = coarse.count();
-        let (lo, below) = coarse.bucket_of_rank(n.checked_sub(1)? / 2)?;
-        let (hi, _) = coarse.bucket_of_rank(n / 2)?;
+        let (lo, hi, below) = coarse.median_buckets()?;
         let mut fine = LogQuantileSketch::new(alpha);
         values.iter().filter(|&&x| coarse.bucket(x).is_some_and(|k| k == lo || k == hi)).for_each(|&x| fine.add(x));
-        fine.median_in(n, below)
+        fine.median_in(coarse.count(), below)
     }
 
     #[test]

@@ -103,16 +103,7 @@ impl MedianEstimator {
     /// The same inputs must then be read again, in the same order.
     pub fn start_second_pass(&mut self, alpha: f64) {
         self.flush();
-        let middle = self
-            .sketches
-            .iter()
-            .map(|s| {
-                let n = s.count();
-                let (lo, below) = s.bucket_of_rank(n.checked_sub(1)? / 2)?;
-                let (hi, _) = s.bucket_of_rank(n / 2)?;
-                Some((lo, hi, below))
-            })
-            .collect();
+        let middle = self.sketches.iter().map(LogQuantileSketch::median_buckets).collect();
         let fine = self.sketches.iter().map(|_| LogQuantileSketch::new(alpha)).collect();
         self.first = Some(FirstPass { sketches: std::mem::replace(&mut self.sketches, fine), middle });
         self.alpha = alpha;

@@ -20,7 +20,7 @@ mod update;
 
 pub use build::{build_exact, BuildSummary};
 pub use corrflow_io::graph_files::{read_graph, write_graph, write_graph_with, Graph, GraphInfo, INFO};
-pub use parallel::Cluster;
+pub use parallel::{Cluster, SHARD_BLOCK_CELLS};
 pub use show::show_graph;
 pub use state::{Drift, GraphState};
 pub use update::{build_incremental, rebase, update_add, update_retract, GraphDelta, UpdateSummary};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use corrflow_algorithms::graph::{GeneRowSums, GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
+use corrflow_algorithms::graph::{BatchWork, GeneRowSums, GraphVocab, PairSums, RankMaps, ScoreHistograms, ScoredCell};
 use serde::{Deserialize, Serialize};
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::generic::operator::Operator;
@@ -16,9 +16,14 @@ use timely::dataflow::operators::{Exchange, Input, Probe};
 use timely::dataflow::InputHandle;
 
 use super::build::gene_presence;
-use corrflow_io::corpus::{load_shard_cells, CorpusCells};
+use corrflow_io::corpus::{for_each_shard_block, CorpusCells};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::vocab::Vocabulary;
+
+/// Cells of a shard held at once by a worker: a shard holds up to `ingest.shard_cells` cells
+/// (100,000 by default), whose tokens and scores took hundreds of MB per worker when read whole.
+/// Every statistic is an exact integer sum, so the blocks do not change any result.
+pub const SHARD_BLOCK_CELLS: usize = 8192;
 
 /// How to run the dataflow: `-w` threads per process, `-n` processes, `-p` this process,
 /// `-h` a host file with one `host:port` per process.
@@ -232,8 +237,8 @@ impl ShardSet {
         self.first.last().copied().unwrap_or(0)
     }
 
-    /// Calls `f` with the cells of each of this worker's shards in turn (one shard in memory at
-    /// a time) and their scores over `genes`.
+    /// Calls `f` with the cells of each of this worker's shards in turn, in blocks of
+    /// [`SHARD_BLOCK_CELLS`] (one block in memory at a time), and their scores over `genes`.
     pub fn each(
         &self,
         mine: &[usize],
@@ -241,35 +246,34 @@ impl ShardSet {
         l_max: usize,
         mut f: impl FnMut(&CorpusCells, &[ScoredCell]),
     ) -> Result<()> {
-        self.each_unit(mine, genes, l_max, |_, cells, scored| f(cells, scored))
+        self.each_unit(mine, genes, l_max, |_, _, cells, scored| f(cells, scored))
     }
 
-    /// [`ShardSet::each`], also passing the unit's index.
+    /// [`ShardSet::each`], also passing the unit's index and the block's first row in the unit.
     fn each_unit(
         &self,
         mine: &[usize],
         genes: &GraphVocab,
         l_max: usize,
-        mut f: impl FnMut(usize, &CorpusCells, &[ScoredCell]),
+        mut f: impl FnMut(usize, usize, &CorpusCells, &[ScoredCell]),
     ) -> Result<()> {
+        let mut scored: Vec<ScoredCell> = Vec::new();
         for &i in mine {
             let (dir, k) = &self.units[i];
-            let cells = load_shard_cells(dir, &[*k], &self.vocab, l_max)?;
+            let mut row = 0usize;
+            let read = for_each_shard_block(dir, *k, &self.vocab, l_max, SHARD_BLOCK_CELLS, |cells| {
+                scored.resize_with(cells.len(), ScoredCell::default);
+                for (j, c) in scored.iter_mut().enumerate() {
+                    genes.score(cells.cell(j), l_max, c);
+                }
+                f(i, row, cells, &scored);
+                row += cells.len();
+                Ok(())
+            })?;
             let declared = self.first[i + 1] - self.first[i];
-            if cells.len() as u64 != declared {
-                return Err(Error::format(
-                    dir,
-                    format!("shard {k} holds {} cells, its manifest says {declared}", cells.len()),
-                ));
+            if read != declared {
+                return Err(Error::format(dir, format!("shard {k} holds {read} cells, its manifest says {declared}")));
             }
-            let scored: Vec<ScoredCell> = (0..cells.len())
-                .map(|i| {
-                    let mut c = ScoredCell::default();
-                    genes.score(cells.cell(i), l_max, &mut c);
-                    c
-                })
-                .collect();
-            f(i, &cells, &scored);
         }
         Ok(())
     }
@@ -286,9 +290,9 @@ impl ShardSet {
         let mut slot = vec![usize::MAX; genes.len()];
         wanted.iter().enumerate().for_each(|(i, &u)| slot[u] = i);
         let mut out = vec![Vec::new(); wanted.len()];
-        self.each_unit(mine, genes, l_max, |unit, _, scored| {
+        self.each_unit(mine, genes, l_max, |unit, first_row, _, scored| {
             for (row, c) in scored.iter().enumerate() {
-                let cell = (self.first[unit] + row as u64) as u32;
+                let cell = (self.first[unit] + (first_row + row) as u64) as u32;
                 for (&u, &s) in c.genes.iter().zip(&c.scores) {
                     if let Some(list) = out.get_mut(slot[u as usize]) {
                         list.push((cell, s));
@@ -322,9 +326,10 @@ impl ShardSet {
         let mut hist = ScoreHistograms::new(g, l);
         let mut sums = PairSums::new(g);
         let mut presence = vec![0i64; self.vocab.len()];
+        let mut work = BatchWork::default();
         self.each(mine, genes, l, |cells, scored| {
             scored.iter().for_each(|c| hist.add_cell(c, 1));
-            sums.add_cells(scored, maps, 1, self.gemm_threads);
+            sums.add_cells_in(&mut work, scored, maps, 1, self.gemm_threads);
             presence.iter_mut().zip(gene_presence(cells, &self.vocab, l)).for_each(|(a, b)| *a += b as i64);
         })?;
         Ok(AtlasStatistics { hist, sums, presence })
@@ -371,7 +376,8 @@ pub fn shard_row_sums(
     let units = set.units.len();
     let compute = move |mine: &[usize]| -> Result<GeneRowSums> {
         let mut sums = GeneRowSums::new(rows.clone(), genes.len());
-        set.each(mine, &genes, maps.l_max, |_, scored| sums.add_cells(scored, &maps, set.gemm_threads))?;
+        let mut work = BatchWork::default();
+        set.each(mine, &genes, maps.l_max, |_, scored| sums.add_cells_in(&mut work, scored, &maps, set.gemm_threads))?;
         Ok(sums)
     };
     run_partials(cluster, units, compute, |t: &mut GeneRowSums, p: &GeneRowSums| t.merge(p))

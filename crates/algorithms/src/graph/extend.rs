@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::products::at_b_strided;
 use super::scores::ScoredCell;
-use super::stats::{PairSums, RankMaps};
+use super::stats::{BatchWork, PairSums, RankMaps};
 
 /// Per-gene rows of `width` values rearranged to a new gene set: row `i` of the result is row
 /// `from[i]` of `src`, or zeros for a gene that `src` does not have.
@@ -114,6 +114,11 @@ impl GeneRowSums {
     /// Adds cells (scored over all `n_genes`): dense batches and f64 products, exact as in
     /// [`PairSums::add_cells`].
     pub fn add_cells(&mut self, cells: &[ScoredCell], maps: &RankMaps, threads: usize) {
+        self.add_cells_in(&mut BatchWork::default(), cells, maps, threads);
+    }
+
+    /// [`GeneRowSums::add_cells`] with the batch matrices of `work` (see [`BatchWork`]).
+    pub fn add_cells_in(&mut self, work: &mut BatchWork, cells: &[ScoredCell], maps: &RankMaps, threads: usize) {
         let (g, r) = (self.n_genes, self.rows.len());
         if r == 0 {
             self.n_cells += cells.len() as i64;
@@ -122,41 +127,24 @@ impl GeneRowSums {
         let mut row_of = vec![usize::MAX; g];
         self.rows.iter().enumerate().for_each(|(i, &e)| row_of[e] = i);
         let batch = PairSums::exact_batch(maps.max_abs_y());
-        let (mut y, mut y2, mut p) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut ye, mut y2e, mut pe) = (Vec::new(), Vec::new(), Vec::new());
-        let mut out = vec![0f64; r * g];
         for block in cells.chunks(batch) {
             let b = block.len();
-            for (m, width) in [(&mut y, g), (&mut y2, g), (&mut p, g), (&mut ye, r), (&mut y2e, r), (&mut pe, r)] {
-                m.clear();
-                m.resize(b * width, 0f64);
-            }
-            for (i, cell) in block.iter().enumerate() {
-                for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
-                    let v = maps.y(u as usize, s as usize) as f64;
-                    let u = u as usize;
-                    (y[i * g + u], y2[i * g + u], p[i * g + u]) = (v, v * v, 1.0);
-                    if row_of[u] != usize::MAX {
-                        let k = i * r + row_of[u];
-                        (ye[k], y2e[k], pe[k]) = (v, v * v, 1.0);
-                    }
-                }
-            }
+            work.fill(block, maps, g, Some((&row_of, r)));
+            let BatchWork { y, y2, p, ye, y2e, pe, panel } = &mut *work;
+            panel.resize(r * g, 0.0);
             let products: [(&[f64], &[f64], &mut Vec<i128>); 5] = [
-                (&ye, &y, &mut self.yy),
-                (&ye, &p, &mut self.yp_row),
-                (&y2e, &p, &mut self.y2p_row),
-                (&pe, &y, &mut self.yp_col),
-                (&pe, &y2, &mut self.y2p_col),
+                (ye, y, &mut self.yy),
+                (ye, p, &mut self.yp_row),
+                (y2e, p, &mut self.y2p_row),
+                (pe, y, &mut self.yp_col),
+                (pe, y2, &mut self.y2p_col),
             ];
             for (a, bm, acc) in products {
-                out.fill(0.0);
-                at_b_strided(r, g, b, &mut out, g, a, r, bm, g, threads);
-                acc.iter_mut().zip(&out).for_each(|(s, &x)| *s += x as i128);
+                at_b_strided(r, g, b, panel, g, a, r, bm, g, threads);
+                acc.iter_mut().zip(panel.iter()).for_each(|(s, &x)| *s += x as i64 as i128);
             }
-            out.fill(0.0);
-            at_b_strided(r, g, b, &mut out, g, &pe, r, &p, g, threads);
-            self.co.iter_mut().zip(&out).for_each(|(s, &x)| *s += x as i64);
+            at_b_strided(r, g, b, panel, g, pe, r, p, g, threads);
+            self.co.iter_mut().zip(panel.iter()).for_each(|(s, &x)| *s += x as i64);
         }
         self.n_cells += cells.len() as i64;
     }

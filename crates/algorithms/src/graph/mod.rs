@@ -26,4 +26,4 @@ pub use scores::{count_presence, GraphVocab, ScoredCell};
 pub use screen::approx_correlations;
 pub use select::{candidate_pairs, screened_candidate_pairs, GraphEdge};
 pub use spearman::{spearman_average_ranks, OverlapScratch};
-pub use stats::{global_correlations, GeneMoments, PairSums, RankMaps, ScoreHistograms};
+pub use stats::{global_correlations, BatchWork, GeneMoments, PairSums, RankMaps, ScoreHistograms};

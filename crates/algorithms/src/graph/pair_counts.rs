@@ -6,8 +6,18 @@ use super::scores::ScoredCell;
 /// Exact co-presence counts of all gene pairs (row-major `G × G`), from per-gene bitsets of
 /// the cells where each gene is present: one AND + popcount per 64 cells and pair.
 pub fn co_presence(cells: &[ScoredCell], n_genes: usize) -> Vec<i64> {
+    let mut co = vec![0i64; n_genes * n_genes];
+    add_co_presence(cells, n_genes, 1, &mut co);
+    co
+}
+
+/// Adds `sign` times the co-presence counts of `cells` to `co`, which is symmetric before and
+/// after: the upper triangle is counted in place, a row per task, then mirrored, so no `G × G`
+/// temporary is made for each block of cells.
+pub fn add_co_presence(cells: &[ScoredCell], n_genes: usize, sign: i64, co: &mut [i64]) {
     use rayon::prelude::*;
     let g = n_genes;
+    assert_eq!(co.len(), g * g, "co-presence of another vocabulary");
     let words = cells.len().div_ceil(64);
     let mut bits = vec![0u64; g * words];
     for (i, c) in cells.iter().enumerate() {
@@ -15,21 +25,13 @@ pub fn co_presence(cells: &[ScoredCell], n_genes: usize) -> Vec<i64> {
             bits[u as usize * words + i / 64] |= 1 << (i % 64);
         }
     }
-    let rows: Vec<Vec<i64>> = (0..g)
-        .into_par_iter()
-        .map(|u| {
-            let a = &bits[u * words..(u + 1) * words];
-            (0..g).map(|v| if v < u { 0 } else { and_popcount(a, &bits[v * words..(v + 1) * words]) as i64 }).collect()
-        })
-        .collect();
-    let mut co = vec![0i64; g * g];
-    for (u, row) in rows.into_iter().enumerate() {
-        for v in u..g {
-            co[u * g + v] = row[v];
-            co[v * g + u] = row[v];
+    co.par_chunks_mut(g.max(1)).enumerate().for_each(|(u, row)| {
+        let a = &bits[u * words..(u + 1) * words];
+        for (v, x) in row.iter_mut().enumerate().skip(u) {
+            *x += sign * and_popcount(a, &bits[v * words..(v + 1) * words]) as i64;
         }
-    }
-    co
+    });
+    super::products::mirror_upper(co, g);
 }
 
 /// Adjacency counts of all gene pairs (row-major `G × G`, symmetric, zero diagonal): how many

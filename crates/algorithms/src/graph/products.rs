@@ -1,26 +1,45 @@
 //! Dense matrix products (`Aᵀ B` of row-major matrices, via the `gemm` crate): the one kernel
 //! behind the pair statistics and the screening correlations.
 
-/// `out = Aᵀ A` (row-major `cols × cols`) from upper-triangle blocks of 256 columns, mirrored:
-/// about 0.56 of the full product's work.
-pub(crate) fn gram_upper(a: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
-    const BLOCK: usize = 256;
-    let g = cols;
-    for b0 in (0..g).step_by(BLOCK) {
-        let m = (b0 + BLOCK).min(g) - b0;
-        let n = g - b0;
-        at_b(m, n, rows, &mut out[b0 * g + b0..], g, &a[b0..], &a[b0..], g, threads);
-    }
-    for u in 0..g {
-        for v in 0..u {
-            out[u * g + v] = out[v * g + u];
-        }
+/// Output rows of an upper-triangle product computed at a time (as 256-column blocks, about 0.56
+/// of the whole product's work at 2,000 columns). A whole product is one call: in panels, `gemm`
+/// would pack the right-hand matrix again for each of them.
+const UPPER_PANEL: usize = 256;
+
+/// `Aᵀ B` of row-major `rows × cols` matrices `a`, `b` into `scratch`, passed to `take(u0, m, n,
+/// part)` in parts: rows `u0..u0 + m`, columns `cols − n..cols`, row-major `n` wide. With
+/// `upper`, panels of [`UPPER_PANEL`] rows, each holding only the columns from its first row on
+/// (`n = cols − u0`): the upper triangle of a symmetric `Aᵀ A` and a little of its lower one.
+/// Otherwise one part, the whole product.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn at_b_panels(
+    a: &[f64],
+    b: &[f64],
+    rows: usize,
+    cols: usize,
+    upper: bool,
+    threads: usize,
+    scratch: &mut Vec<f64>,
+    mut take: impl FnMut(usize, usize, usize, &[f64]),
+) {
+    let panel = if upper { UPPER_PANEL } else { cols.max(1) };
+    for u0 in (0..cols).step_by(panel) {
+        let m = panel.min(cols - u0);
+        let c0 = if upper { u0 } else { 0 };
+        let n = cols - c0;
+        scratch.resize(m * n, 0.0);
+        at_b(m, n, rows, scratch, n, &a[u0..], &b[c0..], cols, threads);
+        take(u0, m, n, &scratch[..m * n]);
     }
 }
 
-/// `out = Aᵀ B` for row-major `rows × cols` matrices `a`, `b` (out is `cols × cols`, row-major).
-pub(crate) fn cross(a: &[f64], b: &[f64], rows: usize, cols: usize, out: &mut [f64], threads: usize) {
-    at_b(cols, cols, rows, out, cols, a, b, cols, threads);
+/// Copies the upper triangle of a row-major `g × g` matrix onto its lower one.
+pub(crate) fn mirror_upper<T: Copy>(m: &mut [T], g: usize) {
+    for u in 1..g {
+        for v in 0..u {
+            m[u * g + v] = m[v * g + u];
+        }
+    }
 }
 
 /// `dst[i, j] = Σ_k a[k·ld + i] · b[k·ld + j]` for `i < m`, `j < n`, `k < k_len`, with `dst`

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::products::{cross, gram_upper};
+use super::products::{at_b_panels, mirror_upper};
 use super::scores::ScoredCell;
 
 /// Per-gene histograms of scores over present cells, plus the number of cells; adding and
@@ -111,6 +111,9 @@ pub struct PairSums {
 }
 
 const EXACT_F64: f64 = 9_007_199_254_740_992.0; // 2^53
+/// Cells per dense batch at most: its three `cells × genes` f64 matrices are 49 MB at 2,000
+/// genes, per worker; longer batches would not make the products faster.
+const MAX_BATCH: usize = 1024;
 
 impl PairSums {
     pub fn new(n_genes: usize) -> Self {
@@ -122,7 +125,7 @@ impl PairSums {
     /// integer (the largest product is y², in `yy` and `y2p`).
     pub fn exact_batch(max_abs_y: i64) -> usize {
         let per = (max_abs_y.max(1) as f64).powi(2);
-        ((EXACT_F64 / per) as usize).clamp(1, 4096)
+        ((EXACT_F64 / per) as usize).clamp(1, MAX_BATCH)
     }
 
     /// Pearson correlation of the rank-mapped scores of `u` and `v` over the cells where both
@@ -146,37 +149,50 @@ impl PairSums {
     }
 
     /// Adds (`sign = 1`) or retracts (`sign = -1`) cells: dense batch matrices and f64 matrix
-    /// products (exact, see [`PairSums::exact_batch`]), then integer accumulation.
+    /// products (exact, see [`PairSums::exact_batch`]), then integer accumulation, a panel of
+    /// output rows at a time. `yy` and `co` are symmetric: their upper triangles are summed, then
+    /// mirrored.
     pub fn add_cells(&mut self, cells: &[ScoredCell], maps: &RankMaps, sign: i64, threads: usize) {
+        self.add_cells_in(&mut BatchWork::default(), cells, maps, sign, threads);
+    }
+
+    /// [`PairSums::add_cells`] with the batch matrices of `work`, kept by a caller that adds
+    /// cells block by block.
+    pub fn add_cells_in(
+        &mut self,
+        work: &mut BatchWork,
+        cells: &[ScoredCell],
+        maps: &RankMaps,
+        sign: i64,
+        threads: usize,
+    ) {
         let g = self.n_genes;
         let batch = Self::exact_batch(maps.max_abs_y());
-        let (mut ymat, mut y2mat, mut pmat) = (Vec::new(), Vec::new(), Vec::new());
-        let mut out = vec![0f64; g * g];
         let sign128 = i128::from(sign);
+        // Every partial sum is an exact integer below 2^53: through i64, the conversion is one
+        // instruction where f64 → i128 is a library call.
+        let add = |to: &mut [i128], from: &[f64]| {
+            to.iter_mut().zip(from).for_each(|(a, &x)| *a += sign128 * (x as i64 as i128))
+        };
         for block in cells.chunks(batch) {
             let b = block.len();
-            for m in [&mut ymat, &mut y2mat, &mut pmat] {
-                m.clear();
-                m.resize(b * g, 0f64);
-            }
-            for (i, cell) in block.iter().enumerate() {
-                for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
-                    let y = maps.y(u as usize, s as usize) as f64;
-                    ymat[i * g + u as usize] = y;
-                    y2mat[i * g + u as usize] = y * y;
-                    pmat[i * g + u as usize] = 1.0;
+            work.fill(block, maps, g, None);
+            let BatchWork { y, y2, p, panel, .. } = &mut *work;
+            let yy = &mut self.yy;
+            at_b_panels(y, y, b, g, true, threads, panel, |u0, m, n, part| {
+                for i in 0..m {
+                    let u = u0 + i;
+                    add(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n]);
                 }
+            });
+            for (x, sums) in [(&*y, &mut self.yp), (&*y2, &mut self.y2p)] {
+                at_b_panels(x, p, b, g, false, threads, panel, |u0, m, _, part| {
+                    add(&mut sums[u0 * g..(u0 + m) * g], part);
+                });
             }
-            // yy is symmetric: upper-triangle blocks only, mirrored.
-            gram_upper(&ymat, b, g, &mut out, threads);
-            self.yy.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
-            cross(&ymat, &pmat, b, g, &mut out, threads);
-            self.yp.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
-            cross(&y2mat, &pmat, b, g, &mut out, threads);
-            self.y2p.iter_mut().zip(&out).for_each(|(a, &x)| *a += sign128 * x as i128);
         }
-        // Co-presence by bitsets and popcount rather than a 0/1 matrix product.
-        self.co.iter_mut().zip(super::pair_counts::co_presence(cells, g)).for_each(|(a, x)| *a += sign * x);
+        mirror_upper(&mut self.yy, g);
+        super::pair_counts::add_co_presence(cells, g, sign, &mut self.co);
         self.n_cells += sign * cells.len() as i64;
     }
 
@@ -191,6 +207,54 @@ impl PairSums {
         }
         for (a, b) in self.yp.iter_mut().zip(&other.yp).chain(self.y2p.iter_mut().zip(&other.y2p)) {
             *a += i128::from(sign) * b;
+        }
+    }
+}
+
+/// The dense batch matrices of the pair products (`cells × genes` f64: y, y², presence, and the
+/// same for some rows) and the products' output. A worker streaming blocks of cells keeps one,
+/// so they are not allocated and faulted in again for every block (at 2,000 genes the output is
+/// 32 MB, each batch matrix 16 MB).
+#[derive(Debug, Default)]
+pub struct BatchWork {
+    pub(crate) y: Vec<f64>,
+    pub(crate) y2: Vec<f64>,
+    pub(crate) p: Vec<f64>,
+    pub(crate) ye: Vec<f64>,
+    pub(crate) y2e: Vec<f64>,
+    pub(crate) pe: Vec<f64>,
+    pub(crate) panel: Vec<f64>,
+}
+
+impl BatchWork {
+    /// The batch's mapped scores `y`, their squares and presence over all `g` genes; with
+    /// `rows` (each gene's row, `usize::MAX` for none, and the row count), the same over those rows.
+    pub(crate) fn fill(&mut self, block: &[ScoredCell], maps: &RankMaps, g: usize, rows: Option<(&[usize], usize)>) {
+        let b = block.len();
+        let r = rows.map_or(0, |(_, r)| r);
+        for (m, width) in [
+            (&mut self.y, g),
+            (&mut self.y2, g),
+            (&mut self.p, g),
+            (&mut self.ye, r),
+            (&mut self.y2e, r),
+            (&mut self.pe, r),
+        ] {
+            m.clear();
+            m.resize(b * width, 0f64);
+        }
+        for (i, cell) in block.iter().enumerate() {
+            for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
+                let v = maps.y(u as usize, s as usize) as f64;
+                let u = u as usize;
+                (self.y[i * g + u], self.y2[i * g + u], self.p[i * g + u]) = (v, v * v, 1.0);
+                if let Some((row_of, r)) = rows {
+                    if row_of[u] != usize::MAX {
+                        let k = i * r + row_of[u];
+                        (self.ye[k], self.y2e[k], self.pe[k]) = (v, v * v, 1.0);
+                    }
+                }
+            }
         }
     }
 }
@@ -398,9 +462,57 @@ mod tests {
         assert_eq!(sums, before);
     }
 
+    /// Cells over more genes than one panel of output rows (600: panels of 256, 256 and 88),
+    /// in more cells than one batch, added in two calls and one retracted: every sum is what
+    /// each cell contributes, pair by pair, computed directly.
+    #[test]
+    fn panels_and_calls_sum_what_each_cell_contributes() {
+        let (g, l) = (600usize, 64usize);
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        let cells: Vec<ScoredCell> = (0..2500)
+            .map(|_| {
+                let mut genes: Vec<u32> = (0..40).map(|_| next(g as u64) as u32).collect();
+                genes.sort_unstable();
+                genes.dedup();
+                ScoredCell { scores: genes.iter().map(|_| next(l as u64) as u16).collect(), genes }
+            })
+            .collect();
+        let mut h = ScoreHistograms::new(g, l);
+        cells.iter().for_each(|c| h.add_cell(c, 1));
+        let maps = RankMaps::from_histograms(&h);
+        let direct = |cells: &[ScoredCell]| {
+            let mut d = PairSums::new(g);
+            for c in cells {
+                for (&u, &su) in c.genes.iter().zip(&c.scores) {
+                    let yu = i128::from(maps.y(u as usize, su as usize));
+                    for (&v, &sv) in c.genes.iter().zip(&c.scores) {
+                        let k = u as usize * g + v as usize;
+                        d.yy[k] += yu * i128::from(maps.y(v as usize, sv as usize));
+                        d.yp[k] += yu;
+                        d.y2p[k] += yu * yu;
+                        d.co[k] += 1;
+                    }
+                }
+            }
+            d.n_cells = cells.len() as i64;
+            d
+        };
+        let mut sums = PairSums::new(g);
+        assert!(cells.len() > 2 * MAX_BATCH && PairSums::exact_batch(maps.max_abs_y()) == MAX_BATCH);
+        sums.add_cells(&cells[..1700], &maps, 1, 2);
+        sums.add_cells(&cells[1700..], &maps, 1, 1);
+        assert_eq!(sums, direct(&cells));
+        sums.add_cells(&cells[1700..], &maps, -1, 2);
+        assert_eq!(sums, direct(&cells[..1700]));
+    }
+
     #[test]
     fn exact_batches_shrink_as_ranks_grow() {
-        assert_eq!(PairSums::exact_batch(10), 4096);
+        assert_eq!(PairSums::exact_batch(10), MAX_BATCH);
         assert!(PairSums::exact_batch(2_000_000) * 4_000_000_000_000 <= 1 << 53);
     }
 }

@@ -33,7 +33,7 @@ pub use read::{
     for_each_batch, for_each_shard_batch, for_each_shard_batch_with_expression, read_atlas_tokens, verify_shard,
     AtlasCells,
 };
-pub use sample::{load_corpus_cells, load_shard_cells, CorpusCells};
+pub use sample::{for_each_shard_block, load_corpus_cells, CorpusCells};
 pub use shard::{token_schema, TokenBatch, TokenShardWriter};
 
 use std::path::{Path, PathBuf};

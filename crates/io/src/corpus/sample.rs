@@ -100,17 +100,40 @@ fn append_cells(
     Ok(())
 }
 
-/// Reads the cells of some shards of one atlas (by index in its manifest), all cells.
-pub fn load_shard_cells(atlas_dir: &Path, shards: &[usize], vocab: &Vocabulary, l_max: usize) -> Result<CorpusCells> {
+/// Calls `f` with the cells of shard `shard` of one atlas (by index in its manifest), in shard
+/// order, in blocks of at least `block` cells (the last may be smaller): one block in memory at a
+/// time, where a whole shard holds up to `ingest.shard_cells` cells. Returns the cells read.
+pub fn for_each_shard_block(
+    atlas_dir: &Path,
+    shard: usize,
+    vocab: &Vocabulary,
+    l_max: usize,
+    block: usize,
+    mut f: impl FnMut(&CorpusCells) -> Result<()>,
+) -> Result<u64> {
     let manifest = AtlasManifest::load(atlas_dir)?;
-    let mut cells = CorpusCells { offsets: vec![0], ..Default::default() };
-    for &k in shards {
-        let shard = manifest.shards.get(k).ok_or_else(|| Error::format(atlas_dir, format!("no shard {k}")))?;
-        let p = atlas_dir.join(&shard.file);
-        super::verify_shard(&p, shard.bytes, &shard.sha256)?;
-        for_each_shard_batch(&p, |rb| append_cells(rb, &p, vocab, l_max, &mut cells, || true))?;
+    let info = manifest.shards.get(shard).ok_or_else(|| Error::format(atlas_dir, format!("no shard {shard}")))?;
+    let p = atlas_dir.join(&info.file);
+    super::verify_shard(&p, info.bytes, &info.sha256)?;
+    let mut cells = CorpusCells { offsets: vec![0], atlases: vec![manifest.atlas.clone()], ..Default::default() };
+    let mut read = 0u64;
+    let mut flush = |cells: &mut CorpusCells| -> Result<()> {
+        cells.total_cells = cells.len() as u64;
+        read += cells.total_cells;
+        f(cells)?;
+        cells.tokens.clear();
+        cells.offsets.truncate(1);
+        Ok(())
+    };
+    for_each_shard_batch(&p, |rb| {
+        append_cells(rb, &p, vocab, l_max, &mut cells, || true)?;
+        if cells.len() >= block.max(1) {
+            flush(&mut cells)?;
+        }
+        Ok(())
+    })?;
+    if !cells.is_empty() {
+        flush(&mut cells)?;
     }
-    cells.total_cells = cells.len() as u64;
-    cells.atlases.push(manifest.atlas);
-    Ok(cells)
+    Ok(read)
 }

@@ -5,7 +5,8 @@
 //! sums under the maps → ρ_global and Algorithm 1's selection; (4) the postings (cell, score)
 //! of the selected pairs' genes → ρ_local exactly, as the in-memory build computes it, in chunks
 //! of pairs whose postings fit a memory budget (one more pass per chunk). Memory depends on the
-//! graph vocabulary, the largest shard and the budget, not on the number of cells.
+//! graph vocabulary and the budget (a worker holds a block of cells, not a shard), not on the
+//! number of cells.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -100,6 +100,7 @@ VARIANTS = {
     # 8,988 to 11,000 steps, level with PCA, so the model's size is the next lever the issue names.
     # Session 49 at 4,494 steps: four layers +0.012 ± 0.005 over two (five seeds), level with two
     # layers at twice the steps (equal compute); a width of 256 worse on one seed (0.888).
+    # Session 50 at 8,988 steps: four layers 0.957 ± 0.002, above PCA (+0.004 ± 0.003, five seeds).
     "bins-4x128-k128-dec": (BINS_DEC_DESC.format("4 x 128"),
                             {**BINS_DEC, "layers": "4"}, 3000),
     "bins-2x256-k128-dec": (BINS_DEC_DESC.format("2 x 256 (FFN 512)"),

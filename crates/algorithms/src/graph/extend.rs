@@ -4,9 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::batch::{add_exact, BatchWork};
 use super::products::at_b_strided;
 use super::scores::ScoredCell;
-use super::stats::{BatchWork, PairSums, RankMaps};
+use super::stats::{PairSums, RankMaps};
 
 /// Per-gene rows of `width` values rearranged to a new gene set: row `i` of the result is row
 /// `from[i]` of `src`, or zeros for a gene that `src` does not have.
@@ -141,7 +142,7 @@ impl GeneRowSums {
             ];
             for (a, bm, acc) in products {
                 at_b_strided(r, g, b, panel, g, a, r, bm, g, threads);
-                acc.iter_mut().zip(panel.iter()).for_each(|(s, &x)| *s += x as i64 as i128);
+                add_exact(acc, panel, 1);
             }
             at_b_strided(r, g, b, panel, g, pe, r, p, g, threads);
             self.co.iter_mut().zip(panel.iter()).for_each(|(s, &x)| *s += x as i64);

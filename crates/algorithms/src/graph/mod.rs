@@ -9,6 +9,7 @@
 //! ranks; when the maps are frozen and cells are added or retracted, sums stay exact under the
 //! frozen maps (the incremental design of docs/DESIGN.md §5.2).
 
+mod batch;
 mod extend;
 mod pair_counts;
 mod params;
@@ -19,6 +20,7 @@ mod select;
 mod spearman;
 mod stats;
 
+pub use batch::BatchWork;
 pub use extend::{remap_rows, remap_square, GeneRowSums};
 pub use pair_counts::{adjacency_counts, co_presence};
 pub use params::GraphParams;
@@ -26,4 +28,4 @@ pub use scores::{count_presence, GraphVocab, ScoredCell};
 pub use screen::approx_correlations;
 pub use select::{candidate_pairs, screened_candidate_pairs, GraphEdge};
 pub use spearman::{spearman_average_ranks, OverlapScratch};
-pub use stats::{global_correlations, BatchWork, GeneMoments, PairSums, RankMaps, ScoreHistograms};
+pub use stats::{global_correlations, GeneMoments, PairSums, RankMaps, ScoreHistograms};

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::batch::{add_exact, BatchWork};
 use super::products::{at_b_panels, mirror_upper};
 use super::scores::ScoredCell;
 
@@ -169,11 +170,6 @@ impl PairSums {
         let g = self.n_genes;
         let batch = Self::exact_batch(maps.max_abs_y());
         let sign128 = i128::from(sign);
-        // Every partial sum is an exact integer below 2^53: through i64, the conversion is one
-        // instruction where f64 → i128 is a library call.
-        let add = |to: &mut [i128], from: &[f64]| {
-            to.iter_mut().zip(from).for_each(|(a, &x)| *a += sign128 * (x as i64 as i128))
-        };
         for block in cells.chunks(batch) {
             let b = block.len();
             work.fill(block, maps, g, None);
@@ -182,12 +178,12 @@ impl PairSums {
             at_b_panels(y, y, b, g, true, threads, panel, |u0, m, n, part| {
                 for i in 0..m {
                     let u = u0 + i;
-                    add(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n]);
+                    add_exact(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n], sign128);
                 }
             });
             for (x, sums) in [(&*y, &mut self.yp), (&*y2, &mut self.y2p)] {
                 at_b_panels(x, p, b, g, false, threads, panel, |u0, m, _, part| {
-                    add(&mut sums[u0 * g..(u0 + m) * g], part);
+                    add_exact(&mut sums[u0 * g..(u0 + m) * g], part, sign128);
                 });
             }
         }
@@ -207,54 +203,6 @@ impl PairSums {
         }
         for (a, b) in self.yp.iter_mut().zip(&other.yp).chain(self.y2p.iter_mut().zip(&other.y2p)) {
             *a += i128::from(sign) * b;
-        }
-    }
-}
-
-/// The dense batch matrices of the pair products (`cells × genes` f64: y, y², presence, and the
-/// same for some rows) and the products' output. A worker streaming blocks of cells keeps one,
-/// so they are not allocated and faulted in again for every block (at 2,000 genes the output is
-/// 32 MB, each batch matrix 16 MB).
-#[derive(Debug, Default)]
-pub struct BatchWork {
-    pub(crate) y: Vec<f64>,
-    pub(crate) y2: Vec<f64>,
-    pub(crate) p: Vec<f64>,
-    pub(crate) ye: Vec<f64>,
-    pub(crate) y2e: Vec<f64>,
-    pub(crate) pe: Vec<f64>,
-    pub(crate) panel: Vec<f64>,
-}
-
-impl BatchWork {
-    /// The batch's mapped scores `y`, their squares and presence over all `g` genes; with
-    /// `rows` (each gene's row, `usize::MAX` for none, and the row count), the same over those rows.
-    pub(crate) fn fill(&mut self, block: &[ScoredCell], maps: &RankMaps, g: usize, rows: Option<(&[usize], usize)>) {
-        let b = block.len();
-        let r = rows.map_or(0, |(_, r)| r);
-        for (m, width) in [
-            (&mut self.y, g),
-            (&mut self.y2, g),
-            (&mut self.p, g),
-            (&mut self.ye, r),
-            (&mut self.y2e, r),
-            (&mut self.pe, r),
-        ] {
-            m.clear();
-            m.resize(b * width, 0f64);
-        }
-        for (i, cell) in block.iter().enumerate() {
-            for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
-                let v = maps.y(u as usize, s as usize) as f64;
-                let u = u as usize;
-                (self.y[i * g + u], self.y2[i * g + u], self.p[i * g + u]) = (v, v * v, 1.0);
-                if let Some((row_of, r)) = rows {
-                    if row_of[u] != usize::MAX {
-                        let k = i * r + row_of[u];
-                        (self.ye[k], self.y2e[k], self.pe[k]) = (v, v * v, 1.0);
-                    }
-                }
-            }
         }
     }
 }

@@ -1,0 +1,60 @@
+//! The dense batch matrices behind the exact pair statistics ([`super::PairSums`],
+//! [`super::GeneRowSums`]), and the one way their f64 products become integer sums.
+
+use super::scores::ScoredCell;
+use super::stats::RankMaps;
+
+/// The dense batch matrices of the pair products (`cells × genes` f64: y, y², presence, and the
+/// same for some rows) and the products' output. A worker streaming blocks of cells keeps one,
+/// so they are not allocated and faulted in again for every block (at 2,000 genes the output is
+/// 32 MB, each batch matrix 16 MB).
+#[derive(Debug, Default)]
+pub struct BatchWork {
+    pub(crate) y: Vec<f64>,
+    pub(crate) y2: Vec<f64>,
+    pub(crate) p: Vec<f64>,
+    pub(crate) ye: Vec<f64>,
+    pub(crate) y2e: Vec<f64>,
+    pub(crate) pe: Vec<f64>,
+    pub(crate) panel: Vec<f64>,
+}
+
+impl BatchWork {
+    /// The batch's mapped scores `y`, their squares and presence over all `g` genes; with
+    /// `rows` (each gene's row, `usize::MAX` for none, and the row count), the same over those rows.
+    pub(crate) fn fill(&mut self, block: &[ScoredCell], maps: &RankMaps, g: usize, rows: Option<(&[usize], usize)>) {
+        let b = block.len();
+        let r = rows.map_or(0, |(_, r)| r);
+        for (m, width) in [
+            (&mut self.y, g),
+            (&mut self.y2, g),
+            (&mut self.p, g),
+            (&mut self.ye, r),
+            (&mut self.y2e, r),
+            (&mut self.pe, r),
+        ] {
+            m.clear();
+            m.resize(b * width, 0f64);
+        }
+        for (i, cell) in block.iter().enumerate() {
+            for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
+                let v = maps.y(u as usize, s as usize) as f64;
+                let u = u as usize;
+                (self.y[i * g + u], self.y2[i * g + u], self.p[i * g + u]) = (v, v * v, 1.0);
+                if let Some((row_of, r)) = rows {
+                    if row_of[u] != usize::MAX {
+                        let k = i * r + row_of[u];
+                        (self.ye[k], self.y2e[k], self.pe[k]) = (v, v * v, 1.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds `sign` times `from` to `to`. Every partial sum of a batch product is an exact integer
+/// below 2^53 ([`super::PairSums::exact_batch`]): through i64 the conversion is one instruction,
+/// where f64 → i128 is a library call.
+pub(crate) fn add_exact(to: &mut [i128], from: &[f64], sign: i128) {
+    to.iter_mut().zip(from).for_each(|(a, &x)| *a += sign * (x as i64 as i128));
+}

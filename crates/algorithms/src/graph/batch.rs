@@ -1,8 +1,8 @@
 //! The dense batch matrices behind the exact pair statistics ([`super::PairSums`],
 //! [`super::GeneRowSums`]), and the one way their f64 products become integer sums.
 
+use super::ranks::RankMaps;
 use super::scores::ScoredCell;
-use super::stats::RankMaps;
 
 /// The dense batch matrices of the pair products (`cells × genes` f64: y, y², presence, and the
 /// same for some rows) and the products' output. A worker streaming blocks of cells keeps one,

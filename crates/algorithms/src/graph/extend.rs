@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{add_exact, BatchWork};
 use super::products::at_b_strided;
+use super::ranks::RankMaps;
 use super::scores::ScoredCell;
-use super::stats::{PairSums, RankMaps};
+use super::stats::PairSums;
 
 /// Per-gene rows of `width` values rearranged to a new gene set: row `i` of the result is row
 /// `from[i]` of `src`, or zeros for a gene that `src` does not have.

@@ -2,8 +2,9 @@
 //! with a proven error bound.
 
 use super::products::at_b;
+use super::ranks::RankMaps;
 use super::scores::ScoredCell;
-use super::stats::{GeneMoments, RankMaps};
+use super::stats::GeneMoments;
 
 /// Relative accumulation error bound of [`approx_correlations`]: products are summed in f32 in
 /// batches of this many cells (error ≤ batch × 2⁻²⁴ of Σ|z_u·z_v| ≤ 1 in ρ units), then in f64.

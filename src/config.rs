@@ -21,7 +21,7 @@ pub struct Config {
     /// The model (docs/DESIGN.md §7; `paper.toml` = Table 5).
     pub model: crate::model::ModelConfig,
     /// Optimisation and data of `corrflow train`.
-    pub train: crate::model::TrainConfig,
+    pub train: crate::train::TrainConfig,
     /// `corrflow finetune` (classification heads on a pre-trained checkpoint).
     pub finetune: crate::train::finetune::FinetuneConfig,
     /// The paper's synthetic experiments (`corrflow synth`; preset `configs/synth.toml`).

@@ -193,7 +193,7 @@ fn train_tiny(
 ) -> Result<crate::train::TrainSummary> {
     crate::train::train_on_device(&crate::train::TrainRequest {
         model: crate::model::ModelConfig { hidden: 64, ffn: 128, heads: 4, layers: 2, ..Default::default() },
-        train: crate::model::TrainConfig {
+        train: crate::train::TrainConfig {
             corpus: Some(corpus_dir.to_path_buf()),
             graph: Some(graph_dir.to_path_buf()),
             batch_size: 8,

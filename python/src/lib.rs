@@ -17,6 +17,7 @@ mod graph;
 mod interrupt;
 mod matrix;
 mod progress;
+mod settings;
 mod soma;
 mod tokenize;
 mod value_batches;
@@ -52,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(value_batches::held_out_value_batches, m)?)?;
     m.add_function(wrap_pyfunction!(batches::held_out_batches, m)?)?;
     m.add_function(wrap_pyfunction!(progress::set_progress, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::train_settings, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -185,7 +185,15 @@ def test_bad_settings_are_refused_with_the_file_and_key(tmp_path, pbmc_corpus, p
     assert "[model].objective = 'wced'" in capsys.readouterr().err
     bad.write_text(TINY.read_text().replace("lr = 1e-3", "lr = 1e-3\nlearning_rate = 1"))
     assert main(["--config", str(bad), *args]) == 2
-    assert "unknown key(s) ['learning_rate'] in [train]" in capsys.readouterr().err
+    assert "[train].learning_rate: unknown field `learning_rate`, expected one of" in capsys.readouterr().err
+    # A wrong value is named by its key.
+    bad.write_text(TINY.read_text().replace("lr = 1e-3", "lr = \"fast\""))
+    assert main(["--config", str(bad), *args]) == 2
+    assert "[train].lr: invalid type: string \"fast\", expected f64" in capsys.readouterr().err
+    # [train]'s checks are the trainer's own (TrainConfig::validate), with the file named.
+    bad.write_text(TINY.read_text().replace("mask_workers = 1", "mask_workers = 0"))
+    assert main(["--config", str(bad), *args]) == 2
+    assert f"{bad}: [train]: train.mask_workers must be in 1..=256" in capsys.readouterr().err
     # --out must not be (or hold) an input.
     assert main(["--config", str(TINY), "--corpus", str(pbmc_corpus), "--graph", str(pbmc_graph),
                  "--out", str(pbmc_corpus)]) == 2

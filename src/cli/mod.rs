@@ -18,7 +18,8 @@ pub(crate) use values::{bounded, parse_threads};
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use corrflow::model::{Device, Pooling};
+use corrflow::model::Pooling;
+use corrflow::train::Device;
 use corrflow_algorithms::mask::MaskStrategy;
 
 #[derive(Parser)]
@@ -422,7 +423,7 @@ mod tests {
         let device = train.get_arguments().find(|a| a.get_id() == "device").expect("--device");
         let help = device.get_help().map(|h| h.to_string()).unwrap_or_default();
         for d in ["cpu", "cuda", "cuda-kernels", "wgpu"] {
-            assert!(super::serde_enum::<corrflow::model::Device>(d).is_ok(), "{d}");
+            assert!(super::serde_enum::<corrflow::train::Device>(d).is_ok(), "{d}");
             assert!(help.contains(d), "train --help does not name device '{d}':\n{help}");
         }
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::train_config::TrainConfig;
+use crate::train_settings::TrainSettings;
 use corrflow_fs::atomic::{publish_dir, write_atomic};
 use corrflow_fs::sealed;
 use corrflow_infer::model_meta::ModelConfig;
@@ -37,7 +37,8 @@ pub struct CheckpointState {
     pub epoch: u64,
     pub total_steps: u64,
     pub model: ModelConfig,
-    pub train: TrainConfig,
+    /// The run's `[train]` settings as written (the trainer owns their type).
+    pub train: TrainSettings,
     pub mask: corrflow_algorithms::mask::MaskParams,
     pub vocab_hash: String,
     pub vocab_size: usize,
@@ -49,7 +50,7 @@ pub struct CheckpointState {
 impl CheckpointState {
     /// Longest sequence the model was trained on (specials included).
     pub fn max_len(&self) -> usize {
-        let trained = self.train.max_len;
+        let trained = self.train.max_len();
         if trained == 0 {
             self.model.max_positions
         } else {

@@ -20,7 +20,7 @@ pub mod layer;
 pub mod legacy;
 pub mod memory;
 pub mod objective;
-pub mod train_config;
+pub mod train_settings;
 pub mod value;
 
 pub use burn_backend::BURN;
@@ -30,7 +30,7 @@ pub use encoder::{CellEncoder, WholeCellHead};
 pub use fused::{fused_enabled, set_fused, FusedOps, TrainingBackend};
 pub use init::{head, InitModel};
 pub use objective::{BatchTensors, LossOutput, Objective};
-pub use train_config::{learning_rate, Device, TrainConfig};
+pub use train_settings::TrainSettings;
 
 /// The CPU backend: burn's ndarray backend (the fastest CPU backend that builds offline here).
 pub type CpuBackend = burn::backend::NdArray<f32>;

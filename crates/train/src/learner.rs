@@ -11,11 +11,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::config::{learning_rate, TrainConfig};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use corrflow_io::error::{Error, IoContext, Result};
-use corrflow_model::{learning_rate, CellEncoder, TrainingBackend};
+use corrflow_model::{CellEncoder, TrainingBackend};
 
 use crate::metrics::progress_bar;
 use crate::optim::FlatAdamW;
@@ -115,7 +116,7 @@ impl AfterStep {
         s: &Stepped,
         total: u64,
         stop_after: Option<u64>,
-        train: &corrflow_model::TrainConfig,
+        train: &TrainConfig,
     ) -> Self {
         let last = s.step == total || stop_after == Some(s.step);
         let log = s.step.is_multiple_of(train.log_every) || line.get("eval_loss").is_some() || last;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::TrainConfig;
 use burn::module::{AutodiffModule, Module};
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use corrflow_algorithms::batches::TrainingBatch;
@@ -21,7 +22,7 @@ use corrflow_mask::MaskContext;
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use corrflow_model::fused::AdamWHyper;
 use corrflow_model::objective::{self, batch_tensors, Objective, Targets};
-use corrflow_model::{CellEncoder, FusedOps, InitModel, ModelConfig, TrainConfig, TrainingBackend};
+use corrflow_model::{CellEncoder, FusedOps, InitModel, ModelConfig, TrainSettings, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
 use crate::held_out::{evaluate, EvalSet};
@@ -210,8 +211,10 @@ pub(crate) fn init_or_resume<B: TrainingBackend>(
         return Ok(Trainee { model, optim, step: 0, resumed_from: None });
     };
     let state = checkpoint::load_state(&dir, checkpoint::Purpose::Resume)?;
-    let same =
-        state.model == *m && state.mask == req.mask && state.vocab_hash == vocab.hash() && same_run(&state.train, t);
+    let written: TrainConfig = state.train.parse().map_err(|e| {
+        Error::format(dir.join(checkpoint::STATE_FILE), format!("invalid train settings in checkpoint state: {e}"))
+    })?;
+    let same = state.model == *m && state.mask == req.mask && state.vocab_hash == vocab.hash() && same_run(&written, t);
     if !same {
         return Err(Error::conflict(
             &dir,
@@ -260,7 +263,7 @@ pub(crate) fn save_checkpoint<B: TrainingBackend>(
         epoch,
         total_steps: total,
         model: req.model.clone(),
-        train: req.train.clone(),
+        train: settings_of(&req.train)?,
         mask: req.mask.clone(),
         vocab_hash: vocab.hash().to_string(),
         vocab_size: vocab.len(),
@@ -459,6 +462,11 @@ fn evaluate_into<B: FusedOps>(
         summary.eval_accuracy = Some(e.accuracy);
         summary.unigram_accuracy = Some(e.unigram_accuracy);
     }
+}
+
+/// `[train]` as a checkpoint records it.
+pub(crate) fn settings_of(t: &TrainConfig) -> Result<TrainSettings> {
+    TrainSettings::of(t).map_err(|e| Error::internal("train settings", e.to_string()))
 }
 
 /// Checkpoints of another run must not be continued: everything but the bookkeeping knobs

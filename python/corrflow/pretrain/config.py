@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.9/3.10
     import tomli as tomllib
+
+from corrflow import _native
 
 
 @dataclasses.dataclass
@@ -51,32 +54,33 @@ class ModelSettings:
 
 @dataclasses.dataclass
 class TrainSettings:
-    """``[train]``, with ``corrflow train``'s defaults (``device`` and the corpus/graph paths are
-    read and ignored: the command line and torch decide them)."""
+    """``[train]`` as ``corrflow train`` reads it: its keys, defaults and checks are the trainer's
+    own (``corrflow_train::TrainConfig``, through ``_native.train_settings``); ``device`` and the
+    corpus/graph paths are read and ignored (the command line and torch decide them)."""
 
-    corpus: Any = None
-    graph: Any = None
-    atlases: list = dataclasses.field(default_factory=list)
-    device: str = "cpu"
-    batch_size: int = 12
-    group_batches: int = 50
-    shuffle_buffer: int = 10_000
-    epochs: int = 3
-    max_steps: int = 0
-    max_len: int = 0
-    lr: float = 1e-3
-    weight_decay: float = 0.001
-    warmup_steps: int = 10_000
-    grad_clip: float = 1.0
-    eval_fraction: float = 0.05
-    eval_cells: int = 512
-    eval_every: int = 500
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    mask_workers: int = 1
-    seed: int = 0
-    visible_genes: int = 0
+    corpus: Any
+    graph: Any
+    atlases: list
+    device: str
+    batch_size: int
+    group_batches: int
+    shuffle_buffer: int
+    epochs: int
+    max_steps: int
+    max_len: int
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    grad_clip: float
+    eval_fraction: float
+    eval_cells: int
+    eval_every: int
+    checkpoint_every: int
+    keep_checkpoints: int
+    log_every: int
+    mask_workers: int
+    seed: int
+    visible_genes: int
 
 
 #: ``corrflow train``'s objectives (``crates/model/src/objective``), and the ones this trainer has.
@@ -142,6 +146,17 @@ def _table(path: Path, values: Any, name: str, cls):
     return cls(**{**dataclasses.asdict(defaults), **values})
 
 
+def _train(path: Path, table: Any) -> TrainSettings:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [train] must be a table")
+    try:
+        # A TOML date has no JSON form: as text, the trainer's type refuses it by name.
+        resolved = json.loads(_native.train_settings(json.dumps(table, default=str)))
+    except _native.CorrflowError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return TrainSettings(**resolved)
+
+
 def load(path: Path) -> Settings:
     """Reads and checks a preset; :class:`ConfigError` names what is wrong."""
     try:
@@ -153,12 +168,12 @@ def load(path: Path) -> Settings:
     model = _section(path, raw, "model", ModelSettings)
     if model.values is not None:
         model.values = _table(path, model.values, "model.values", ValueSettings)
-    train = _section(path, raw, "train", TrainSettings)
+    train = _train(path, raw.get("train", {}))
     mask = raw.get("mask", {})
     unknown = sorted(set(mask) - set(MASK_KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown} in [mask] (known: {list(MASK_KEYS)})")
-    _check(path, model, train)
+    _check(path, model)
     settings = Settings(Path(path), model, train, dict(mask))
     if settings.is_value and settings.strategy not in ("random", "corrmask"):
         raise ConfigError(f"{path}: [mask].strategy = {settings.strategy!r} hides spans of adjacent rank positions; "
@@ -166,7 +181,7 @@ def load(path: Path) -> Settings:
     return settings
 
 
-def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
+def _check(path: Path, m: ModelSettings) -> None:
     def bad(msg: str):
         raise ConfigError(f"{path}: {msg}")
 
@@ -184,17 +199,6 @@ def _check(path: Path, m: ModelSettings, t: TrainSettings) -> None:
         bad(f"model.hidden ({m.hidden}) must be a multiple of model.heads ({m.heads})")
     if not 0.0 <= m.dropout < 1.0:
         bad(f"model.dropout must be in [0, 1), got {m.dropout}")
-    if min(t.batch_size, t.group_batches, t.epochs) <= 0:
-        bad("train.batch_size, group_batches and epochs must be > 0")
-    if not t.lr > 0 or t.weight_decay < 0 or t.grad_clip < 0:
-        bad("train.lr must be > 0, weight_decay and grad_clip >= 0")
-    if not 0.0 <= t.eval_fraction < 0.5:
-        bad(f"train.eval_fraction must be in [0, 0.5), got {t.eval_fraction}")
-    for key in ("max_steps", "max_len", "warmup_steps", "eval_cells", "visible_genes"):
-        if getattr(t, key) < 0:
-            bad(f"[train].{key} = {getattr(t, key)} must be >= 0")
-    if min(t.eval_every, t.checkpoint_every, t.log_every, t.keep_checkpoints) <= 0:
-        bad("train.eval_every, checkpoint_every, log_every and keep_checkpoints must be > 0")
 
 
 def _check_input(bad, m: ModelSettings) -> None:

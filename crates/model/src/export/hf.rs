@@ -107,7 +107,7 @@ pub fn export_hf_model(req: &HfModelRequest) -> Result<HfModelSummary> {
         format_version: CORRFLOW_SECTION_VERSION,
         model: cfg.clone(),
         layout: state.layout,
-        max_len: state.train.max_len,
+        max_len: state.train.max_len(),
         heads_file: (!heads.tensors.is_empty()).then(|| HEADS_FILE.to_string()),
     };
     let config = bert_config(cfg, vocab.len(), vocab.pad, &section);

@@ -33,7 +33,7 @@ use safetensors_file::Weights;
 pub use values::{import_values, ValueImportSummary, ValueModelFile, VALUE_MODEL_FORMAT, VALUE_MODEL_VERSION};
 
 use crate::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
-use crate::{CellEncoder, CpuBackend, CpuTraining, InitModel, TrainConfig};
+use crate::{CellEncoder, CpuBackend, CpuTraining, InitModel, TrainSettings};
 
 /// What `import hf --json` prints.
 #[derive(Clone, Debug, Serialize)]
@@ -94,7 +94,7 @@ pub fn import_hf(model_dir: &Path, vocab: &Vocabulary, out: &Path) -> Result<Imp
         vocab.publish_dir(&vocab_dir)?;
     }
     let max_len = hf.corrflow.as_ref().map_or(0, |c| c.max_len);
-    let train = TrainConfig { max_len, ..TrainConfig::default() };
+    let train = TrainSettings::with_max_len(max_len);
     let state = CheckpointState {
         format_version: 1,
         step: 0,

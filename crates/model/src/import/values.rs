@@ -29,7 +29,7 @@ use super::mapping::{self, Slots};
 use super::record::Record;
 use super::safetensors_file::Weights;
 use crate::checkpoint::{self, CheckpointState};
-use crate::{CellEncoder, CpuBackend, InitModel, TrainConfig};
+use crate::{CellEncoder, CpuBackend, InitModel, TrainSettings};
 
 /// The `format` of a value model directory's `config.json`.
 pub const VALUE_MODEL_FORMAT: &str = "corrflow-value-model";
@@ -123,7 +123,7 @@ pub fn import_values(model_dir: &Path, out: &Path) -> Result<ValueImportSummary>
         epoch: 0,
         total_steps: file.step,
         model: file.model.clone(),
-        train: TrainConfig { max_len: file.max_len, ..TrainConfig::default() },
+        train: TrainSettings::with_max_len(file.max_len),
         mask: Default::default(),
         vocab_hash: vocab.hash().to_string(),
         vocab_size: vocab.len(),

@@ -3,12 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::TrainConfig;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use corrflow_fs::atomic::write_json_atomic;
 use corrflow_io::error::{Error, IoContext, Result};
 use corrflow_model::checkpoint::{self, CheckpointState, MODEL_FILE, OPTIM_FILE};
 use corrflow_model::fused::AdamWHyper;
-use corrflow_model::{head, InitModel, TrainConfig, TrainingBackend};
+use corrflow_model::{head, InitModel, TrainingBackend};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -140,7 +141,7 @@ pub(super) fn save<B: TrainingBackend>(
         epoch,
         total_steps: setup.total,
         model: setup.model.clone(),
-        train,
+        train: crate::run::settings_of(&train)?,
         mask: Default::default(),
         vocab_hash: setup.base.vocab.hash().to_string(),
         vocab_size: setup.base.vocab.len(),

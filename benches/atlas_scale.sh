@@ -23,8 +23,9 @@
 #   the test venv, the package built first by scripts/python-package.sh) ANNBATCH_PY= (a Python
 #   with annbatch; default: benches/annbatch-env.sh's venv, the anchor left out without one)
 #   SKIP="embed --model,train 200 steps,ingest h5ad (anndata backed + corrflow.tokenize)" (stages
-#   left out, by name or "name (tool)" as stages.tsv writes them; a stage whose output a later
-#   one reads must stay)
+#   left out, by name or "name (tool)" as stages.tsv writes them, separated by commas, or by
+#   semicolons when a name holds a comma, e.g. "annbatch collection;MaskedBatches epoch (annbatch
+#   epoch (batch 4,096, X only))"; a stage whose output a later one reads must stay)
 # Writes WORK/stages.tsv (size, stage, tool, cells, seconds, peak RSS MB), WORK/atlas_scale.md
 # (table, slopes, RSS ratios) and WORK/atlas_scale.svg (benches/atlas_plot.py).
 set -euo pipefail
@@ -37,7 +38,9 @@ base="${BASE:-65536}"
 work="${WORK:-$HOME/.cache/corrflow/bench/atlas}"
 all_cells_max="${ALL_CELLS_GRAPH_MAX:-16}"
 annbatch_py="${ANNBATCH_PY:-$(benches/annbatch-env.sh || true)}"
-IFS=, read -ra skip <<<"${SKIP:-}"   # stages to leave out (see usage)
+# Stages to leave out (see usage): a tool's label may hold a comma, so ';' separates when present.
+sep=,; [[ "${SKIP:-}" != *";"* ]] || sep=";"
+IFS="$sep" read -ra skip <<<"${SKIP:-}"
 [ -n "$annbatch_py" ] || echo "atlas_scale: no Python >= 3.12 for annbatch, its anchor rows are left out" >&2
 mkdir -p "$work"
 tsv="$work/stages.tsv"

@@ -12,6 +12,7 @@
 # confined ingest's corpus is compared with the unconfined one's, shard by shard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/lib/timed_run.sh
 d="${1:?usage: benches/atlas_mem_group.sh ATLAS_DIR [LIMIT] [ROUNDS]}"
 limit="${2:-512M}"
 rounds="${3:-2}"
@@ -29,24 +30,20 @@ printf 'round\tstage\tgroup\tseconds\tpeak_rss_mb\tgroup_max_mb\tfailcnt\n' >"$o
 t="$d/mem_group.time"
 
 run() { # ROUND STAGE GROUP command...
-  local r="$1" st="$2" g="$3"; shift 3
-  local c=("$@")
-  sync; echo 3 >/proc/sys/vm/drop_caches
+  local r="$1" st="$2" g="$3" group=""; shift 3
   if [ "$g" != none ]; then
+    group="$cg"
     echo 0 >"$cg/memory.max_usage_in_bytes"; echo 0 >"$cg/memory.failcnt"
-    c=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$@")
   fi
-  /usr/bin/time -v "${c[@]}" >/dev/null 2>"$t" || { tail -20 "$t" >&2; echo "failed: $st ($g)" >&2; exit 1; }
+  timed_run "$t" /dev/null "$group" "$@" || { tail -20 "$t" >&2; echo "failed: $st ($g)" >&2; exit 1; }
   local wall rss gm=- fc=-
-  wall=$(awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$t")
-  rss=$(awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$t")
+  wall=$(wall_seconds "$t")
+  rss=$(peak_rss_mb "$t")
   if [ "$g" != none ]; then gm=$(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)); fc=$(cat "$cg/memory.failcnt"); fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$st" "$g" "$wall" "$rss" "$gm" "$fc" | tee -a "$out"
 }
 shards() { find "$1/atlases" -name '*.parquet' | sort | xargs cat | md5sum; }
 ingest="for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"\$0\" \"$d/data/\$a.h5ad\" >/dev/null || exit 1; done"
-epoch="import sys, corrflow
-print(sum(len(b['cell_index']) for b in corrflow.MaskedBatches(sys.argv[1], sys.argv[2], batch_size=64, shuffle_buffer=2000)))"
 for r in $(seq "$rounds"); do
   for g in none "$limit"; do
     rm -rf "$d/corpus_$g"
@@ -55,7 +52,7 @@ for r in $(seq "$rounds"); do
   [ "$(shards "$d/corpus_none")" = "$(shards "$d/corpus_$limit")" ] || { echo "the confined corpus differs" >&2; exit 1; }
   rm -rf "$d/corpus_none" "$d/corpus_$limit"
   for g in none "$limit"; do
-    run "$r" "MaskedBatches epoch" "$g" "$py" -c "$epoch" "$d/corpus" "$d/graph"
+    run "$r" "MaskedBatches epoch" "$g" "$py" -c "$MASKED_EPOCH_PY" "$d/corpus" "$d/graph"
   done
 done
 rm -f "$t"; rmdir "$cg" 2>/dev/null || true

@@ -30,6 +30,7 @@
 # (table, slopes, RSS ratios) and WORK/atlas_scale.svg (benches/atlas_plot.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/lib/timed_run.sh
 : "${CARGO_TARGET_DIR:=$HOME/.cache/corrflow/target}"
 bin="$CARGO_TARGET_DIR/release/corrflow"
 py="${PY:-$(scripts/python-package.sh)}"   # the test venv with this corrflow's Python package
@@ -54,26 +55,18 @@ if [ -n "${MEM_LIMIT:-}" ]; then
   echo "$MEM_LIMIT" >"$cgroup/memory.limit_in_bytes"
 fi
 
-drop_caches() {
-  sync
-  if [ -w /proc/sys/vm/drop_caches ]; then echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; fi
-}
-
 # stage SIZE NAME TOOL CELLS command...: one timed run, appended to stages.tsv.
 stage() {
   local size="$1" name="$2" tool="$3" cells="$4"; shift 4
   for x in "${skip[@]}"; do
     if [ "$x" = "$name" ] || [ "$x" = "$name ($tool)" ]; then echo "${size}x $name ($tool): skipped"; return 0; fi
   done
-  drop_caches
-  local t="$work/time.txt" run=("$@")
-  # In the memory group, a shell joins it and then becomes the stage.
-  [ -z "$cgroup" ] || run=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup" "$@")
-  /usr/bin/time -v "${run[@]}" >"$work/out.txt" 2>"$t" \
+  local t="$work/time.txt"
+  timed_run "$t" "$work/out.txt" "$cgroup" "$@" \
     || { tail -20 "$t" >&2; echo "failed: $name ($tool) at ${size}x" >&2; return 1; }
   local wall rss
-  wall=$(awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$t")
-  rss=$(awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$t")
+  wall=$(wall_seconds "$t")
+  rss=$(peak_rss_mb "$t")
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$name" "$tool" "$cells" "$wall" "$rss" >>"$tsv"
   echo "${size}x $name ($tool): ${wall}s, ${rss} MB"
 }
@@ -123,10 +116,7 @@ for m in ${sizes//,/ }; do
     "$bin" --config configs/tiny.toml train --corpus "$d/corpus" --graph "$d/graph" --out "$work/model/run" --restart >/dev/null
     "$bin" export onnx --checkpoint "$work/model/run" --out "$model" >/dev/null
   fi
-  stage "$m" "MaskedBatches epoch" corrflow "$cells" "$py" -c "
-import sys, corrflow
-n = sum(len(b['cell_index']) for b in corrflow.MaskedBatches(sys.argv[1], sys.argv[2], batch_size=64, shuffle_buffer=2000))
-print(n)" "$d/corpus" "$d/graph"
+  stage "$m" "MaskedBatches epoch" corrflow "$cells" "$py" -c "$MASKED_EPOCH_PY" "$d/corpus" "$d/graph"
   if [ -n "$annbatch_py" ]; then
     # annbatch's own preparation (shuffle into a sharded zarr), then its epoch over that copy.
     rm -rf "$d/annbatch.zarr"

@@ -1,0 +1,27 @@
+# Sourced by the atlas benches: one run timed by `/usr/bin/time -v`, from disk, optionally in a
+# cgroup-v1 memory group (whose limit counts the page cache).
+
+# The page cache dropped (as root; elsewhere a no-op), so the next run reads from disk.
+drop_caches() {
+  sync
+  if [ -w /proc/sys/vm/drop_caches ]; then echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; fi
+}
+
+# timed_run TIME_FILE OUT_FILE GROUP command...: drops the page cache and runs the command under
+# `/usr/bin/time -v` (its report in TIME_FILE, stdout in OUT_FILE); with a GROUP directory (""
+# for none), a shell joins that memory group and then becomes the command.
+timed_run() {
+  local t="$1" out="$2" group="$3"; shift 3
+  local run=("$@")
+  [ -z "$group" ] || run=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$group" "$@")
+  drop_caches
+  /usr/bin/time -v "${run[@]}" >"$out" 2>"$t"
+}
+
+# Wall seconds and peak RSS (MB) of a `/usr/bin/time -v` report.
+wall_seconds() { awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$1"; }
+peak_rss_mb() { awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$1"; }
+
+# One MaskedBatches epoch over CORPUS GRAPH (argv 1-2), printing the cells it yielded.
+MASKED_EPOCH_PY="import sys, corrflow
+print(sum(len(b['cell_index']) for b in corrflow.MaskedBatches(sys.argv[1], sys.argv[2], batch_size=64, shuffle_buffer=2000)))"

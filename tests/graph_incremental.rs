@@ -148,6 +148,21 @@ fn one_worker_two_workers_and_a_two_process_cluster_give_identical_graphs() {
     same_files(&b1, &bc);
     assert_eq!(stats(&b1), stats(&b2));
     assert_eq!(stats(&b1), stats(&bc));
+
+    // ρ_local from per-pair histograms (a 2 MB budget), summed across 2 workers and across 2
+    // processes: the same graph.
+    let small = tmp.path().join("small.toml");
+    std::fs::write(&small, "[graph]\nstream_memory_mb = 2\n").unwrap();
+    let (h2, hc) = (tmp.path().join("h2"), tmp.path().join("hc"));
+    let with_small = [&build[..], &["--config", s(&small)]].concat();
+    let summary = ok_json(&corrflow(&[&with_small[..], &["--json", "--out", s(&h2), "-w", "2"]].concat()));
+    assert_eq!(summary["local_method"], "histograms", "{summary}");
+    on_two_processes(tmp.path(), &[&with_small[..], &["--out", s(&hc)]].concat());
+    for f in ["edges.parquet", "genes.parquet"] {
+        let read = |g: &Path| std::fs::read(g.join(f)).unwrap();
+        assert_eq!(read(&b1), read(&h2), "{f} differs on 2 workers");
+        assert_eq!(read(&b1), read(&hc), "{f} differs on 2 processes");
+    }
 }
 
 /// Runs a graph command as a 2-process timely cluster on loopback; process 0's output must be
@@ -181,11 +196,16 @@ fn the_streamed_incremental_build_is_the_exact_build_byte_for_byte() {
     ok_json(&corrflow(&[&base[..], &["--out", s(&exact)]].concat()));
     let summary = ok_json(&corrflow(&[&base[..], &["--incremental", "--out", s(&inc)]].concat()));
     assert!(summary["edges"].as_u64().unwrap() > 1000, "{summary}");
+    assert_eq!((summary["local_method"].as_str(), summary["local_rounds"].as_u64()), (Some("postings"), Some(1)));
     same_files(&exact, &inc);
-    // A 1 MB budget for the ρ_local postings: many rounds (passes), the same graph.
+    // A 1 MB budget for ρ_local: the postings do not fit, so per-pair histograms in many
+    // rounds (two passes each), and the same graph.
     let config = tmp.path().join("small.toml");
     std::fs::write(&config, "[graph]\nstream_memory_mb = 1\n").unwrap();
-    ok_json(&corrflow(&[&base[..], &["--incremental", "--config", s(&config), "--out", s(&small)]].concat()));
+    let small_summary =
+        ok_json(&corrflow(&[&base[..], &["--incremental", "--config", s(&config), "--out", s(&small)]].concat()));
+    assert_eq!(small_summary["local_method"], "histograms", "{small_summary}");
+    assert!(small_summary["local_rounds"].as_u64().unwrap() > 1, "{small_summary}");
     for f in ["edges.parquet", "genes.parquet"] {
         assert_eq!(std::fs::read(inc.join(f)).unwrap(), std::fs::read(small.join(f)).unwrap(), "{f} differs");
     }

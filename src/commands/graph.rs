@@ -36,8 +36,9 @@ pub(crate) fn graph(cfg: &Config, cmd: GraphCommand, json: bool) -> Result<()> {
             s.out = out.display().to_string();
             let human = if incremental {
                 format!(
-                    "graph build: {} genes, {} edges from {} cells in {:.2}s (streamed: vocabulary and rank maps {:.2}s, exact statistics and selection {:.2}s, ρ_local {:.2}s) -> {}",
-                    s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_local, out.display()
+                    "graph build: {} genes, {} edges from {} cells in {:.2}s (streamed: vocabulary and rank maps {:.2}s, exact statistics and selection {:.2}s, ρ_local {:.2}s from {} in {} round{}) -> {}",
+                    s.genes, s.edges, s.cells, s.seconds, s.seconds_load, s.seconds_statistics, s.seconds_local,
+                    s.local_method, s.local_rounds, if s.local_rounds == 1 { "" } else { "s" }, out.display()
                 )
             } else {
                 format!(

@@ -36,6 +36,13 @@ pub struct BuildSummary {
     pub screening_gflops: f64,
     /// Exact ρ_global and ρ_local of the candidate pairs.
     pub seconds_local: f64,
+    /// How a streamed build gathered ρ_local: "postings" (every needed posting in one pass) or
+    /// "histograms" (per-pair score histograms, two passes per round); "in memory" otherwise.
+    #[serde(default)]
+    pub local_method: String,
+    /// Rounds of that gathering (1 for postings, 0 in memory).
+    #[serde(default)]
+    pub local_rounds: usize,
     pub peak_rss_mb: Option<f64>,
 }
 
@@ -127,6 +134,8 @@ pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) 
         seconds_screening,
         screening_gflops: screening_flops / seconds_screening.max(1e-9) / 1e9,
         seconds_local,
+        local_method: "in memory".into(),
+        local_rounds: 0,
         peak_rss_mb: corrflow_io::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
     Ok((graph, summary))

@@ -9,6 +9,7 @@
 mod build;
 mod changes;
 mod gene_stats;
+mod local_hist;
 mod overlap;
 mod parallel;
 mod peer_loss;

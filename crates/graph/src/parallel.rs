@@ -303,6 +303,45 @@ impl ShardSet {
         Ok(out)
     }
 
+    /// The (cell, score) postings of the `wanted` genes (indexed like `genes`; the others stay
+    /// empty) in this worker's shards, a block of cells at a time: `f(postings, cells)` once the
+    /// block holds `cap` postings or more, and for the rest. Cells are numbered within the block.
+    pub fn posting_blocks(
+        &self,
+        mine: &[usize],
+        genes: &GraphVocab,
+        l_max: usize,
+        wanted: &[bool],
+        cap: usize,
+        mut f: impl FnMut(&[Vec<(u32, u16)>], usize),
+    ) -> Result<()> {
+        let mut postings = vec![Vec::new(); genes.len()];
+        let (mut held, mut cells) = (0usize, 0u32);
+        let mut flush = |postings: &mut Vec<Vec<(u32, u16)>>, held: &mut usize, cells: &mut u32| {
+            f(postings, *cells as usize);
+            postings.iter_mut().for_each(Vec::clear);
+            (*held, *cells) = (0, 0);
+        };
+        self.each(mine, genes, l_max, |_, scored| {
+            for c in scored {
+                for (&u, &s) in c.genes.iter().zip(&c.scores) {
+                    if wanted[u as usize] {
+                        postings[u as usize].push((cells, s));
+                        held += 1;
+                    }
+                }
+                cells += 1;
+            }
+            if held >= cap {
+                flush(&mut postings, &mut held, &mut cells);
+            }
+        })?;
+        if cells > 0 {
+            flush(&mut postings, &mut held, &mut cells);
+        }
+        Ok(())
+    }
+
     /// Cells each gene (token id) is present in.
     pub fn presence(&self, mine: &[usize], l_max: usize) -> Result<Vec<i64>> {
         let mut presence = vec![0i64; self.vocab.len()];

@@ -2,11 +2,12 @@
 //! incremental state, from the stored shards in one timely dataflow whose rounds each stream
 //! the shards once, split among the workers: (1) every gene's presence → the graph vocabulary;
 //! (2) score histograms → rank maps (Spearman's average ranks over all cells); (3) exact pair
-//! sums under the maps → ρ_global and Algorithm 1's selection; (4) the postings (cell, score)
-//! of the selected pairs' genes → ρ_local exactly, as the in-memory build computes it, in chunks
-//! of pairs whose postings fit a memory budget (one more pass per chunk). Memory depends on the
-//! graph vocabulary and the budget (a worker holds a block of cells, not a shard), not on the
-//! number of cells.
+//! sums under the maps → ρ_global and Algorithm 1's selection; (4) ρ_local exactly, as the
+//! in-memory build computes it: from the (cell, score) postings of the selected pairs' genes in
+//! one more pass when they all fit a memory budget, otherwise from per-pair score histograms in
+//! rounds of pairs that fit it (two passes per round, [`super::local_hist`]).
+//! Memory depends on the graph vocabulary, the candidate pairs and the budget (a worker holds a
+//! block of cells, not a shard), not on the number of cells; so do the passes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use rayon::prelude::*;
 
 use super::build::{check_memory, BuildSummary};
 use super::gene_stats::GeneStats;
+use super::local_hist::{local_by_histograms, HistogramSizing};
 use super::overlap::Overlaps;
 use super::parallel::{
     add_histograms, add_presence, gather, run_workers, share, AtlasStatistics, Cluster, ShardSet, To,
@@ -37,6 +39,8 @@ struct Built {
     edges: Vec<GraphEdge>,
     candidates: usize,
     seconds: [f64; 3],
+    /// How ρ_local was gathered: "postings" (one pass) or "histograms", and in how many rounds.
+    local: (&'static str, usize),
 }
 
 /// The exact graph over every cell of the atlases (all of the corpus' when empty) and its
@@ -62,15 +66,19 @@ pub fn build_streaming(
         cells += m.cells;
     }
     let set = Arc::new(ShardSet::of_atlases(dirs.iter().map(PathBuf::as_path), vocab.clone(), cluster.workers)?);
-    if set.cells() > u64::from(u32::MAX) {
-        return Err(Error::Usage(format!("{} cells: an incremental graph holds at most 2^32 cells", set.cells())));
+    // Doubled mid-ranks over a pair's co-present cells are u32 (up to 2n + 1).
+    if set.cells() > u64::from(u32::MAX / 2) {
+        return Err(Error::Usage(format!("{} cells: an incremental graph holds at most 2^31 cells", set.cells())));
     }
-    let budget = posting_budget(&params);
+    let budget = local_budget(&params);
     let job_params = params.clone();
-    let Some(built) = run_workers(cluster, move |worker| build_worker(worker, &set, &job_params, budget))? else {
+    let local_workers = cluster.workers.max(1);
+    let Some(built) =
+        run_workers(cluster, move |worker| build_worker(worker, &set, &job_params, budget, local_workers))?
+    else {
         return Ok(None);
     };
-    let Built { stats, rho, presence, edges, candidates, seconds } = built;
+    let Built { stats, rho, presence, edges, candidates, seconds, local } = built;
     let coverage = Coverage {
         mode: "exact",
         params: &params,
@@ -92,6 +100,8 @@ pub fn build_streaming(
         seconds_screening: 0.0,
         screening_gflops: 0.0,
         seconds_local: seconds[2],
+        local_method: local.0.into(),
+        local_rounds: local.1,
         peak_rss_mb: corrflow_io::util::peak_rss_bytes().map(|b| b as f64 / 1e6),
     };
     let included = names.into_iter().zip(dirs).collect::<Vec<_>>();
@@ -99,59 +109,31 @@ pub fn build_streaming(
     Ok(Some((graph, summary, state)))
 }
 
-/// Postings (6 bytes each) one ρ_local round may gather: the workers' partials and their merge
-/// on worker 0 (twice the postings) within `graph.stream_memory_mb`, by default an eighth of the
-/// available memory.
-fn posting_budget(params: &GraphParams) -> u64 {
-    let bytes = match params.stream_memory_mb {
+/// Bytes ρ_local may hold: `graph.stream_memory_mb`, by default an eighth of the available
+/// memory. Postings (6 bytes each) are gathered in one pass when every needed one fits with
+/// the merge on worker 0 (12 bytes a posting); otherwise per-pair histograms fill it.
+fn local_budget(params: &GraphParams) -> u64 {
+    match params.stream_memory_mb {
         0 => (corrflow_io::util::available_memory().unwrap_or(8 << 30) / 8).clamp(64 << 20, 4 << 30),
         mb => mb << 20,
-    };
-    bytes / 12
+    }
 }
 
-/// Consecutive runs of `pairs` (sorted) whose genes' postings (`per_gene`: cells each gene is
-/// present in) fit `budget`, with the genes each run needs (ascending). A run holds at least one
-/// pair, whatever its size.
-fn posting_chunks(
-    pairs: &[(usize, usize)],
-    per_gene: &[u64],
-    budget: u64,
-) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
-    let mut chunks = Vec::new();
+/// Genes of the pairs (ascending), and their postings in all.
+fn pair_genes(pairs: &[(usize, usize)], per_gene: &[u64]) -> (Vec<usize>, u64) {
     let mut needed = vec![false; per_gene.len()];
-    let (mut start, mut size) = (0usize, 0u64);
-    for (k, &(u, v)) in pairs.iter().enumerate() {
-        let extra: u64 = [u, v].iter().filter(|&&x| !needed[x]).map(|&x| per_gene[x]).sum();
-        if k > start && size + extra > budget {
-            chunks.push((start..k, take_needed(&mut needed)));
-            (start, size) = (k, 0);
-        }
-        for x in [u, v] {
-            if !needed[x] {
-                needed[x] = true;
-                size += per_gene[x];
-            }
-        }
-    }
-    if start < pairs.len() {
-        chunks.push((start..pairs.len(), take_needed(&mut needed)));
-    }
-    chunks
-}
-
-/// The marked genes, ascending, and clears the marks.
-fn take_needed(needed: &mut [bool]) -> Vec<usize> {
+    pairs.iter().for_each(|&(u, v)| (needed[u], needed[v]) = (true, true));
     let genes: Vec<usize> = (0..needed.len()).filter(|&x| needed[x]).collect();
-    genes.iter().for_each(|&x| needed[x] = false);
-    genes
+    let postings = genes.iter().map(|&x| per_gene[x]).sum();
+    (genes, postings)
 }
 
 fn build_worker(
     worker: &mut timely::worker::Worker,
     set: &ShardSet,
     params: &GraphParams,
-    posting_budget: u64,
+    budget: u64,
+    local_workers: usize,
 ) -> Result<Option<Built>> {
     let l = params.l_max;
     let mine = share(worker, set.units.len());
@@ -180,28 +162,19 @@ fn build_worker(
     let concat = |t: &mut Vec<(usize, usize)>, p: &Vec<(usize, usize)>| t.extend_from_slice(p);
     let pairs = gather(worker, Ok(pairs_out), &concat, To::Everyone)?.unwrap_or_default();
     let t2 = Instant::now();
-    // (4) ρ_local: per chunk of pairs whose genes' postings fit the budget, one pass gathers
-    // those genes' (cell, score) postings on worker 0, which computes Spearman on each pair's
-    // co-present cells as the in-memory build does.
+    // (4) ρ_local: with every needed posting within the budget, one pass gathers the genes'
+    // (cell, score) postings on worker 0, which computes Spearman on each pair's co-present
+    // cells as the in-memory build does; otherwise the same sums from per-pair histograms.
     let per_gene: Vec<u64> = genes.tokens().iter().map(|&t| counts[t as usize]).collect();
-    let mut local = Vec::with_capacity(pairs.len());
-    for (range, wanted) in posting_chunks(&pairs, &per_gene, posting_budget) {
-        let mine_postings = set.postings(&mine, &genes, l, &wanted);
-        let merge = |t: &mut Vec<Vec<(u32, u16)>>, p: &Vec<Vec<(u32, u16)>>| {
-            t.iter_mut().zip(p).for_each(|(a, b)| a.extend_from_slice(b));
-        };
-        if let Some(gathered) = gather(worker, mine_postings, &merge, To::First)? {
-            let mut postings = vec![Vec::new(); g];
-            for (&u, mut p) in wanted.iter().zip(gathered) {
-                p.sort_unstable_by_key(|x| x.0);
-                postings[u] = p;
-            }
-            let overlaps = Overlaps::new(&postings, set.cells() as usize);
-            local.par_extend(pairs[range].par_iter().map_init(OverlapScratch::default, |scratch, &(u, v)| {
-                overlaps.with(u, v, |overlap| spearman_average_ranks(overlap, l, scratch))
-            }));
-        }
-    }
+    let (wanted, postings) = pair_genes(&pairs, &per_gene);
+    let (local, local_run) = if postings <= budget / 12 {
+        (local_by_postings(worker, set, &mine, &genes, l, &pairs, &wanted)?, ("postings", 1))
+    } else {
+        let sizing = HistogramSizing::new(budget, l, local_workers, worker.peers());
+        let (rho, rounds) = local_by_histograms(worker, set, &mine, &genes, l, &pairs, sizing)?;
+        (rho, ("histograms", rounds))
+    };
+    let local = local.unwrap_or_default();
     let Some((stats, rho, pairs)) = selected else { return Ok(None) };
     let edges = pairs
         .iter()
@@ -216,5 +189,37 @@ fn build_worker(
         })
         .collect();
     let seconds = [(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), t2.elapsed().as_secs_f64()];
-    Ok(Some(Built { stats, rho, presence, edges, candidates: pairs.len(), seconds }))
+    Ok(Some(Built { stats, rho, presence, edges, candidates: pairs.len(), seconds, local: local_run }))
+}
+
+/// ρ_local of every pair from the `wanted` genes' postings, gathered in one pass on worker 0
+/// (`Some` there).
+fn local_by_postings(
+    worker: &mut timely::worker::Worker,
+    set: &ShardSet,
+    mine: &[usize],
+    genes: &GraphVocab,
+    l: usize,
+    pairs: &[(usize, usize)],
+    wanted: &[usize],
+) -> Result<Option<Vec<f64>>> {
+    let mine_postings = set.postings(mine, genes, l, wanted);
+    let merge = |t: &mut Vec<Vec<(u32, u16)>>, p: &Vec<Vec<(u32, u16)>>| {
+        t.iter_mut().zip(p).for_each(|(a, b)| a.extend_from_slice(b));
+    };
+    let Some(gathered) = gather(worker, mine_postings, &merge, To::First)? else { return Ok(None) };
+    let mut postings = vec![Vec::new(); genes.len()];
+    for (&u, mut p) in wanted.iter().zip(gathered) {
+        p.sort_unstable_by_key(|x| x.0);
+        postings[u] = p;
+    }
+    let overlaps = Overlaps::new(&postings, set.cells() as usize);
+    Ok(Some(
+        pairs
+            .par_iter()
+            .map_init(OverlapScratch::default, |scratch, &(u, v)| {
+                overlaps.with(u, v, |overlap| spearman_average_ranks(overlap, l, scratch))
+            })
+            .collect(),
+    ))
 }

@@ -17,6 +17,8 @@ pub struct BatchWork {
     pub(crate) y2e: Vec<f64>,
     pub(crate) pe: Vec<f64>,
     pub(crate) panel: Vec<f64>,
+    /// The limbs of y and y² when the products are split ([`BatchWork::fill_limbs`]).
+    pub(crate) limbs: [Vec<f64>; 4],
 }
 
 impl BatchWork {
@@ -50,6 +52,37 @@ impl BatchWork {
             }
         }
     }
+}
+
+impl BatchWork {
+    /// The batch's mapped scores split into limbs, so that products of limbs stay small where
+    /// products of scores would not: `y = hi·2^k + lo` (`0 ≤ lo < 2^k`) into `limbs[0..2]` and
+    /// `y² = hi·2^k2 + lo` into `limbs[2..4]`, with y itself into `y` (its products with
+    /// presence stay small) and presence into `p`, over all `g` genes.
+    pub(crate) fn fill_limbs(&mut self, block: &[ScoredCell], maps: &RankMaps, g: usize, k: u32, k2: u32) {
+        let b = block.len();
+        for m in self.limbs.iter_mut().chain([&mut self.y, &mut self.p]) {
+            m.clear();
+            m.resize(b * g, 0f64);
+        }
+        let [yh, yl, y2h, y2l] = &mut self.limbs;
+        let (mask, mask2) = ((1i64 << k) - 1, (1i128 << k2) - 1);
+        for (i, cell) in block.iter().enumerate() {
+            for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
+                let y = maps.y(u as usize, s as usize);
+                let y2 = i128::from(y) * i128::from(y);
+                let at = i * g + u as usize;
+                (yh[at], yl[at]) = ((y >> k) as f64, (y & mask) as f64);
+                (y2h[at], y2l[at]) = ((y2 >> k2) as f64, (y2 & mask2) as f64);
+                (self.y[at], self.p[at]) = (y as f64, 1.0);
+            }
+        }
+    }
+}
+
+/// Adds `factor` times `from` to `to`, exactly as [`add_exact`] does.
+pub(crate) fn add_scaled(to: &mut [i128], from: &[f64], factor: i128) {
+    to.iter_mut().zip(from).for_each(|(a, &x)| *a += factor * (x as i64 as i128));
 }
 
 /// Adds `sign` times `from` to `to`. Every partial sum of a batch product is an exact integer

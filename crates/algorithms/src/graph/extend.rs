@@ -132,7 +132,7 @@ impl GeneRowSums {
         for block in cells.chunks(batch) {
             let b = block.len();
             work.fill(block, maps, g, Some((&row_of, r)));
-            let BatchWork { y, y2, p, ye, y2e, pe, panel } = &mut *work;
+            let BatchWork { y, y2, p, ye, y2e, pe, panel, .. } = &mut *work;
             panel.resize(r * g, 0.0);
             let products: [(&[f64], &[f64], &mut Vec<i128>); 5] = [
                 (ye, y, &mut self.yy),

@@ -34,9 +34,10 @@ pub struct GraphParams {
     /// over them; the products cost `missing / max_genes` of a rebase's) so the graph has the
     /// vocabulary of an exact build. `false` leaves them out until a rebase.
     pub extend_vocab: bool,
-    /// Streamed builds (`build --incremental`, `rebase`): memory in MB for the postings that
-    /// ρ_local is computed from, gathered in rounds of pairs that fit (more rounds, one pass
-    /// over the shards each, when it is small); 0 = an eighth of the available memory.
+    /// Streamed builds (`build --incremental`, `rebase`): memory in MB for ρ_local: the
+    /// postings it is computed from when they all fit (one pass over the shards), otherwise
+    /// per-pair score histograms in rounds of pairs that fit (two passes each, as many rounds
+    /// at any number of cells); 0 = an eighth of the available memory.
     pub stream_memory_mb: u64,
 }
 

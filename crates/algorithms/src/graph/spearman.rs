@@ -4,32 +4,44 @@
 /// Reusable buffers for [`spearman_average_ranks`].
 #[derive(Debug, Default)]
 pub struct OverlapScratch {
-    hist_a: Vec<u32>,
-    hist_b: Vec<u32>,
     rank_a: Vec<u32>,
     rank_b: Vec<u32>,
 }
 
 /// Doubled mid-ranks (1-based, ties averaged) of the scores counted in `hist`, written over it:
-/// a score with `less` smaller values and `count` copies gets `2·less + count + 1`.
-fn doubled_ranks(hist: &mut [u32]) {
-    let mut less = 0u32;
+/// a score with `less` smaller values and `count` copies gets `2·less + count + 1`. Returns
+/// `Σ R²` over the counted scores (`count · R²` per score).
+pub fn doubled_ranks_in_place(hist: &mut [u32]) -> i128 {
+    let (mut less, mut sum_sq) = (0u32, 0i128);
     for h in hist.iter_mut() {
         let count = *h;
         *h = 2 * less + count + 1;
+        if count > 0 {
+            sum_sq += i128::from(count) * i128::from(*h) * i128::from(*h);
+        }
         less += count;
     }
+    sum_sq
 }
 
-/// Σ R² over the scores of a histogram, given its doubled ranks.
-fn sum_sq(hist: &[u32], ranks: &[u32]) -> i128 {
-    hist.iter().zip(ranks).filter(|(&h, _)| h > 0).map(|(&h, &r)| i128::from(h) * i128::from(r) * i128::from(r)).sum()
+/// `Σ R_a·R_b` over score pairs, given each side's doubled ranks (`rank_a[score]`), none above
+/// `max_rank`: exact, in u64 while the worst case fits and i128 beyond.
+pub fn rank_cross(pairs: &[(u16, u16)], rank_a: &[u32], rank_b: &[u32], max_rank: u64) -> i128 {
+    if (pairs.len() as u128) * u128::from(max_rank).pow(2) < u128::from(u64::MAX) {
+        pairs
+            .iter()
+            .map(|&(a, b)| u64::from(rank_a[usize::from(a)]) * u64::from(rank_b[usize::from(b)]))
+            .sum::<u64>()
+            .into()
+    } else {
+        pairs.iter().map(|&(a, b)| i128::from(rank_a[usize::from(a)]) * i128::from(rank_b[usize::from(b)])).sum()
+    }
 }
 
 /// Spearman's ρ from exact integer sums over `n` pairs of doubled mid-ranks: `Σ R_a·R_b`,
 /// `Σ R_a²`, `Σ R_b²` (ranks sum to `n(n+1)` on each side). NaN for fewer than 2 pairs or a
 /// constant side.
-fn rho_of_sums(n: u64, cross: i128, sq_a: i128, sq_b: i128) -> f64 {
+pub fn rho_of_sums(n: u64, cross: i128, sq_a: i128, sq_b: i128) -> f64 {
     if n < 2 {
         return f64::NAN;
     }
@@ -44,31 +56,24 @@ fn rho_of_sums(n: u64, cross: i128, sq_a: i128, sq_b: i128) -> f64 {
 
 /// Spearman's ρ with average ranks of the pairs `(a_i, b_i)`, scores below `l_max`;
 /// NaN when there are fewer than 2 pairs or a side is constant (as `scipy.stats.spearmanr`).
-/// Exact integer sums of doubled ranks, so the result does not depend on summation order.
+/// Exact integer sums of doubled ranks, so the result does not depend on summation order, and
+/// sums gathered in parts (histograms first, then the cross sum) give the same ρ.
 pub fn spearman_average_ranks(pairs: &[(u16, u16)], l_max: usize, scratch: &mut OverlapScratch) -> f64 {
     let n = pairs.len();
     if n < 2 {
         return f64::NAN;
     }
-    let OverlapScratch { hist_a, hist_b, rank_a, rank_b } = scratch;
-    for (hist, rank, side) in [(&mut *hist_a, &mut *rank_a, 0usize), (&mut *hist_b, &mut *rank_b, 1)] {
-        hist.clear();
-        hist.resize(l_max, 0);
-        for p in pairs {
-            hist[usize::from(if side == 0 { p.0 } else { p.1 })] += 1;
-        }
+    let OverlapScratch { rank_a, rank_b } = scratch;
+    for (rank, side) in [(&mut *rank_a, 0usize), (&mut *rank_b, 1)] {
         rank.clear();
-        rank.extend_from_slice(hist);
-        doubled_ranks(rank);
+        rank.resize(l_max, 0);
+        for p in pairs {
+            rank[usize::from(if side == 0 { p.0 } else { p.1 })] += 1;
+        }
     }
-    // Ranks ≤ 2n + 1: the products of n pairs fit in u64 below ~1.3 M pairs.
-    let (ra, rb) = (&*rank_a, &*rank_b);
-    let cross: i128 = if (n as u128) * (2 * n as u128 + 1).pow(2) < u128::from(u64::MAX) {
-        pairs.iter().map(|&(a, b)| u64::from(ra[usize::from(a)]) * u64::from(rb[usize::from(b)])).sum::<u64>().into()
-    } else {
-        pairs.iter().map(|&(a, b)| i128::from(ra[usize::from(a)]) * i128::from(rb[usize::from(b)])).sum()
-    };
-    rho_of_sums(n as u64, cross, sum_sq(hist_a, rank_a), sum_sq(hist_b, rank_b))
+    let (sq_a, sq_b) = (doubled_ranks_in_place(rank_a), doubled_ranks_in_place(rank_b));
+    let cross = rank_cross(pairs, rank_a, rank_b, 2 * n as u64 + 1);
+    rho_of_sums(n as u64, cross, sq_a, sq_b)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::batch::{add_exact, BatchWork};
+use super::batch::{add_exact, add_scaled, BatchWork};
 use super::products::{at_b_panels, mirror_upper};
 use super::ranks::{RankMaps, ScoreHistograms};
 use super::scores::ScoredCell;
@@ -26,6 +26,11 @@ const EXACT_F64: f64 = 9_007_199_254_740_992.0; // 2^53
 /// Cells per dense batch at most: its three `cells × genes` f64 matrices are 49 MB at 2,000
 /// genes, per worker; longer batches would not make the products faster.
 const MAX_BATCH: usize = 1024;
+/// Below this exact batch (atlases of ~6M cells and more) the products are split into limbs
+/// ([`PairSums::add_split_products`]): about twice the arithmetic, in batches of [`MAX_BATCH`]
+/// whatever the atlas. Measured per cell (`examples/pair_sums_batch.rs`; BENCHMARKS, session
+/// 54): split ~0.55 ms; direct 0.26 ms at 1,024 cells, 0.33 at 160, 0.65 at 40, 2.2–3.0 at 10.
+const SPLIT_BELOW_BATCH: usize = 64;
 
 impl PairSums {
     pub fn new(n_genes: usize) -> Self {
@@ -79,7 +84,29 @@ impl PairSums {
         threads: usize,
     ) {
         let g = self.n_genes;
-        let batch = Self::exact_batch(maps.max_abs_y());
+        let max_abs_y = maps.max_abs_y();
+        let batch = Self::exact_batch(max_abs_y);
+        if batch < SPLIT_BELOW_BATCH {
+            self.add_split_products(work, cells, maps, (sign, threads), max_abs_y);
+        } else {
+            self.add_direct_products(work, cells, maps, (sign, threads), batch);
+        }
+        mirror_upper(&mut self.yy, g);
+        super::pair_counts::add_co_presence(cells, g, sign, &mut self.co);
+        self.n_cells += sign * cells.len() as i64;
+    }
+
+    /// The products of [`PairSums::add_cells_in`] in batches of `batch` cells, exact as they
+    /// are; `yy`'s upper triangle only.
+    fn add_direct_products(
+        &mut self,
+        work: &mut BatchWork,
+        cells: &[ScoredCell],
+        maps: &RankMaps,
+        (sign, threads): (i64, usize),
+        batch: usize,
+    ) {
+        let g = self.n_genes;
         let sign128 = i128::from(sign);
         for block in cells.chunks(batch) {
             let b = block.len();
@@ -98,9 +125,52 @@ impl PairSums {
                 });
             }
         }
-        mirror_upper(&mut self.yy, g);
-        super::pair_counts::add_co_presence(cells, g, sign, &mut self.co);
-        self.n_cells += sign * cells.len() as i64;
+    }
+
+    /// The products of [`PairSums::add_cells_in`] for large atlases, whose mapped scores (|y| up to ~2N) make
+    /// the exact batch of direct products small (it shrinks as 1/N², and each batch pays a
+    /// fixed G × G accumulation, so the cost per cell would grow as N²). With
+    /// `y = hi·2^k + lo` and `y² = hi₂·2^k₂ + lo₂`, every product of limbs stays below
+    /// `2^(bits+1)` (`|y| < 2^bits`), so batches stay at [`MAX_BATCH`] at any atlas size:
+    /// `Σ y_u y_v = 2^2k Σ hi hi + 2^k (Σ hi_u lo_v + Σ lo_u hi_v) + Σ lo lo`, and
+    /// `Σ y_u² p_v` from y²'s two limbs the same way (`Σ y_u p_v` needs no split: its products
+    /// are below 2^bits). Exact integers throughout, so the sums are the direct path's.
+    fn add_split_products(
+        &mut self,
+        work: &mut BatchWork,
+        cells: &[ScoredCell],
+        maps: &RankMaps,
+        (sign, threads): (i64, usize),
+        max_abs_y: i64,
+    ) {
+        let g = self.n_genes;
+        let bits = 64 - (max_abs_y.max(1) as u64).leading_zeros(); // |y| < 2^bits
+        let (k, k2) = (bits.div_ceil(2), bits);
+        let batch = ((EXACT_F64 / 2f64.powi(bits as i32 + 1)) as usize).clamp(1, MAX_BATCH);
+        let s = i128::from(sign);
+        for block in cells.chunks(batch) {
+            let b = block.len();
+            work.fill_limbs(block, maps, g, k, k2);
+            let BatchWork { y, p, panel, limbs, .. } = &mut *work;
+            let [yh, yl, y2h, y2l] = &*limbs;
+            let yy = &mut self.yy;
+            for (x, z, factor) in [(yh, yh, s << (2 * k)), (yh, yl, s << k), (yl, yh, s << k), (yl, yl, s)] {
+                at_b_panels(x, z, b, g, true, threads, panel, |u0, m, n, part| {
+                    for i in 0..m {
+                        let u = u0 + i;
+                        add_scaled(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n], factor);
+                    }
+                });
+            }
+            for (x, sums, factor) in [(&*y, &mut self.yp, s), (y2h, &mut self.y2p, s << k2)] {
+                at_b_panels(x, p, b, g, false, threads, panel, |u0, m, _, part| {
+                    add_scaled(&mut sums[u0 * g..(u0 + m) * g], part, factor);
+                });
+            }
+            at_b_panels(y2l, p, b, g, false, threads, panel, |u0, m, _, part| {
+                add_scaled(&mut self.y2p[u0 * g..(u0 + m) * g], part, s);
+            });
+        }
     }
 
     pub fn merge(&mut self, other: &Self, sign: i64) {
@@ -327,46 +397,74 @@ mod tests {
     #[test]
     fn panels_and_calls_sum_what_each_cell_contributes() {
         let (g, l) = (600usize, 64usize);
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |n: u64| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 33) % n
-        };
-        let cells: Vec<ScoredCell> = (0..2500)
-            .map(|_| {
-                let mut genes: Vec<u32> = (0..40).map(|_| next(g as u64) as u32).collect();
-                genes.sort_unstable();
-                genes.dedup();
-                ScoredCell { scores: genes.iter().map(|_| next(l as u64) as u16).collect(), genes }
-            })
-            .collect();
+        let cells = random_cells(g, l, 2500, 40, 0x2545_F491_4F6C_DD1D);
         let mut h = ScoreHistograms::new(g, l);
         cells.iter().for_each(|c| h.add_cell(c, 1));
         let maps = RankMaps::from_histograms(&h);
-        let direct = |cells: &[ScoredCell]| {
-            let mut d = PairSums::new(g);
-            for c in cells {
-                for (&u, &su) in c.genes.iter().zip(&c.scores) {
-                    let yu = i128::from(maps.y(u as usize, su as usize));
-                    for (&v, &sv) in c.genes.iter().zip(&c.scores) {
-                        let k = u as usize * g + v as usize;
-                        d.yy[k] += yu * i128::from(maps.y(v as usize, sv as usize));
-                        d.yp[k] += yu;
-                        d.y2p[k] += yu * yu;
-                        d.co[k] += 1;
-                    }
-                }
-            }
-            d.n_cells = cells.len() as i64;
-            d
-        };
         let mut sums = PairSums::new(g);
         assert!(cells.len() > 2 * MAX_BATCH && PairSums::exact_batch(maps.max_abs_y()) == MAX_BATCH);
         sums.add_cells(&cells[..1700], &maps, 1, 2);
         sums.add_cells(&cells[1700..], &maps, 1, 1);
-        assert_eq!(sums, direct(&cells));
+        assert_eq!(sums, direct_sums(&cells, &maps, g));
         sums.add_cells(&cells[1700..], &maps, -1, 2);
-        assert_eq!(sums, direct(&cells[..1700]));
+        assert_eq!(sums, direct_sums(&cells[..1700], &maps, g));
+    }
+
+    /// Mapped scores as large as an atlas of ~10^12 cells would have (|y| ~ 2^40): the direct
+    /// batch would be under one cell, so the products run split into limbs, and every sum is
+    /// still what each cell contributes, added and retracted.
+    #[test]
+    fn split_products_of_huge_ranks_are_exact() {
+        let (g, l) = (300usize, 64usize);
+        let cells = random_cells(g, l, 1500, 30, 0x9E37_79B9_7F4A_7C15);
+        let mut h = ScoreHistograms::new(g, l);
+        cells.iter().for_each(|c| h.add_cell(c, 1));
+        let mut maps = RankMaps::from_histograms(&h);
+        let f = (1i64 << 40) / maps.max_abs_y();
+        maps.t2.iter_mut().for_each(|x| *x *= f);
+        assert!(PairSums::exact_batch(maps.max_abs_y()) < SPLIT_BELOW_BATCH);
+        let mut sums = PairSums::new(g);
+        sums.add_cells(&cells[..1100], &maps, 1, 2);
+        sums.add_cells(&cells[1100..], &maps, 1, 1);
+        assert_eq!(sums, direct_sums(&cells, &maps, g));
+        sums.add_cells(&cells[1100..], &maps, -1, 2);
+        assert_eq!(sums, direct_sums(&cells[..1100], &maps, g));
+    }
+
+    /// `n` seeded cells of up to `per_cell` distinct genes of `g`, scores below `l`.
+    fn random_cells(g: usize, l: usize, n: usize, per_cell: usize, seed: u64) -> Vec<ScoredCell> {
+        let mut state = seed;
+        let mut next = |n: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        (0..n)
+            .map(|_| {
+                let mut genes: Vec<u32> = (0..per_cell).map(|_| next(g as u64) as u32).collect();
+                genes.sort_unstable();
+                genes.dedup();
+                ScoredCell { scores: genes.iter().map(|_| next(l as u64) as u16).collect(), genes }
+            })
+            .collect()
+    }
+
+    /// The pair sums of `cells`, pair by pair, in i128.
+    fn direct_sums(cells: &[ScoredCell], maps: &RankMaps, g: usize) -> PairSums {
+        let mut d = PairSums::new(g);
+        for c in cells {
+            for (&u, &su) in c.genes.iter().zip(&c.scores) {
+                let yu = i128::from(maps.y(u as usize, su as usize));
+                for (&v, &sv) in c.genes.iter().zip(&c.scores) {
+                    let k = u as usize * g + v as usize;
+                    d.yy[k] += yu * i128::from(maps.y(v as usize, sv as usize));
+                    d.yp[k] += yu;
+                    d.y2p[k] += yu * yu;
+                    d.co[k] += 1;
+                }
+            }
+        }
+        d.n_cells = cells.len() as i64;
+        d
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! the whole overlap, so ρ is the in-memory build's, bit for bit, and the rounds depend on the
 //! candidate pairs and the budget, not on the cells.
 
-use corrflow_algorithms::graph::{doubled_ranks_in_place, rank_cross, rho_of_sums, GraphVocab};
+use corrflow_algorithms::graph::{count_scores, doubled_ranks_in_place, rank_cross, rho_of_sums, GraphVocab};
 use rayon::prelude::*;
 
 use super::overlap::Overlaps;
@@ -65,12 +65,7 @@ pub(crate) fn local_by_histograms(
         let read = each_block(&mut |overlaps| {
             hist.par_chunks_mut(2 * l).zip(round.par_iter()).with_min_len(8).for_each(|(h, &(u, v))| {
                 let (ha, hb) = h.split_at_mut(l);
-                overlaps.with(u, v, |o| {
-                    o.iter().for_each(|&(a, b)| {
-                        ha[usize::from(a)] += 1;
-                        hb[usize::from(b)] += 1;
-                    })
-                })
+                overlaps.with(u, v, |o| count_scores(o, ha, hb))
             })
         });
         let counted = read.map(|()| hist);

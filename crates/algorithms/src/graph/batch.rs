@@ -80,14 +80,10 @@ impl BatchWork {
     }
 }
 
-/// Adds `factor` times `from` to `to`, exactly as [`add_exact`] does.
-pub(crate) fn add_scaled(to: &mut [i128], from: &[f64], factor: i128) {
+/// Adds `factor` times `from` to `to` (`factor`: the sign, times a limb's power of two when
+/// products are split). Every partial sum of a batch product is an exact integer below 2^53
+/// ([`super::PairSums::exact_batch`]): through i64 the conversion is one instruction, where
+/// f64 → i128 is a library call.
+pub(crate) fn add_exact(to: &mut [i128], from: &[f64], factor: i128) {
     to.iter_mut().zip(from).for_each(|(a, &x)| *a += factor * (x as i64 as i128));
-}
-
-/// Adds `sign` times `from` to `to`. Every partial sum of a batch product is an exact integer
-/// below 2^53 ([`super::PairSums::exact_batch`]): through i64 the conversion is one instruction,
-/// where f64 → i128 is a library call.
-pub(crate) fn add_exact(to: &mut [i128], from: &[f64], sign: i128) {
-    to.iter_mut().zip(from).for_each(|(a, &x)| *a += sign * (x as i64 as i128));
 }

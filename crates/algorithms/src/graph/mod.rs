@@ -29,5 +29,7 @@ pub use ranks::{RankMaps, ScoreHistograms};
 pub use scores::{count_presence, GraphVocab, ScoredCell};
 pub use screen::approx_correlations;
 pub use select::{candidate_pairs, screened_candidate_pairs, GraphEdge};
-pub use spearman::{doubled_ranks_in_place, rank_cross, rho_of_sums, spearman_average_ranks, OverlapScratch};
+pub use spearman::{
+    count_scores, doubled_ranks_in_place, rank_cross, rho_of_sums, spearman_average_ranks, OverlapScratch,
+};
 pub use stats::{global_correlations, GeneMoments, PairSums};

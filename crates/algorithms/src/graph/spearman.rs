@@ -8,6 +8,14 @@ pub struct OverlapScratch {
     rank_b: Vec<u32>,
 }
 
+/// Adds each side's scores of the pairs `(a_i, b_i)` to its histogram (`hist_a[a_i] += 1`).
+pub fn count_scores(pairs: &[(u16, u16)], hist_a: &mut [u32], hist_b: &mut [u32]) {
+    for &(a, b) in pairs {
+        hist_a[usize::from(a)] += 1;
+        hist_b[usize::from(b)] += 1;
+    }
+}
+
 /// Doubled mid-ranks (1-based, ties averaged) of the scores counted in `hist`, written over it:
 /// a score with `less` smaller values and `count` copies gets `2·less + count + 1`. Returns
 /// `Σ R²` over the counted scores (`count · R²` per score).
@@ -57,20 +65,19 @@ pub fn rho_of_sums(n: u64, cross: i128, sq_a: i128, sq_b: i128) -> f64 {
 /// Spearman's ρ with average ranks of the pairs `(a_i, b_i)`, scores below `l_max`;
 /// NaN when there are fewer than 2 pairs or a side is constant (as `scipy.stats.spearmanr`).
 /// Exact integer sums of doubled ranks, so the result does not depend on summation order, and
-/// sums gathered in parts (histograms first, then the cross sum) give the same ρ.
+/// sums gathered in parts through the same functions (histograms first, then the cross sum)
+/// give the same ρ.
 pub fn spearman_average_ranks(pairs: &[(u16, u16)], l_max: usize, scratch: &mut OverlapScratch) -> f64 {
     let n = pairs.len();
     if n < 2 {
         return f64::NAN;
     }
     let OverlapScratch { rank_a, rank_b } = scratch;
-    for (rank, side) in [(&mut *rank_a, 0usize), (&mut *rank_b, 1)] {
+    for rank in [&mut *rank_a, &mut *rank_b] {
         rank.clear();
         rank.resize(l_max, 0);
-        for p in pairs {
-            rank[usize::from(if side == 0 { p.0 } else { p.1 })] += 1;
-        }
     }
+    count_scores(pairs, rank_a, rank_b);
     let (sq_a, sq_b) = (doubled_ranks_in_place(rank_a), doubled_ranks_in_place(rank_b));
     let cross = rank_cross(pairs, rank_a, rank_b, 2 * n as u64 + 1);
     rho_of_sums(n as u64, cross, sq_a, sq_b)

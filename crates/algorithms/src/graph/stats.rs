@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::batch::{add_exact, add_scaled, BatchWork};
+use super::batch::{add_exact, BatchWork};
 use super::products::{at_b_panels, mirror_upper};
 use super::ranks::{RankMaps, ScoreHistograms};
 use super::scores::ScoredCell;
@@ -158,17 +158,17 @@ impl PairSums {
                 at_b_panels(x, z, b, g, true, threads, panel, |u0, m, n, part| {
                     for i in 0..m {
                         let u = u0 + i;
-                        add_scaled(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n], factor);
+                        add_exact(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n], factor);
                     }
                 });
             }
             for (x, sums, factor) in [(&*y, &mut self.yp, s), (y2h, &mut self.y2p, s << k2)] {
                 at_b_panels(x, p, b, g, false, threads, panel, |u0, m, _, part| {
-                    add_scaled(&mut sums[u0 * g..(u0 + m) * g], part, factor);
+                    add_exact(&mut sums[u0 * g..(u0 + m) * g], part, factor);
                 });
             }
             at_b_panels(y2l, p, b, g, false, threads, panel, |u0, m, _, part| {
-                add_scaled(&mut self.y2p[u0 * g..(u0 + m) * g], part, s);
+                add_exact(&mut self.y2p[u0 * g..(u0 + m) * g], part, s);
             });
         }
     }

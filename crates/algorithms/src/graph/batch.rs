@@ -19,12 +19,27 @@ pub struct BatchWork {
     pub(crate) panel: Vec<f64>,
     /// The limbs of y and y² when the products are split ([`BatchWork::fill_limbs`]).
     pub(crate) limbs: [Vec<f64>; 4],
+    /// Each gene's `Σ y²` over the block being cut ([`exact_blocks`]).
+    pub(crate) squares: Vec<u64>,
+    /// The centred products' `Σ y'_u·p_v` and co-presence over one call's cells (`G × G`),
+    /// from which the uncentred sums follow ([`super::PairSums`]).
+    pub(crate) centred_yp: Vec<i128>,
+    pub(crate) centred_co: Vec<i64>,
 }
 
 impl BatchWork {
     /// The batch's mapped scores `y`, their squares and presence over all `g` genes; with
     /// `rows` (each gene's row, `usize::MAX` for none, and the row count), the same over those rows.
-    pub(crate) fn fill(&mut self, block: &[ScoredCell], maps: &RankMaps, g: usize, rows: Option<(&[usize], usize)>) {
+    /// With `shift`, present genes hold `y − shift[u]` instead of `y` ([`PairSums`]'s centred
+    /// products).
+    pub(crate) fn fill(
+        &mut self,
+        block: &[ScoredCell],
+        maps: &RankMaps,
+        g: usize,
+        rows: Option<(&[usize], usize)>,
+        shift: Option<&[i64]>,
+    ) {
         let b = block.len();
         let r = rows.map_or(0, |(_, r)| r);
         for (m, width) in [
@@ -40,8 +55,8 @@ impl BatchWork {
         }
         for (i, cell) in block.iter().enumerate() {
             for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
-                let v = maps.y(u as usize, s as usize) as f64;
                 let u = u as usize;
+                let v = (maps.y(u, s as usize) - shift.map_or(0, |m| m[u])) as f64;
                 (self.y[i * g + u], self.y2[i * g + u], self.p[i * g + u]) = (v, v * v, 1.0);
                 if let Some((row_of, r)) = rows {
                     if row_of[u] != usize::MAX {
@@ -82,8 +97,68 @@ impl BatchWork {
 
 /// Adds `factor` times `from` to `to` (`factor`: the sign, times a limb's power of two when
 /// products are split). Every partial sum of a batch product is an exact integer below 2^53
-/// ([`super::PairSums::exact_batch`]): through i64 the conversion is one instruction, where
-/// f64 → i128 is a library call.
+/// ([`exact_blocks`]): through i64 the conversion is one instruction, where f64 → i128 is a
+/// library call. Every batch pays this over G × G sums, so a factor of ±1 (every unsplit
+/// product) adds or subtracts without the i128 multiplication.
 pub(crate) fn add_exact(to: &mut [i128], from: &[f64], factor: i128) {
-    to.iter_mut().zip(from).for_each(|(a, &x)| *a += factor * (x as i64 as i128));
+    let pairs = to.iter_mut().zip(from);
+    match factor {
+        1 => pairs.for_each(|(a, &x)| *a += i128::from(x as i64)),
+        -1 => pairs.for_each(|(a, &x)| *a -= i128::from(x as i64)),
+        _ => pairs.for_each(|(a, &x)| *a += factor * i128::from(x as i64)),
+    }
+}
+
+/// 2^53: below it every integer is an exact f64.
+pub(crate) const EXACT_F64: u64 = 1 << 53;
+
+/// Consecutive blocks of `cells`, each of at most `max_cells`, in which every gene's `Σ y²`
+/// (of `y − shift[u]` with a shift) stays at most 2^53. Every partial sum of a block's products
+/// is then an exact f64 integer, in whatever order the product adds: `|Σ y_u·y_v| ≤
+/// √(Σ y_u² · Σ y_v²)` (Cauchy–Schwarz), `Σ y_u²·p_v ≤ Σ y_u²` and `|Σ y_u·p_v| ≤ Σ y_u²`.
+/// Sizing by the worst case (`cells · max y² ≤ 2^53`) assumed every cell at every gene's
+/// largest rank; real cells spread over the ranks, so blocks are longer, and each block pays a
+/// fixed G × G accumulation ([`add_exact`]). The caller keeps `y² ≤ 2^53` for any one cell.
+/// The sums do not depend on where blocks end (exact integers).
+pub(crate) fn exact_blocks<'a>(
+    cells: &'a [ScoredCell],
+    maps: &RankMaps,
+    shift: Option<&[i64]>,
+    max_cells: usize,
+    squares: &mut Vec<u64>,
+) -> Vec<&'a [ScoredCell]> {
+    squares.clear();
+    squares.resize(maps.n_genes, 0);
+    let y2 = |u: u32, s: u16| {
+        let y = maps.y(u as usize, s as usize) - shift.map_or(0, |m| m[u as usize]);
+        y.unsigned_abs().saturating_pow(2)
+    };
+    let mut ends = Vec::new();
+    let (mut start, max_cells) = (0, max_cells.max(1));
+    for (i, cell) in cells.iter().enumerate() {
+        let full = i - start == max_cells
+            || cell
+                .genes
+                .iter()
+                .zip(&cell.scores)
+                .any(|(&u, &s)| squares[u as usize].saturating_add(y2(u, s)) > EXACT_F64);
+        if full && i > start {
+            ends.push(i);
+            start = i;
+            squares.iter_mut().for_each(|x| *x = 0);
+        }
+        for (&u, &s) in cell.genes.iter().zip(&cell.scores) {
+            squares[u as usize] = squares[u as usize].saturating_add(y2(u, s));
+        }
+    }
+    ends.push(cells.len());
+    let mut from = 0;
+    ends.into_iter()
+        .filter(|&e| e > 0)
+        .map(|e| {
+            let block = &cells[from..e];
+            from = e;
+            block
+        })
+        .collect()
 }

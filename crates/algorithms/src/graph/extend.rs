@@ -4,11 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::batch::{add_exact, BatchWork};
+use super::batch::{add_exact, exact_blocks, BatchWork};
 use super::products::at_b_strided;
 use super::ranks::RankMaps;
 use super::scores::ScoredCell;
-use super::stats::PairSums;
+use super::stats::{PairSums, MAX_BATCH};
 
 /// Per-gene rows of `width` values rearranged to a new gene set: row `i` of the result is row
 /// `from[i]` of `src`, or zeros for a gene that `src` does not have.
@@ -128,10 +128,9 @@ impl GeneRowSums {
         }
         let mut row_of = vec![usize::MAX; g];
         self.rows.iter().enumerate().for_each(|(i, &e)| row_of[e] = i);
-        let batch = PairSums::exact_batch(maps.max_abs_y());
-        for block in cells.chunks(batch) {
+        for block in exact_blocks(cells, maps, None, MAX_BATCH, &mut work.squares) {
             let b = block.len();
-            work.fill(block, maps, g, Some((&row_of, r)));
+            work.fill(block, maps, g, Some((&row_of, r)), None);
             let BatchWork { y, y2, p, ye, y2e, pe, panel, .. } = &mut *work;
             panel.resize(r * g, 0.0);
             let products: [(&[f64], &[f64], &mut Vec<i128>); 5] = [

@@ -87,10 +87,25 @@ impl RankMaps {
 
     /// Largest |y| any cell can have: bounds the batch size of exact products.
     pub fn max_abs_y(&self) -> i64 {
+        self.max_abs_shifted(&vec![0; self.n_genes], 0)
+    }
+
+    /// Largest `|y − shift[u]|` of scores `first_score` and up.
+    pub fn max_abs_shifted(&self, shift: &[i64], first_score: usize) -> i64 {
         (0..self.n_genes)
-            .flat_map(|u| (0..self.l_max).map(move |s| (u, s)))
-            .map(|(u, s)| self.y(u, s).abs())
+            .flat_map(|u| (first_score..self.l_max).map(move |s| (u, s)))
+            .map(|(u, s)| (self.y(u, s) - shift[u]).abs())
             .max()
             .unwrap_or(0)
+    }
+
+    /// Each gene's midpoint of the mapped scores of scores 1 to `L_max − 1` (`y` from ~`Z` to
+    /// ~`2N − Z` for `Z` absent cells), which is where nearly every present cell scores (0 is
+    /// only the `L_max`-th token): centred on it, such a cell's score is at most ~N in size,
+    /// where `y` reaches ~2N.
+    pub fn present_midpoints(&self) -> Vec<i64> {
+        (0..self.n_genes)
+            .map(|u| if self.l_max < 2 { 0 } else { (self.y(u, 1) + self.y(u, self.l_max - 1)) / 2 })
+            .collect()
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::batch::{add_exact, BatchWork};
+use super::batch::{add_exact, exact_blocks, BatchWork, EXACT_F64};
 use super::products::{at_b_panels, mirror_upper};
 use super::ranks::{RankMaps, ScoreHistograms};
 use super::scores::ScoredCell;
@@ -22,14 +22,14 @@ pub struct PairSums {
     pub y2p: Vec<i128>,
 }
 
-const EXACT_F64: f64 = 9_007_199_254_740_992.0; // 2^53
 /// Cells per dense batch at most: its three `cells × genes` f64 matrices are 49 MB at 2,000
 /// genes, per worker; longer batches would not make the products faster.
-const MAX_BATCH: usize = 1024;
-/// Below this exact batch (atlases of ~6M cells and more) the products are split into limbs
-/// ([`PairSums::add_split_products`]): about twice the arithmetic, in batches of [`MAX_BATCH`]
-/// whatever the atlas. Measured per cell (`examples/pair_sums_batch.rs`; BENCHMARKS, session
-/// 54): split ~0.55 ms; direct 0.26 ms at 1,024 cells, 0.33 at 160, 0.65 at 40, 2.2–3.0 at 10.
+pub(crate) const MAX_BATCH: usize = 1024;
+/// Below this worst-case batch of centred scores (atlases of ~12M cells and more) the products
+/// are split into limbs ([`PairSums::add_split_products`]): about twice the arithmetic, in
+/// batches of [`MAX_BATCH`] whatever the atlas. Measured per cell on one thread
+/// (`examples/pair_sums_batch.rs`; BENCHMARKS, sessions 54–55): split ~0.55 ms; direct 0.26 ms
+/// at 1,024 cells; batches cut by the scores, centred, 0.26–0.28 ms up to ~12M cells.
 const SPLIT_BELOW_BATCH: usize = 64;
 
 impl PairSums {
@@ -39,10 +39,12 @@ impl PairSums {
     }
 
     /// Cells per dense batch such that every f64 partial sum of the products is an exact
-    /// integer (the largest product is y², in `yy` and `y2p`).
+    /// integer whatever the cells' scores (the largest product is y², in `yy` and `y2p`). The
+    /// unsplit products cut their batches by the cells' own scores ([`exact_blocks`]), at least
+    /// this long; this worst case decides when the products are split.
     pub fn exact_batch(max_abs_y: i64) -> usize {
         let per = (max_abs_y.max(1) as f64).powi(2);
-        ((EXACT_F64 / per) as usize).clamp(1, MAX_BATCH)
+        ((EXACT_F64 as f64 / per) as usize).clamp(1, MAX_BATCH)
     }
 
     /// Pearson correlation of the rank-mapped scores of `u` and `v` over the cells where both
@@ -74,7 +76,11 @@ impl PairSums {
     }
 
     /// [`PairSums::add_cells`] with the batch matrices of `work`, kept by a caller that adds
-    /// cells block by block.
+    /// cells block by block. Three ways to the same integers, by how large the mapped scores
+    /// are (they grow with the atlas): direct products; products of scores centred on each
+    /// gene's present midpoint, when that keeps blocks at [`SPLIT_BELOW_BATCH`] cells or more
+    /// where direct ones would fall below [`MAX_BATCH`] (atlases of ~1.5M to ~12M cells); and
+    /// products split into limbs beyond.
     pub fn add_cells_in(
         &mut self,
         work: &mut BatchWork,
@@ -85,33 +91,44 @@ impl PairSums {
     ) {
         let g = self.n_genes;
         let max_abs_y = maps.max_abs_y();
-        let batch = Self::exact_batch(max_abs_y);
-        if batch < SPLIT_BELOW_BATCH {
-            self.add_split_products(work, cells, maps, (sign, threads), max_abs_y);
+        if Self::exact_batch(max_abs_y) >= MAX_BATCH {
+            self.add_direct_products(work, cells, maps, (sign, threads), None);
+            super::pair_counts::add_co_presence(cells, g, sign, &mut self.co);
         } else {
-            self.add_direct_products(work, cells, maps, (sign, threads), batch);
+            // Blocks stay exact by the cells' own scores (`exact_blocks`) as long as one cell's
+            // square fits; whether they are long enough to beat the split products is decided
+            // by the scores of present cells but the rare last token (score 0).
+            let shift = maps.present_midpoints();
+            let any = maps.max_abs_shifted(&shift, 0) as f64;
+            if any * any <= EXACT_F64 as f64 && Self::exact_batch(maps.max_abs_shifted(&shift, 1)) >= SPLIT_BELOW_BATCH
+            {
+                self.add_centred_products(work, cells, maps, (sign, threads), &shift);
+            } else {
+                self.add_split_products(work, cells, maps, (sign, threads), max_abs_y);
+                super::pair_counts::add_co_presence(cells, g, sign, &mut self.co);
+            }
         }
         mirror_upper(&mut self.yy, g);
-        super::pair_counts::add_co_presence(cells, g, sign, &mut self.co);
         self.n_cells += sign * cells.len() as i64;
     }
 
-    /// The products of [`PairSums::add_cells_in`] in batches of `batch` cells, exact as they
-    /// are; `yy`'s upper triangle only.
+    /// The products of [`PairSums::add_cells_in`] in blocks cut by the cells' scores
+    /// ([`exact_blocks`]), exact as they are; `yy`'s upper triangle only. With `shift`, of the
+    /// centred scores `y' = y − shift[u]`, their `Σ y'_u·p_v` into `work.centred_yp` (unsigned).
     fn add_direct_products(
         &mut self,
         work: &mut BatchWork,
         cells: &[ScoredCell],
         maps: &RankMaps,
         (sign, threads): (i64, usize),
-        batch: usize,
+        shift: Option<&[i64]>,
     ) {
         let g = self.n_genes;
         let sign128 = i128::from(sign);
-        for block in cells.chunks(batch) {
+        for block in exact_blocks(cells, maps, shift, MAX_BATCH, &mut work.squares) {
             let b = block.len();
-            work.fill(block, maps, g, None);
-            let BatchWork { y, y2, p, panel, .. } = &mut *work;
+            work.fill(block, maps, g, None, shift);
+            let BatchWork { y, y2, p, panel, centred_yp, .. } = &mut *work;
             let yy = &mut self.yy;
             at_b_panels(y, y, b, g, true, threads, panel, |u0, m, n, part| {
                 for i in 0..m {
@@ -119,10 +136,49 @@ impl PairSums {
                     add_exact(&mut yy[u * g + u..(u + 1) * g], &part[i * n + i..(i + 1) * n], sign128);
                 }
             });
-            for (x, sums) in [(&*y, &mut self.yp), (&*y2, &mut self.y2p)] {
+            let (yp, yp_factor) = if shift.is_some() { (centred_yp, 1) } else { (&mut self.yp, sign128) };
+            for (x, sums, factor) in [(&*y, yp, yp_factor), (&*y2, &mut self.y2p, sign128)] {
                 at_b_panels(x, p, b, g, false, threads, panel, |u0, m, _, part| {
-                    add_exact(&mut sums[u0 * g..(u0 + m) * g], part, sign128);
+                    add_exact(&mut sums[u0 * g..(u0 + m) * g], part, factor);
                 });
+            }
+        }
+    }
+
+    /// The products of [`PairSums::add_cells_in`] on scores centred on each gene's present
+    /// midpoint `m_u` (`y = y' + m_u·p_u`), which halves the largest score and so quadruples the
+    /// exact block. The centred products give `Σ y'_u y'_v`, `Σ y'_u p_v` and `Σ y'_u² p_v`, and
+    /// with the co-presence counts `c` the sums follow exactly:
+    /// `Σ y_u y_v = Σ y'_u y'_v + m_v Σ y'_u p_v + m_u Σ y'_v p_u + m_u m_v c`,
+    /// `Σ y_u p_v = Σ y'_u p_v + m_u c`, `Σ y_u² p_v = Σ y'_u² p_v + 2 m_u Σ y'_u p_v + m_u² c`.
+    fn add_centred_products(
+        &mut self,
+        work: &mut BatchWork,
+        cells: &[ScoredCell],
+        maps: &RankMaps,
+        (sign, threads): (i64, usize),
+        shift: &[i64],
+    ) {
+        let g = self.n_genes;
+        work.centred_yp.clear();
+        work.centred_yp.resize(g * g, 0);
+        work.centred_co.clear();
+        work.centred_co.resize(g * g, 0);
+        self.add_direct_products(work, cells, maps, (sign, threads), Some(shift));
+        super::pair_counts::add_co_presence(cells, g, 1, &mut work.centred_co);
+        let (b, co, s) = (&work.centred_yp, &work.centred_co, i128::from(sign));
+        for u in 0..g {
+            let mu = i128::from(shift[u]);
+            for v in 0..g {
+                let k = u * g + v;
+                let (buv, c) = (b[k], i128::from(co[k]));
+                self.yp[k] += s * (buv + mu * c);
+                self.y2p[k] += s * (2 * mu * buv + mu * mu * c);
+                if v >= u {
+                    let mv = i128::from(shift[v]);
+                    self.yy[k] += s * (mv * buv + mu * b[v * g + u] + mu * mv * c);
+                }
+                self.co[k] += sign * co[k];
             }
         }
     }
@@ -146,7 +202,7 @@ impl PairSums {
         let g = self.n_genes;
         let bits = 64 - (max_abs_y.max(1) as u64).leading_zeros(); // |y| < 2^bits
         let (k, k2) = (bits.div_ceil(2), bits);
-        let batch = ((EXACT_F64 / 2f64.powi(bits as i32 + 1)) as usize).clamp(1, MAX_BATCH);
+        let batch = ((EXACT_F64 as f64 / 2f64.powi(bits as i32 + 1)) as usize).clamp(1, MAX_BATCH);
         let s = i128::from(sign);
         for block in cells.chunks(batch) {
             let b = block.len();
@@ -398,16 +454,9 @@ mod tests {
     fn panels_and_calls_sum_what_each_cell_contributes() {
         let (g, l) = (600usize, 64usize);
         let cells = random_cells(g, l, 2500, 40, 0x2545_F491_4F6C_DD1D);
-        let mut h = ScoreHistograms::new(g, l);
-        cells.iter().for_each(|c| h.add_cell(c, 1));
-        let maps = RankMaps::from_histograms(&h);
-        let mut sums = PairSums::new(g);
+        let maps = maps_scaled(&cells, g, l, None);
         assert!(cells.len() > 2 * MAX_BATCH && PairSums::exact_batch(maps.max_abs_y()) == MAX_BATCH);
-        sums.add_cells(&cells[..1700], &maps, 1, 2);
-        sums.add_cells(&cells[1700..], &maps, 1, 1);
-        assert_eq!(sums, direct_sums(&cells, &maps, g));
-        sums.add_cells(&cells[1700..], &maps, -1, 2);
-        assert_eq!(sums, direct_sums(&cells[..1700], &maps, g));
+        assert_added_and_retracted_exactly(&cells, &maps, g, 1700);
     }
 
     /// Mapped scores as large as an atlas of ~10^12 cells would have (|y| ~ 2^40): the direct
@@ -417,18 +466,63 @@ mod tests {
     fn split_products_of_huge_ranks_are_exact() {
         let (g, l) = (300usize, 64usize);
         let cells = random_cells(g, l, 1500, 30, 0x9E37_79B9_7F4A_7C15);
+        let maps = maps_scaled(&cells, g, l, Some(1 << 40));
+        assert!(PairSums::exact_batch(maps.max_abs_y()) < SPLIT_BELOW_BATCH);
+        assert_added_and_retracted_exactly(&cells, &maps, g, 1100);
+    }
+
+    /// Mapped scores as large as a ~4M-cell atlas has, where the worst case would cut batches
+    /// of ~128 cells: the blocks cut by the cells' own scores are longer, every gene's `Σ y²`
+    /// within each stays at most 2^53, and they cover the cells in order. The sums, taken on
+    /// centred scores at this size, are exact, added and retracted.
+    #[test]
+    fn blocks_cut_by_scores_are_longer_than_the_worst_case_and_exact() {
+        let (g, l) = (300usize, 64usize);
+        let cells = random_cells(g, l, 3000, 30, 0xD1B5_4A32_D192_ED03);
+        let maps = maps_scaled(&cells, g, l, Some(1 << 23));
+        let worst = PairSums::exact_batch(maps.max_abs_y());
+        assert!((SPLIT_BELOW_BATCH..MAX_BATCH).contains(&worst), "{worst}");
+        let shift = maps.present_midpoints();
+        assert!(PairSums::exact_batch(maps.max_abs_shifted(&shift, 1)) >= SPLIT_BELOW_BATCH, "centred");
+        let blocks = exact_blocks(&cells, &maps, None, MAX_BATCH, &mut Vec::new());
+        assert!(blocks.iter().all(|b| !b.is_empty() && b.len() <= MAX_BATCH));
+        let mut at = 0;
+        for b in &blocks {
+            assert!(std::ptr::eq(b.as_ptr(), cells[at..].as_ptr()), "blocks in order");
+            at += b.len();
+            let mut sq = vec![0u128; g];
+            for (&u, &s) in b.iter().flat_map(|c| c.genes.iter().zip(&c.scores)) {
+                sq[u as usize] += (maps.y(u as usize, s as usize) as u128).pow(2);
+            }
+            assert!(sq.iter().all(|&x| x <= 1u128 << 53));
+        }
+        assert_eq!(at, cells.len());
+        assert!(blocks.len() * worst * 2 < cells.len(), "{} blocks, worst case {worst}", blocks.len());
+        assert_added_and_retracted_exactly(&cells, &maps, g, 1900);
+    }
+
+    /// Rank maps of `cells`, every mapped score scaled by one integer so the largest is about
+    /// `max_abs_y` (scaled maps stay exact integers, as a larger atlas's would be).
+    fn maps_scaled(cells: &[ScoredCell], g: usize, l: usize, max_abs_y: Option<i64>) -> RankMaps {
         let mut h = ScoreHistograms::new(g, l);
         cells.iter().for_each(|c| h.add_cell(c, 1));
         let mut maps = RankMaps::from_histograms(&h);
-        let f = (1i64 << 40) / maps.max_abs_y();
-        maps.t2.iter_mut().for_each(|x| *x *= f);
-        assert!(PairSums::exact_batch(maps.max_abs_y()) < SPLIT_BELOW_BATCH);
+        if let Some(target) = max_abs_y {
+            let f = target / maps.max_abs_y();
+            maps.t2.iter_mut().for_each(|x| *x *= f);
+        }
+        maps
+    }
+
+    /// Adds `cells` in two calls (split at `cut`, on 2 threads then 1), retracts the second
+    /// part, and checks each time that every sum is what each cell contributes.
+    fn assert_added_and_retracted_exactly(cells: &[ScoredCell], maps: &RankMaps, g: usize, cut: usize) {
         let mut sums = PairSums::new(g);
-        sums.add_cells(&cells[..1100], &maps, 1, 2);
-        sums.add_cells(&cells[1100..], &maps, 1, 1);
-        assert_eq!(sums, direct_sums(&cells, &maps, g));
-        sums.add_cells(&cells[1100..], &maps, -1, 2);
-        assert_eq!(sums, direct_sums(&cells[..1100], &maps, g));
+        sums.add_cells(&cells[..cut], maps, 1, 2);
+        sums.add_cells(&cells[cut..], maps, 1, 1);
+        assert_eq!(sums, direct_sums(cells, maps, g));
+        sums.add_cells(&cells[cut..], maps, -1, 2);
+        assert_eq!(sums, direct_sums(&cells[..cut], maps, g));
     }
 
     /// `n` seeded cells of up to `per_cell` distinct genes of `g`, scores below `l`.

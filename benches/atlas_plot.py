@@ -45,22 +45,25 @@ def main():
                      + f" | {slope(scaled):.2f} | {ratio:.2f} |")
     open(md, "w").write("\n".join(lines) + "\n")
 
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 5))
-    for (stage, tool), by in series.items():
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(14, 5.5))
+    # tab20: one colour per series up to 20 (the default cycle repeats after 10).
+    colours = plt.get_cmap("tab20").colors
+    for i, ((stage, tool), by) in enumerate(series.items()):
         pts = sorted(v for s, v in by.items() if s.isdigit())
         if len(pts) < 2:
             continue
         style = "-o" if tool == "corrflow" else "--s"
         label = stage if tool == "corrflow" else f"{stage}: {tool}"
-        ax_t.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, markersize=3)
-        ax_m.plot([p[0] for p in pts], [p[2] for p in pts], style, label=label, markersize=3)
+        c = colours[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20]
+        ax_t.plot([p[0] for p in pts], [p[1] for p in pts], style, color=c, label=label, markersize=3)
+        ax_m.plot([p[0] for p in pts], [p[2] for p in pts], style, color=c, label=label, markersize=3)
     for ax, what in ((ax_t, "seconds"), (ax_m, "peak RSS (MB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("cells")
         ax.set_ylabel(what)
         ax.grid(True, which="both", alpha=0.3)
-    ax_m.legend(fontsize=7, loc="upper left")
+    ax_m.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.suptitle("corrflow at atlas scale (benches/atlas_scale.sh)")
     fig.tight_layout()
     fig.savefig(svg)

@@ -133,7 +133,7 @@ pub(crate) fn exact_blocks<'a>(
         let y = maps.y(u as usize, s as usize) - shift.map_or(0, |m| m[u as usize]);
         y.unsigned_abs().saturating_pow(2)
     };
-    let mut ends = Vec::new();
+    let mut blocks = Vec::new();
     let (mut start, max_cells) = (0, max_cells.max(1));
     for (i, cell) in cells.iter().enumerate() {
         let full = i - start == max_cells
@@ -143,7 +143,7 @@ pub(crate) fn exact_blocks<'a>(
                 .zip(&cell.scores)
                 .any(|(&u, &s)| squares[u as usize].saturating_add(y2(u, s)) > EXACT_F64);
         if full && i > start {
-            ends.push(i);
+            blocks.push(&cells[start..i]);
             start = i;
             squares.iter_mut().for_each(|x| *x = 0);
         }
@@ -151,14 +151,8 @@ pub(crate) fn exact_blocks<'a>(
             squares[u as usize] = squares[u as usize].saturating_add(y2(u, s));
         }
     }
-    ends.push(cells.len());
-    let mut from = 0;
-    ends.into_iter()
-        .filter(|&e| e > 0)
-        .map(|e| {
-            let block = &cells[from..e];
-            from = e;
-            block
-        })
-        .collect()
+    if start < cells.len() {
+        blocks.push(&cells[start..]);
+    }
+    blocks
 }

@@ -16,12 +16,12 @@ bin=$(realpath "${2:?CORRFLOW}")
 out=${3:?OUT.tsv}
 sizes=${4:-1 4 16 64}
 rounds=${5:-1}
+. "$(dirname "$0")/lib/timed_run.sh"
+need_drop_caches
 [ -f "$out" ] || printf 'size\tstage\ttool\tcells\tseconds\tpeak_rss_mb\tround\n' >"$out"
 base=${BASE:-65536}
 t=$(mktemp)
 trap 'rm -f "$t" "$t".*' EXIT
-
-shards() { (cd "$1" && find atlases -name '*.parquet' | sort | xargs md5sum); }
 
 for s in $sizes; do
   d=$work/x$s
@@ -29,15 +29,12 @@ for s in $sizes; do
     for fmt in h5ad zarr; do
       o=$d/corpus_formats_$fmt
       rm -rf "$o"
-      sync
-      echo 3 >/proc/sys/vm/drop_caches
-      /usr/bin/time -f "%e %M" -o "$t" bash -c "
+      timed_run "$t" /dev/null "" bash -c "
         for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"$o\" \"$d/data/\$a.$fmt\" >/dev/null || exit 1; done"
-      read -r sec kb <"$t"
-      printf '%s\tingest %s\tcorrflow\t%s\t%s\t%s\t%s\n' "$s" "$fmt" $((base * s)) "$sec" $((kb / 1024)) "$r" >>"$out"
+      printf '%s\tingest %s\tcorrflow\t%s\t%s\t%s\t%s\n' "$s" "$fmt" $((base * s)) "$(wall_seconds "$t")" "$(peak_rss_mb "$t")" "$r" >>"$out"
     done
-    shards "$d/corpus_formats_h5ad" >"$t.h5ad"
-    shards "$d/corpus_formats_zarr" >"$t.zarr"
+    shard_md5s "$d/corpus_formats_h5ad" >"$t.h5ad"
+    shard_md5s "$d/corpus_formats_zarr" >"$t.zarr"
     if cmp -s "$t.h5ad" "$t.zarr"; then
       echo "x$s round $r: the $(wc -l <"$t.h5ad") shards are identical"
     else

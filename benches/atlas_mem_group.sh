@@ -42,14 +42,13 @@ run() { # ROUND STAGE GROUP command...
   if [ "$g" != none ]; then gm=$(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)); fc=$(cat "$cg/memory.failcnt"); fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$st" "$g" "$wall" "$rss" "$gm" "$fc" | tee -a "$out"
 }
-shards() { find "$1/atlases" -name '*.parquet' | sort | xargs cat | md5sum; }
 ingest="for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"\$0\" \"$d/data/\$a.h5ad\" >/dev/null || exit 1; done"
 for r in $(seq "$rounds"); do
   for g in none "$limit"; do
     rm -rf "$d/corpus_$g"
     run "$r" "ingest h5ad" "$g" bash -c "$ingest" "$d/corpus_$g"
   done
-  [ "$(shards "$d/corpus_none")" = "$(shards "$d/corpus_$limit")" ] || { echo "the confined corpus differs" >&2; exit 1; }
+  [ "$(shard_md5s "$d/corpus_none")" = "$(shard_md5s "$d/corpus_$limit")" ] || { echo "the confined corpus differs" >&2; exit 1; }
   rm -rf "$d/corpus_none" "$d/corpus_$limit"
   for g in none "$limit"; do
     run "$r" "MaskedBatches epoch" "$g" "$py" -c "$MASKED_EPOCH_PY" "$d/corpus" "$d/graph"

@@ -9,6 +9,8 @@
 #   SIZES defaults to "1 4 16 64". Each run's --json summary goes to OUT_TSV.d/.
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,10p' "$0"; exit 2; }
+. "$(dirname "$0")/lib/timed_run.sh"
+need_drop_caches
 old=$1 new=$2 atlas=$3 out=$4 sizes=${5:-1 4 16 64}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -19,11 +21,10 @@ for m in $sizes; do
   [ -d "$corpus" ] || { echo "no corpus at $corpus" >&2; exit 1; }
   for label in old new; do
     bin=$old; [ $label = new ] && bin=$new
-    sync; echo 3 >/proc/sys/vm/drop_caches
-    /usr/bin/time -v -o "$work/time" "$bin" graph build --n-sub 0 --incremental --atlas kang --atlas cbmc \
-      --corpus "$corpus" --json --out "$work/$label" >"$out.d/x$m-$label.json"
-    wall=$(awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$work/time")
-    rss=$(awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$work/time")
+    timed_run "$work/time" "$out.d/x$m-$label.json" "" "$bin" graph build --n-sub 0 --incremental \
+      --atlas kang --atlas cbmc --corpus "$corpus" --json --out "$work/$label"
+    wall=$(wall_seconds "$work/time")
+    rss=$(peak_rss_mb "$work/time")
     printf '%sx\t%s\t%s\t%s\n' "$m" "$label" "$wall" "$rss" | tee -a "$out"
   done
   for f in edges.parquet genes.parquet $(cd "$work/old" && find state -type f | sort); do

@@ -18,6 +18,15 @@ timed_run() {
   /usr/bin/time -v "${run[@]}" >"$out" 2>"$t"
 }
 
+# Fails unless the page cache can be dropped (root): for benches whose numbers must come from disk.
+need_drop_caches() {
+  [ -w /proc/sys/vm/drop_caches ] || { echo "$0: needs root to drop the page cache" >&2; exit 1; }
+}
+
+# The md5 of each shard of corpus DIR, one line per shard in path order: two corpora hold the
+# same bytes when their listings are equal.
+shard_md5s() { (cd "$1" && find atlases -name '*.parquet' | sort | xargs md5sum); }
+
 # Wall seconds and peak RSS (MB) of a `/usr/bin/time -v` report.
 wall_seconds() { awk -F': ' '/Elapsed \(wall/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$1"; }
 peak_rss_mb() { awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$1"; }

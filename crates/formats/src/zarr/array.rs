@@ -1,13 +1,15 @@
 //! One zarr array of an AnnData store, read by ranges through `zarrs` (formats 2 and 3, sharded
 //! or not, every codec zarr-python writes by default). A 1-d array keeps the last block it
 //! decoded, so consecutive cell chunks that fall in one zarr chunk decode it once, and memory
-//! stays at one block per array whatever the store's size.
+//! stays at one block per array whatever the store's size. Blocks are whole zarr chunks
+//! ([`ZArray::aligned_block`]), and a block of strings (the cell names) is kept as one byte
+//! buffer and its offsets (BENCHMARKS "Atlas scale", session 57).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use zarrs::array::{Array, ArraySubset};
+use zarrs::array::{Array, ArrayBytes, ArrayBytesOffsets, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
 use zarrs::plugin::ExtensionName;
 
@@ -38,9 +40,26 @@ enum Block {
     I64(Vec<i64>),
     Bool(Vec<bool>),
     Str(Vec<String>),
+    /// Strings as stored: element `i` is `bytes[offsets[i]..offsets[i + 1]]` (UTF-8, checked
+    /// when decoded). Only in the cache; a slice of it is `Str`.
+    Text {
+        bytes: Vec<u8>,
+        offsets: ArrayBytesOffsets<'static>,
+    },
 }
 
 impl Block {
+    fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::F64(v) => v.len(),
+            Self::I64(v) => v.len(),
+            Self::Bool(v) => v.len(),
+            Self::Str(v) => v.len(),
+            Self::Text { offsets, .. } => offsets.len().saturating_sub(1),
+        }
+    }
+
     fn slice(&self, r: Range<usize>) -> Self {
         match self {
             Self::F32(v) => Self::F32(v[r].to_vec()),
@@ -48,6 +67,10 @@ impl Block {
             Self::I64(v) => Self::I64(v[r].to_vec()),
             Self::Bool(v) => Self::Bool(v[r].to_vec()),
             Self::Str(v) => Self::Str(v[r].to_vec()),
+            // Lossless: each element was checked to be UTF-8 when the block was decoded.
+            Self::Text { bytes, offsets } => {
+                Self::Str(r.map(|i| String::from_utf8_lossy(&bytes[offsets[i]..offsets[i + 1]]).into_owned()).collect())
+            }
         }
     }
 }
@@ -218,11 +241,50 @@ impl ZArray {
                 return Ok(b.slice(r.start - at.start..r.end - at.start));
             }
         }
-        let at = r.start..(r.start + block).min(self.shape[0]).max(r.end);
-        let b = self.retrieve(std::slice::from_ref(&(at.start as u64..at.end as u64)))?;
+        // The old block goes first: holding it while the next one decodes would double the peak.
+        *cache = None;
+        let at = self.aligned_block(&r).unwrap_or_else(|| r.start..(r.start + block).min(self.shape[0]).max(r.end));
+        let b = match self.kind {
+            Kind::Str => self.retrieve_text(&at)?,
+            _ => self.retrieve(std::slice::from_ref(&(at.start as u64..at.end as u64)))?,
+        };
         let out = b.slice(r.start - at.start..r.end - at.start);
         *cache = Some((at, b));
         Ok(out)
+    }
+
+    /// The block to decode for `r`: whole zarr chunks from the one `r` starts in, at least
+    /// `BLOCK / 8` elements and through `r`'s end, when the array is cut into chunks of at most
+    /// [`BLOCK`] elements. Whole chunks, because a chunk decodes whole: a block cut inside one
+    /// decodes it twice, and a string block cut across two made zarrs assemble both. And no
+    /// larger, because anndata sizes obs columns' chunks by the number of cells (39,322 names a
+    /// chunk at 65k cells, 314,573 at 1M), and a block of a million codes widened to i64 is 8 MB.
+    fn aligned_block(&self, r: &Range<usize>) -> Option<Range<usize>> {
+        let c = self.array.chunk_shape(&[0]).ok()?.first()?.get() as usize;
+        if c > BLOCK {
+            return None;
+        }
+        let start = r.start / c * c;
+        let end = r.end.max(start + BLOCK / 8).div_ceil(c) * c;
+        Some(start..end.min(self.shape[0]))
+    }
+
+    /// Strings `at` as one buffer and their ends, each checked to be UTF-8.
+    fn retrieve_text(&self, at: &Range<usize>) -> Result<Block> {
+        let range = at.start as u64..at.end as u64;
+        let subset = ArraySubset::new_with_ranges(std::slice::from_ref(&range));
+        let decoded = chunks::decoded(|| self.array.retrieve_array_subset::<ArrayBytes<'static>>(&subset))
+            .map_err(|e| self.read_err(std::slice::from_ref(&range), e))?;
+        let ArrayBytes::Variable(v) = decoded else {
+            return Err(self.err("expected variable-length strings"));
+        };
+        let (bytes, offsets) = v.into_parts();
+        for (i, w) in offsets.windows(2).enumerate() {
+            if std::str::from_utf8(&bytes[w[0]..w[1]]).is_err() {
+                return Err(self.err(format!("element {} is not UTF-8", at.start + i)));
+            }
+        }
+        Ok(Block::Text { bytes: bytes.into_owned(), offsets: offsets.into_owned() })
     }
 
     /// All elements when `r` is `None`.
@@ -237,7 +299,7 @@ impl ZArray {
             Block::F64(v) => v,
             Block::I64(v) => v.into_iter().map(|x| x as f64).collect(),
             Block::Bool(v) => v.into_iter().map(|b| f64::from(u8::from(b))).collect(),
-            Block::Str(_) => return Err(self.err("expected numbers, found strings")),
+            Block::Str(_) | Block::Text { .. } => return Err(self.err("expected numbers, found strings")),
         })
     }
 
@@ -271,6 +333,10 @@ impl ZArray {
     pub fn read_strings(&self, r: Option<Range<usize>>) -> Result<Vec<String>> {
         Ok(match self.read_opt(r)? {
             Block::Str(v) => v,
+            t @ Block::Text { .. } => match t.slice(0..t.len()) {
+                Block::Str(v) => v,
+                _ => Vec::new(),
+            },
             Block::F32(v) => v.iter().map(f32::to_string).collect(),
             Block::F64(v) => v.iter().map(f64::to_string).collect(),
             Block::I64(v) => v.iter().map(i64::to_string).collect(),
@@ -286,7 +352,7 @@ impl ZArray {
             Block::F64(v) => v,
             Block::I64(v) => v.into_iter().map(|x| x as f64).collect(),
             Block::Bool(v) => v.into_iter().map(|b| f64::from(u8::from(b))).collect(),
-            Block::Str(_) => return Err(self.err("expected numbers, found strings")),
+            Block::Str(_) | Block::Text { .. } => return Err(self.err("expected numbers, found strings")),
         })
     }
 }
@@ -392,3 +458,7 @@ pub fn members(path: &Path, key: &str) -> Vec<String> {
 pub fn attr_str<'a>(attrs: &'a serde_json::Map<String, serde_json::Value>, name: &str) -> Option<&'a str> {
     attrs.get(name).and_then(|v| v.as_str())
 }
+
+#[cfg(test)]
+#[path = "array_tests.rs"]
+mod tests;

@@ -81,11 +81,16 @@ def write_atlas(out, name, x, labels, var, n, seed, formats, block_cells, compre
             os.remove(p)
     all_rows = []
     done = 0
+    # An atlas whose entries may pass 2^31 needs a 64-bit indptr from its first block: anndata
+    # appends keep the dtype the array was written with (half the limit leaves room for the noise).
+    wide = n * x.nnz / x.shape[0] > 2**30
     while done < n:
         k = min(block_cells, n - done)
         rows = rng.integers(0, x.shape[0], size=k)
         all_rows.append(rows)
         b = block(rng, x, rows)
+        if wide and done == 0:
+            b.indptr = b.indptr.astype(np.int64)
         for fmt, p in paths.items():
             if done == 0:
                 first = ad.AnnData(X=b, obs=pd.DataFrame(index=[f"{name}-{i}" for i in range(k)]),

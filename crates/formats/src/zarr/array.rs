@@ -49,17 +49,6 @@ enum Block {
 }
 
 impl Block {
-    fn len(&self) -> usize {
-        match self {
-            Self::F32(v) => v.len(),
-            Self::F64(v) => v.len(),
-            Self::I64(v) => v.len(),
-            Self::Bool(v) => v.len(),
-            Self::Str(v) => v.len(),
-            Self::Text { offsets, .. } => offsets.len().saturating_sub(1),
-        }
-    }
-
     fn slice(&self, r: Range<usize>) -> Self {
         match self {
             Self::F32(v) => Self::F32(v[r].to_vec()),
@@ -67,12 +56,15 @@ impl Block {
             Self::I64(v) => Self::I64(v[r].to_vec()),
             Self::Bool(v) => Self::Bool(v[r].to_vec()),
             Self::Str(v) => Self::Str(v[r].to_vec()),
-            // Lossless: each element was checked to be UTF-8 when the block was decoded.
-            Self::Text { bytes, offsets } => {
-                Self::Str(r.map(|i| String::from_utf8_lossy(&bytes[offsets[i]..offsets[i + 1]]).into_owned()).collect())
-            }
+            Self::Text { bytes, offsets } => Self::Str(text_strings(bytes, offsets, r)),
         }
     }
+}
+
+/// Elements `r` of a `Block::Text`. Lossless: each element was checked to be UTF-8 when the
+/// block was decoded.
+fn text_strings(bytes: &[u8], offsets: &[usize], r: Range<usize>) -> Vec<String> {
+    r.map(|i| String::from_utf8_lossy(&bytes[offsets[i]..offsets[i + 1]]).into_owned()).collect()
 }
 
 /// An array of the store at `key` (e.g. `X/data`).
@@ -257,8 +249,9 @@ impl ZArray {
     /// `BLOCK / 8` elements and through `r`'s end, when the array is cut into chunks of at most
     /// [`BLOCK`] elements. Whole chunks, because a chunk decodes whole: a block cut inside one
     /// decodes it twice, and a string block cut across two made zarrs assemble both. And no
-    /// larger, because anndata sizes obs columns' chunks by the number of cells (39,322 names a
-    /// chunk at 65k cells, 314,573 at 1M), and a block of a million codes widened to i64 is 8 MB.
+    /// larger, because a chunk of obs names can be large (zarr sizes it from the array's length:
+    /// a 65k-cell atlas's names in one chunk, up to 314,573 a chunk in larger ones), and a block of
+    /// a million codes widened to i64 is 8 MB.
     fn aligned_block(&self, r: &Range<usize>) -> Option<Range<usize>> {
         let c = self.array.chunk_shape(&[0]).ok()?.first()?.get() as usize;
         if c > BLOCK {
@@ -333,10 +326,7 @@ impl ZArray {
     pub fn read_strings(&self, r: Option<Range<usize>>) -> Result<Vec<String>> {
         Ok(match self.read_opt(r)? {
             Block::Str(v) => v,
-            t @ Block::Text { .. } => match t.slice(0..t.len()) {
-                Block::Str(v) => v,
-                _ => Vec::new(),
-            },
+            Block::Text { bytes, offsets } => text_strings(&bytes, &offsets, 0..offsets.len().saturating_sub(1)),
             Block::F32(v) => v.iter().map(f32::to_string).collect(),
             Block::F64(v) => v.iter().map(f64::to_string).collect(),
             Block::I64(v) => v.iter().map(i64::to_string).collect(),

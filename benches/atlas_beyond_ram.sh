@@ -29,14 +29,12 @@ mem_total=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 t=$(mktemp)
 trap 'rm -f "$t" "$t".*' EXIT
 
-atlases=(kang cbmc pbmc3k)
 row() { # SIZE STAGE INPUT_BYTES
   printf '%s\t%s\tcorrflow\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" $((base * $1)) "$(wall_seconds "$t")" \
     "$(peak_rss_mb "$t")" "$3" "$mem_total" >>"$out"
 }
 ingest_all() { # DATA_DIR EXT VOCAB OUT
-  timed_run "$t" /dev/null "" bash -c "
-    for a in ${atlases[*]}; do \"$bin\" ingest --vocab \"$3\" --atlas \$a --out \"$4\" \"$1/\$a.$2\" >/dev/null || exit 1; done"
+  timed_run "$t" /dev/null "" "$here/benches/lib/ingest_atlases.sh" "$bin" "$3" "$4" "$1" "$2"
 }
 
 first=1

@@ -29,8 +29,7 @@ for s in $sizes; do
     for fmt in h5ad zarr; do
       o=$d/corpus_formats_$fmt
       rm -rf "$o"
-      timed_run "$t" /dev/null "" bash -c "
-        for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"$o\" \"$d/data/\$a.$fmt\" >/dev/null || exit 1; done"
+      timed_run "$t" /dev/null "" "$(dirname "$0")/lib/ingest_atlases.sh" "$bin" "$d/vocab" "$o" "$d/data" "$fmt"
       printf '%s\tingest %s\tcorrflow\t%s\t%s\t%s\t%s\n' "$s" "$fmt" $((base * s)) "$(wall_seconds "$t")" "$(peak_rss_mb "$t")" "$r" >>"$out"
     done
     shard_md5s "$d/corpus_formats_h5ad" >"$t.h5ad"

@@ -98,12 +98,10 @@ for m in ${sizes//,/ }; do
   echo "## ${m}x: $cells cells, $(du -sh "$d/data" | cut -f1) on disk (h5ad + zarr)"
   rm -rf "$d/vocab" "$d/corpus" "$d/corpus_zarr" "$d/graph" "$d/graph_all" "$d/graph_inc"
   stage "$m" "vocab build" corrflow "$cells" "$bin" vocab build --out "$d/vocab" "${h5ads[@]}"
-  stage "$m" "ingest h5ad" corrflow "$cells" bash -c "
-    for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"$d/corpus\" \"$d/data/\$a.h5ad\" >/dev/null || exit 1; done"
+  stage "$m" "ingest h5ad" corrflow "$cells" benches/lib/ingest_atlases.sh "$bin" "$d/vocab" "$d/corpus" "$d/data" h5ad
   stage "$m" "ingest h5ad" "anndata backed + corrflow.tokenize" "$cells" \
     "$py" -c "${tokenize_anchor/VOCAB/\"$d/vocab\"}" "${h5ads[@]}"
-  stage "$m" "ingest zarr" corrflow "$cells" bash -c "
-    for a in kang cbmc pbmc3k; do \"$bin\" ingest --vocab \"$d/vocab\" --atlas \$a --out \"$d/corpus_zarr\" \"$d/data/\$a.zarr\" >/dev/null || exit 1; done"
+  stage "$m" "ingest zarr" corrflow "$cells" benches/lib/ingest_atlases.sh "$bin" "$d/vocab" "$d/corpus_zarr" "$d/data" zarr
   rm -rf "$d/corpus_zarr"
   stage "$m" "graph build N_sub 100k" corrflow "$cells" "$bin" graph build --corpus "$d/corpus" --out "$d/graph"
   if [ "$m" -le "$all_cells_max" ]; then

@@ -105,6 +105,11 @@ VARIANTS = {
                             {**BINS_DEC, "layers": "4"}, 3000),
     "bins-2x256-k128-dec": (BINS_DEC_DESC.format("2 x 256 (FFN 512)"),
                             {**BINS_DEC, "hidden": "256", "ffn": "512"}, 3000),
+    # K 384 instead of 128 (session 59's screen, pbmc68k_reduced): at inference the encoder sees
+    # every measured gene (765 there), so a model trained on views of 128 meets cells six times
+    # larger than any it trained on; half the cell narrows that gap, at ~3x the encoder's cost.
+    "bins-2x128-k384-dec": ("TxFM with value bins, 2 x 128, K 384 of the 1,024 decoded HVGs",
+                            {**BINS_DEC, "visible_genes": "384"}, 3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.
     "mlm-2x128": ("MLM rank model, 2 x 128 (FFN 256), 15% masked, 256 top-ranked genes",
                   {k: v for k, v in BASE.items() if k not in ("visible_genes", "inference_genes")}, 3000,

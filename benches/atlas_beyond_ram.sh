@@ -3,7 +3,9 @@
 # h5ad (anndata's default when no compression is asked for; ~3.1x the gzip file), so that a size
 # of 128x (8.4M cells, ~30 GB) is larger than this 24 GB machine's memory and no page cache can
 # hold it. The stages that read the input itself, one-pass `vocab build` and `ingest` of the three
-# atlases, are timed with their peak RSS, the page cache dropped before each (root).
+# atlases, are timed with their peak RSS, the page cache dropped before each (root), and beside
+# ingest the anchor a user would otherwise run, anndata's backed reader + `corrflow.tokenize` in
+# blocks (ANCHOR=0 leaves it out; it needs corrflow in CORRFLOW_PYTHON, the test venv by default).
 #
 #   benches/atlas_beyond_ram.sh WORK CORRFLOW OUT.tsv [SIZES]
 #
@@ -54,6 +56,12 @@ for s in $sizes; do
   row "$s" "vocab build" "$bytes"
   ingest_all "$d/data" h5ad "$d/vocab" "$d/corpus"
   row "$s" "ingest h5ad (uncompressed)" "$bytes"
+  if [ "${ANCHOR:-1}" = 1 ]; then
+    # What a user would otherwise run on the same files (it writes nothing).
+    timed_run "$t" /dev/null "" "$py" -c "$TOKENIZE_ANCHOR_PY" "$d/vocab" "${files[@]}"
+    printf '%s\t%s\tanndata backed + corrflow.tokenize\t%s\t%s\t%s\t%s\t%s\n' "$s" "ingest h5ad (uncompressed)" \
+      $((base * s)) "$(wall_seconds "$t")" "$(peak_rss_mb "$t")" "$bytes" "$mem_total" >>"$out"
+  fi
   echo "${s}x: $(find "$d/corpus/atlases" -name '*.parquet' | wc -l) shards"
   if [ "$first" = 1 ]; then
     # The same cells (same seed) as gzip h5ad: the corpus must not depend on the compression.

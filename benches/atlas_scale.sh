@@ -75,16 +75,6 @@ stage() {
 # corpus (its vocabulary is the synthetic atlases', whose CBMC genes have no Ensembl id or symbol).
 model="$work/model/model.onnx"
 
-tokenize_anchor='
-import sys, time, anndata as ad, corrflow
-n = 0
-for path in sys.argv[1:]:
-    a = ad.read_h5ad(path, backed="r")
-    for s in range(0, a.n_obs, 8192):
-        n += len(corrflow.tokenize(a[s:s + 8192].to_memory(), vocab=VOCAB))
-print(n)
-'
-
 for m in ${sizes//,/ }; do
   cells=$((base * m))
   d="$work/x$m"
@@ -100,7 +90,7 @@ for m in ${sizes//,/ }; do
   stage "$m" "vocab build" corrflow "$cells" "$bin" vocab build --out "$d/vocab" "${h5ads[@]}"
   stage "$m" "ingest h5ad" corrflow "$cells" benches/lib/ingest_atlases.sh "$bin" "$d/vocab" "$d/corpus" "$d/data" h5ad
   stage "$m" "ingest h5ad" "anndata backed + corrflow.tokenize" "$cells" \
-    "$py" -c "${tokenize_anchor/VOCAB/\"$d/vocab\"}" "${h5ads[@]}"
+    "$py" -c "$TOKENIZE_ANCHOR_PY" "$d/vocab" "${h5ads[@]}"
   stage "$m" "ingest zarr" corrflow "$cells" benches/lib/ingest_atlases.sh "$bin" "$d/vocab" "$d/corpus_zarr" "$d/data" zarr
   rm -rf "$d/corpus_zarr"
   stage "$m" "graph build N_sub 100k" corrflow "$cells" "$bin" graph build --corpus "$d/corpus" --out "$d/graph"

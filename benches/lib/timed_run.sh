@@ -34,3 +34,13 @@ peak_rss_mb() { awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$1"; }
 # One MaskedBatches epoch over CORPUS GRAPH (argv 1-2), printing the cells it yielded.
 MASKED_EPOCH_PY="import sys, corrflow
 print(sum(len(b['cell_index']) for b in corrflow.MaskedBatches(sys.argv[1], sys.argv[2], batch_size=64, shuffle_buffer=2000)))"
+
+# The ingest anchor: anndata's backed reader + corrflow.tokenize in blocks of 8,192 cells over
+# VOCAB H5AD... (argv), printing the cells it tokenized.
+TOKENIZE_ANCHOR_PY="import sys, anndata as ad, corrflow
+n = 0
+for path in sys.argv[2:]:
+    a = ad.read_h5ad(path, backed='r')
+    for s in range(0, a.n_obs, 8192):
+        n += len(corrflow.tokenize(a[s:s + 8192].to_memory(), vocab=sys.argv[1]))
+print(n)"

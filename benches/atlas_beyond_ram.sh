@@ -31,8 +31,8 @@ mem_total=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 t=$(mktemp)
 trap 'rm -f "$t" "$t".*' EXIT
 
-row() { # SIZE STAGE INPUT_BYTES
-  printf '%s\t%s\tcorrflow\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" $((base * $1)) "$(wall_seconds "$t")" \
+row() { # SIZE STAGE INPUT_BYTES [TOOL]
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "${4:-corrflow}" $((base * $1)) "$(wall_seconds "$t")" \
     "$(peak_rss_mb "$t")" "$3" "$mem_total" >>"$out"
 }
 ingest_all() { # DATA_DIR EXT VOCAB OUT
@@ -59,8 +59,7 @@ for s in $sizes; do
   if [ "${ANCHOR:-1}" = 1 ]; then
     # What a user would otherwise run on the same files (it writes nothing).
     timed_run "$t" /dev/null "" "$py" -c "$TOKENIZE_ANCHOR_PY" "$d/vocab" "${files[@]}"
-    printf '%s\t%s\tanndata backed + corrflow.tokenize\t%s\t%s\t%s\t%s\t%s\n' "$s" "ingest h5ad (uncompressed)" \
-      $((base * s)) "$(wall_seconds "$t")" "$(peak_rss_mb "$t")" "$bytes" "$mem_total" >>"$out"
+    row "$s" "ingest h5ad (uncompressed)" "$bytes" "anndata backed + corrflow.tokenize"
   fi
   echo "${s}x: $(find "$d/corpus/atlases" -name '*.parquet' | wc -l) shards"
   if [ "$first" = 1 ]; then

@@ -111,6 +111,8 @@ VARIANTS = {
     # K 384 instead of 128 (session 59's screen, pbmc68k_reduced): at inference the encoder sees
     # every measured gene (765 there), so a model trained on views of 128 meets cells six times
     # larger than any it trained on; half the cell narrows that gap, at ~4x the cost a step here.
+    # Its pre-registered test (session 60, seeds 10-14): logistic macro-F1 +0.023 +/- 0.024 over
+    # PCA, failed; level with K 128, paired.
     "bins-2x128-k384-dec": ("TxFM with value bins, 2 x 128, K 384 of the 1,024 decoded HVGs",
                             {**BINS_DEC, "visible_genes": "384"}, 3000),
     # Today's rank model: Geneformer's tokens (each cell's 256 top-ranked genes), 15% masked, MLM.

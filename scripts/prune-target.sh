@@ -75,7 +75,11 @@ for by_hash in builds.values():
                 pruned += 1
 print(pruned)
 PY
-)
+) || {
+  # A cache that could not be pruned must not stop the build that follows.
+  echo "prune-target: pruning $deps failed (above); nothing more removed" >&2
+  exit 0
+}
 rm -rf "$target/release/incremental"
 echo "prune-target: ${free_gb} GB free under $target; removed $pruned files of stale workspace builds" \
   "(kept the newest $keep builds of each name; $(df -P -BG "$target" | awk 'NR == 2 { print $4 }') free now)" >&2

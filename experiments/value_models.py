@@ -127,14 +127,14 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 T_BONFERRONI3 = {1: 38.188, 2: 7.649, 3: 4.857, 4: 3.961, 5: 3.534, 6: 3.287, 7: 3.128, 8: 3.016, 9: 2.933}
 
 
-def interval(diffs, quantiles=T975):
+def interval(diffs, quantiles=T975, beyond=2.0):
     """Mean and half-width of the 95% t-interval of the differences (or the interval `quantiles`
-    gives, by degrees of freedom)."""
+    gives, by degrees of freedom; `beyond` past the table)."""
     n = len(diffs)
     mean = statistics.mean(diffs)
-    if n < 2 or n - 1 not in quantiles:
+    if n < 2:
         return mean, float("nan")
-    return mean, quantiles[n - 1] * statistics.stdev(diffs) / math.sqrt(n)
+    return mean, quantiles.get(n - 1, beyond) * statistics.stdev(diffs) / math.sqrt(n)
 
 
 def corrflow(binary, *args):
@@ -281,10 +281,11 @@ def summarize(report, tags, against="pca"):
         base = m.get(against, {}).get(key)
         if not xs or base is None:
             continue
-        mean, half = interval([x - base for x in xs])
+        diffs = [x - base for x in xs]
+        mean, half = interval(diffs)
         rows[key] = {"model": statistics.mean(xs), "sd": statistics.stdev(xs) if len(xs) > 1 else 0.0,
                      "baseline": base, "diff": mean, "half_width": half,
-                     "half_width_bonferroni": interval([x - base for x in xs], T_BONFERRONI3)[1],
+                     "half_width_bonferroni": interval(diffs, T_BONFERRONI3, float("nan"))[1],
                      "beats": (mean - half) > 0 if not math.isnan(half) else False,
                      "hvg": m.get("hvg", {}).get(key), "random": m.get("random", {}).get(key)}
     return rows

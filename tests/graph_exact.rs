@@ -168,3 +168,44 @@ fn a_graph_vocabulary_too_large_for_memory_is_refused_with_the_estimate() {
     ]);
     assert!(!o.status.success() && stderr(&o).contains("corpus.json"), "{}", stderr(&o));
 }
+
+/// The shards' checksums do not cover the manifest's cell counts: a count edited by hand (or by
+/// a broken tool) is refused, where it once made `graph build` sample fewer cells, or only the
+/// first ones, and exit 0.
+#[test]
+fn a_manifest_whose_cell_counts_disagree_with_its_shards_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("c");
+    corpus_of(&bundled(), Some("gene_ids"), &corpus);
+    let manifest = corpus.join("atlases/a/manifest.json");
+    let good: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let cells = good["cells"].as_u64().unwrap();
+    let build = |name: &str| {
+        let out = tmp.path().join(name);
+        let (c, g) = (corpus.to_str().unwrap(), out.to_str().unwrap());
+        let o = corrflow(&["graph", "build", "--n-sub", "100", "--corpus", c, "--out", g]);
+        assert!(!o.status.success() && !out.join("graph.json").exists(), "graph build accepted it: {}", stderr(&o));
+        stderr(&o)
+    };
+    // The atlas total alone.
+    let mut m = good.clone();
+    m["cells"] = (cells + 5).into();
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let e = build("g1");
+    assert!(
+        e.contains("manifest.json") && e.contains(&format!("counts {} cells but its shards {cells}", cells + 5)),
+        "{e}"
+    );
+    // The total and a shard's count together: caught against the rows read.
+    let mut m = good.clone();
+    m["cells"] = (cells + 5).into();
+    let first = m["shards"][0]["cells"].as_u64().unwrap();
+    m["shards"][0]["cells"] = (first + 5).into();
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let e = build("g2");
+    assert!(
+        e.contains("shard-00000.parquet")
+            && e.contains(&format!("shard has {first} cells, its manifest says {}", first + 5)),
+        "{e}"
+    );
+}

@@ -177,3 +177,53 @@ fn mask_audit_counts_the_graph_genes_as_graph_build_does() {
     assert!(stdout(&shown).contains(&format!("{genes} genes,")), "{}", stdout(&shown));
     assert!(stdout(&o).contains(&format!("graph {genes} genes ({with_edges} with an edge)")), "{}", stdout(&o));
 }
+
+/// `--h5ad-out` matches embeddings to rows in order when every cell has one, so repeated obs
+/// names (which anndata only warns about) are fine; otherwise by name, where a repeated name is
+/// refused rather than giving one cell another's embedding, and the Parquet stays.
+#[test]
+fn h5ad_out_with_repeated_obs_names_is_exact_or_refused() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (dup, dup_empty) = (tmp.path().join("dup.h5ad"), tmp.path().join("dup_empty.h5ad"));
+    let code = format!(
+        "import warnings, anndata\n\
+         warnings.simplefilter('ignore')\n\
+         a = anndata.read_h5ad('{}')[:40].copy()\n\
+         names = list(a.obs_names); names[2] = names[1]; a.obs_names = names\n\
+         a.write_h5ad('{}')\n\
+         x = a.X.tocsr().copy(); x[0] = 0; x.eliminate_zeros(); a.X = x\n\
+         a.write_h5ad('{}')\n",
+        s(&bundled()),
+        s(&dup),
+        s(&dup_empty)
+    );
+    let o = std::process::Command::new(&py).args(["-c", &code]).output().unwrap();
+    assert!(o.status.success(), "fixture: {}", stderr(&o));
+    let f = tiny_model();
+    let embed = |input: &Path, name: &str| {
+        let (out, h5) = (tmp.path().join(format!("{name}.parquet")), tmp.path().join(format!("{name}.h5ad")));
+        let args = ["embed", "--model", s(&f.model), "--input", s(input), "--gene-column", "gene_ids"];
+        (corrflow(&[&args[..], &["--out", s(&out), "--h5ad-out", s(&h5)]].concat()), out, h5)
+    };
+    // Every cell embedded: row for row, the repeated name included.
+    let (o, out, h5) = embed(&dup, "all");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let check = format!(
+        "import anndata, numpy as np, pyarrow.parquet as pq\n\
+         a = anndata.read_h5ad('{}')\n\
+         t = pq.read_table('{}')\n\
+         x = np.stack(t['embedding'].to_numpy(zero_copy_only=False))\n\
+         assert list(t['cell_id'].to_pylist()) == list(a.obs_names)\n\
+         assert a.obs_names[1] == a.obs_names[2] and not np.array_equal(x[1], x[2])\n\
+         assert np.array_equal(a.obsm['X_corrflow'], x)\n",
+        s(&h5),
+        s(&out)
+    );
+    let o = std::process::Command::new(&py).args(["-c", &check]).output().unwrap();
+    assert!(o.status.success(), "anndata check: {}", stderr(&o));
+    // Cell 0 has no count, so no embedding: rows go by name, and the repeated one is refused.
+    let (o, out, h5) = embed(&dup_empty, "some");
+    fails_with(&o, &["dup_empty.h5ad", "names more than one cell", "obs_names_make_unique"], &["panicked"]);
+    assert!(out.exists() && !h5.exists());
+}

@@ -18,6 +18,7 @@ pub const FILTER_PASS: &str = "filter_pass";
 /// a time (transposed sources hold their cells in buckets of that size).
 pub fn honour_filter_pass(mut source: Box<dyn CellSource>, chunk_cells: usize) -> Result<Box<dyn CellSource>> {
     let Some(values) = source.read_obs_column(FILTER_PASS)? else { return Ok(source) };
+    check_column_len(source.path(), FILTER_PASS, values.len(), source.n_cells())?;
     let kept = kept_rows(source.path(), &values)?;
     tracing::info!(
         file = %source.path().display(),
@@ -112,6 +113,18 @@ impl Rows {
 }
 
 /// Indices of the cells whose value is 1 (missing values and anything else are left out).
+/// An obs column must hold one value per cell: a shorter one would leave cells out unseen, a
+/// longer one name rows past the matrix.
+fn check_column_len(path: &Path, name: &str, len: usize, n_cells: usize) -> Result<()> {
+    if len == n_cells {
+        return Ok(());
+    }
+    Err(Error::format(
+        path,
+        format!("obs column '{name}' holds {len} values for {n_cells} cells; it must hold one per cell"),
+    ))
+}
+
 fn kept_rows(path: &Path, values: &ObsValues) -> Result<Vec<usize>> {
     let pass: Vec<bool> = match values {
         ObsValues::Int64(v) => v.iter().map(|x| *x == Some(1)).collect(),
@@ -206,7 +219,9 @@ impl CellSource for Selected {
 
     fn read_obs_column(&mut self, name: &str) -> Result<Option<ObsValues>> {
         let all = 0..self.rows.len();
-        Ok(self.inner.read_obs_column(name)?.map(|v| v.select(&self.rows.of(all))))
+        let Some(values) = self.inner.read_obs_column(name)? else { return Ok(None) };
+        check_column_len(self.inner.path(), name, values.len(), self.inner.n_cells())?;
+        Ok(Some(values.select(&self.rows.of(all))))
     }
 }
 
@@ -260,6 +275,33 @@ mod tests {
         }
         fn read_obs_column(&mut self, _: &str) -> Result<Option<ObsValues>> {
             Ok(Some(ObsValues::Int64((0..self.0.n_cells).map(|i| Some(i64::from(i % 3 == 1))).collect())))
+        }
+    }
+
+    /// `Grid` whose filter_pass column holds `.1` values, all 1.
+    struct Uneven(Grid, usize);
+
+    impl CellSource for Uneven {
+        fn meta(&self) -> &SourceMeta {
+            self.0.meta()
+        }
+        fn read_chunk(&mut self, rows: Range<usize>) -> Result<CellChunk> {
+            self.0.read_chunk(rows)
+        }
+        fn format(&self) -> &'static str {
+            "uneven"
+        }
+        fn read_obs_column(&mut self, _: &str) -> Result<Option<ObsValues>> {
+            Ok(Some(ObsValues::Int64(vec![Some(1); self.1])))
+        }
+    }
+
+    #[test]
+    fn a_filter_pass_column_not_one_value_per_cell_is_refused() {
+        for len in [0, 19, 21] {
+            let meta = SourceMeta { path: "short.h5ad".into(), n_cells: 20, genes: Vec::new(), obs_fields: Vec::new() };
+            let e = honour_filter_pass(Box::new(Uneven(Grid(meta), len)), 4).err().expect("refused").to_string();
+            assert!(e.contains("short.h5ad") && e.contains(&format!("holds {len} values for 20 cells")), "{e}");
         }
     }
 

@@ -120,6 +120,14 @@ impl MtxSource {
             read_lines(&barcodes_path)?.into_iter().map(|l| l.split('\t').next().unwrap_or("").to_string()).collect();
         let (rows, cols, _) = read_header(&matrix, &mut *open_text(&matrix)?)?;
         let genes_by_cells = if rows == remap.len() && cols == barcodes.len() {
+            if rows == cols {
+                // As many features as barcodes: the shape cannot tell the layouts apart.
+                tracing::warn!(
+                    file = %matrix.display(),
+                    "the matrix is square ({rows} × {cols}), so its orientation is ambiguous; it is read as features × \
+                     barcodes (Cell Ranger's layout): transpose a cells × genes export, or drop a feature"
+                );
+            }
             true
         } else if rows == barcodes.len() && cols == remap.len() {
             false

@@ -196,7 +196,7 @@ impl ColumnReader {
             ColumnSource::Strings(ds) => {
                 ObsValues::Utf8(h5::read_strings(path, ds, what, rows)?.into_iter().map(Some).collect())
             }
-            ColumnSource::Numbers(ds, kind) => numbers(h5::read_f64(path, ds, what, *kind, rows)?, *kind, None),
+            ColumnSource::Numbers(ds, kind) => read_numbers(path, ds, what, *kind, rows, None)?,
             ColumnSource::Categorical { codes, categories } => {
                 let codes = h5::read_i64(path, codes, what, rows)?;
                 ObsValues::Utf8(decode_categories(path, what, &codes, categories)?)
@@ -204,7 +204,7 @@ impl ColumnReader {
             ColumnSource::Nullable { values, mask, kind } => {
                 let mask = h5::read_i64(path, mask, what, rows.clone())?;
                 match kind {
-                    Some(kind) => numbers(h5::read_f64(path, values, what, *kind, rows)?, *kind, Some(&mask)),
+                    Some(kind) => read_numbers(path, values, what, *kind, rows, Some(&mask))?,
                     None => ObsValues::Utf8(
                         h5::read_strings(path, values, what, rows)?
                             .into_iter()
@@ -235,6 +235,24 @@ fn num_obs_kind(k: NumKind) -> ObsKind {
         NumKind::Bool => ObsKind::Boolean,
         _ => ObsKind::Int64,
     }
+}
+
+/// A numeric column: integers read as integers (through f64, ids past 2^53 would round and
+/// unsigned ones past i64::MAX clamp), the rest as f64.
+fn read_numbers(
+    path: &Path,
+    ds: &Dataset,
+    what: &str,
+    kind: NumKind,
+    rows: Option<Range<usize>>,
+    mask: Option<&[i64]>,
+) -> Result<ObsValues> {
+    if num_obs_kind(kind) != ObsKind::Int64 {
+        return Ok(numbers(h5::read_f64(path, ds, what, kind, rows)?, kind, mask));
+    }
+    let missing = |i: usize| mask.is_some_and(|m| m.get(i).is_some_and(|&x| x != 0));
+    let values = h5::read_i64(path, ds, what, rows)?;
+    Ok(ObsValues::Int64(values.into_iter().enumerate().map(|(i, v)| (!missing(i)).then_some(v)).collect()))
 }
 
 fn numbers(values: Vec<f64>, kind: NumKind, mask: Option<&[i64]>) -> ObsValues {
@@ -337,8 +355,24 @@ impl ObsValues {
 
 #[cfg(test)]
 mod tests {
-    use super::decode_categories;
+    use super::{decode_categories, Column, ColumnReader, ObsValues};
     use std::path::Path;
+
+    #[test]
+    fn integer_columns_keep_every_digit_and_unsigned_ones_past_i64_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ids.h5ad");
+        let file = hdf5::File::create(&path).unwrap();
+        let obs = file.create_group("obs").unwrap();
+        // 2^53 + 1 is the first integer an f64 cannot hold.
+        let ids = [9_007_199_254_740_993i64, -3, i64::MAX];
+        obs.new_dataset_builder().with_data(&ids).create("id").unwrap();
+        obs.new_dataset_builder().with_data(&[7u64, u64::MAX]).create("hash").unwrap();
+        let read = |name| ColumnReader::open(&path, &file, "obs", Column::Named(name))?.read(None);
+        assert_eq!(read("id").unwrap(), ObsValues::Int64(ids.iter().map(|&v| Some(v)).collect()));
+        let e = read("hash").unwrap_err().to_string();
+        assert!(e.contains("ids.h5ad") && e.contains("obs/hash") && e.contains("out of range"), "{e}");
+    }
 
     #[test]
     fn category_code_minus_one_is_missing_and_other_negative_or_large_codes_are_refused() {

@@ -21,10 +21,7 @@ pub fn write_obs_columns(
     ids: &[String],
     columns: &[(String, NewObsColumn)],
 ) -> Result<()> {
-    super::h5ad_copy::edit_copy(input, target, "obs columns", |_file, obs, names, h5| {
-        let row: std::collections::HashMap<&str, usize> =
-            ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
-        let order: Vec<Option<usize>> = names.iter().map(|n| row.get(n.as_str()).copied()).collect();
+    super::h5ad_copy::edit_copy(input, target, "obs columns", ids, |_file, obs, order, h5| {
         let text = |s: &str| -> VarLenUnicode { s.replace('\0', "").parse().expect("any text without NUL") };
         for (name, column) in columns {
             if obs.link_exists(name) {

@@ -9,12 +9,10 @@ use crate::error::{Error, Result};
 /// cells without embedding are NaN), written under a temporary name and renamed.
 pub fn write_obsm(input: &Path, target: &Path, ids: &[String], emb: &[f32], dim: usize) -> Result<()> {
     use hdf5::types::VarLenUnicode;
-    super::h5ad_copy::edit_copy(input, target, "obsm", |file, _obs, names, h5| {
-        let row: std::collections::HashMap<&str, usize> =
-            ids.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
-        let mut matrix = vec![f32::NAN; names.len() * dim];
-        for (r, n) in names.iter().enumerate() {
-            if let Some(&i) = row.get(n.as_str()) {
+    super::h5ad_copy::edit_copy(input, target, "obsm", ids, |file, _obs, order, h5| {
+        let mut matrix = vec![f32::NAN; order.len() * dim];
+        for (r, i) in order.iter().enumerate() {
+            if let Some(i) = *i {
                 matrix[r * dim..(r + 1) * dim].copy_from_slice(&emb[i * dim..(i + 1) * dim]);
             }
         }
@@ -32,7 +30,7 @@ pub fn write_obsm(input: &Path, target: &Path, ids: &[String], emb: &[f32], dim:
         if obsm.link_exists("X_corrflow") {
             obsm.unlink("X_corrflow").map_err(h5)?;
         }
-        let arr = ndarray::Array2::from_shape_vec((names.len(), dim), matrix)
+        let arr = ndarray::Array2::from_shape_vec((order.len(), dim), matrix)
             .map_err(|e| Error::internal("obsm", e.to_string()))?;
         let d = obsm.new_dataset_builder().with_data(&arr).create("X_corrflow").map_err(h5)?;
         for (k, v) in [("encoding-type", "array"), ("encoding-version", "0.2.0")] {

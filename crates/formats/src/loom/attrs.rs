@@ -52,6 +52,10 @@ impl Attr {
             (ObsKind::Utf8, _) => ObsValues::Utf8(
                 h5::read_strings(p, &self.ds, w, rows)?.into_iter().map(|s| Some(unescape(&s))).collect(),
             ),
+            // Integers as integers: through f64, ids past 2^53 would round.
+            (ObsKind::Int64, Some(_)) => {
+                ObsValues::Int64(h5::read_i64(p, &self.ds, w, rows)?.into_iter().map(Some).collect())
+            }
             (kind, Some(k)) => {
                 let v = h5::read_f64(p, &self.ds, w, k, rows)?;
                 match kind {

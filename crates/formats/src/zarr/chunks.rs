@@ -255,7 +255,10 @@ fn sharding(path: &Path, what: &str, array: &Array<FilesystemStore>) -> Result<O
         return Err(bad(format!("inner chunks of {inner} do not divide shards of {shard}")));
     }
     let per_shard = shard / inner;
-    index_bytes += 16 * per_shard;
+    index_bytes = per_shard
+        .checked_mul(16)
+        .and_then(|b| b.checked_add(index_bytes))
+        .ok_or_else(|| bad(format!("shards of {per_shard} inner chunks need an index larger than memory")))?;
     let codec = ShardingCodec::new_with_configuration(&config).map_err(|e| bad(e.to_string()))?;
     let at_start = v1.index_location == ShardingIndexLocation::Start;
     Ok(Some(Shards { codec, inner, per_shard, index_bytes, at_start, last: Mutex::new(None) }))

@@ -252,15 +252,19 @@ fn open_sparse(path: &Path, store: &Store, key: &str, opts: &ReadOptions) -> Res
     Ok((matrix, n_rows, n_cols))
 }
 
-/// A sparse group's `shape` attribute: two integers.
+/// A sparse group's `shape` attribute: two integers, each at most i64::MAX.
 fn sparse_shape(path: &Path, key: &str, attrs: &serde_json::Map<String, serde_json::Value>) -> Result<(usize, usize)> {
     let shape: Option<Vec<usize>> = attrs
         .get("shape")
         .and_then(|s| s.as_array())
-        .and_then(|s| s.iter().map(|v| v.as_u64().map(|n| n as usize)).collect());
+        // At most i64::MAX, as HDF5's signed shapes: `n + 1` and byte counts stay in range.
+        .and_then(|s| s.iter().map(|v| v.as_u64().filter(|&n| n <= i64::MAX as u64).map(|n| n as usize)).collect());
     match shape.as_deref() {
         Some(&[r, c]) => Ok((r, c)),
-        other => Err(Error::format(path, format!("{key}: shape attribute must hold 2 integers, found {other:?}"))),
+        other => Err(Error::format(
+            path,
+            format!("{key}: shape attribute must hold 2 integers from 0 to 2^63 - 1, found {other:?}"),
+        )),
     }
 }
 
@@ -367,5 +371,21 @@ impl crate::CellFormat for Zarr {
 
     fn open(&self, input: &crate::Input, opts: &ReadOptions) -> Result<Box<dyn CellSource>> {
         Ok(Box::new(ZarrSource::open(&input.path, opts)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sparse_shape_past_i64_is_refused_not_wrapped() {
+        let attrs = |shape: serde_json::Value| serde_json::json!({ "shape": shape }).as_object().unwrap().clone();
+        let p = Path::new("a.zarr");
+        assert_eq!(sparse_shape(p, "X", &attrs(serde_json::json!([3, 5]))).unwrap(), (3, 5));
+        for bad in [serde_json::json!([u64::MAX, 5]), serde_json::json!([3]), serde_json::json!([-1, 5])] {
+            let e = sparse_shape(p, "X", &attrs(bad)).unwrap_err().to_string();
+            assert!(e.contains("a.zarr") && e.contains("2 integers from 0 to 2^63 - 1"), "{e}");
+        }
     }
 }

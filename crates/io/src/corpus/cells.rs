@@ -61,7 +61,7 @@ impl CorpusIndex {
                     bytes: s.bytes,
                     sha256: s.sha256.clone(),
                 });
-                index.cells += s.cells;
+                index.cells = index.cells.saturating_add(s.cells);
             }
         }
         Ok(index)

@@ -32,7 +32,8 @@ impl CellLabels {
         if !is_obs_column(column) {
             return Err(Error::Usage(format!("'{column}' is a token column, not an obs column")));
         }
-        let mut values: Vec<Option<String>> = Vec::with_capacity(index.cells as usize);
+        // A hint only: the manifests' counts are checked against the rows as they are read.
+        let mut values: Vec<Option<String>> = Vec::with_capacity(index.cells.min(1 << 20) as usize);
         let mut found = false;
         for shard in &index.shards {
             super::verify_shard(&shard.path, shard.bytes, &shard.sha256)?;

@@ -114,7 +114,20 @@ impl AtlasManifest {
     pub fn load(atlas_dir: &Path) -> Result<Self> {
         let p = atlas_dir.join(super::MANIFEST);
         let text = std::fs::read_to_string(&p).at(&p)?;
-        serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid manifest: {e}")))
+        let manifest: Self =
+            serde_json::from_str(&text).map_err(|e| Error::format(&p, format!("invalid manifest: {e}")))?;
+        // The shards' checksums do not cover the counts, so they are checked against each other
+        // here and against the rows read by the readers.
+        let in_shards = manifest.shards.iter().try_fold(0u64, |n, s| n.checked_add(s.cells));
+        if in_shards != Some(manifest.cells) {
+            let msg = format!(
+                "invalid manifest: it counts {} cells but its shards {}",
+                manifest.cells,
+                in_shards.map_or("more than 2^64".into(), |n| n.to_string())
+            );
+            return Err(Error::format(&p, msg));
+        }
+        Ok(manifest)
     }
 
     /// Checks every shard's size and sha256 against the manifest.

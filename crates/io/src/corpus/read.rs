@@ -57,7 +57,14 @@ pub fn for_each_batch(atlas_dir: &Path, mut f: impl FnMut(&RecordBatch) -> Resul
     for s in &manifest.shards {
         let path = atlas_dir.join(&s.file);
         verify_shard(&path, s.bytes, &s.sha256)?;
-        for_each_shard_batch(&path, &mut f)?;
+        let mut rows = 0u64;
+        for_each_shard_batch(&path, |rb| {
+            rows += rb.num_rows() as u64;
+            f(rb)
+        })?;
+        if rows != s.cells {
+            return Err(Error::format(&path, format!("shard has {rows} cells, its manifest says {}", s.cells)));
+        }
     }
     Ok(manifest)
 }

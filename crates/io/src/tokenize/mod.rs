@@ -204,8 +204,16 @@ pub fn cell_counts(
             f(col, v);
         }
     }
+    if !n_counts.is_finite() {
+        // Finite counts can still add up to infinity, which would normalize every gene to 0.
+        let (cell, id) = (chunk.first_cell + i, chunk.cell_ids.get(i).map_or("", String::as_str));
+        return Err(Error::invalid(path, format!("cell {cell} ('{id}'): {TOTAL_OVERFLOW}")));
+    }
     Ok(n_counts)
 }
+
+/// Why a cell of finite counts is refused when they add up to infinity.
+const TOTAL_OVERFLOW: &str = "its counts add up to more than the largest float64, so it cannot be normalized";
 
 /// Non-integer values below this look like `log1p` of counts (a count of e^20 is beyond any cell).
 const LOG_SCALE: f64 = 20.0;
@@ -301,6 +309,9 @@ pub fn tokenize_named_cell(
             None => unknown += 1,
         }
     }
+    if !n_counts.is_finite() {
+        return Err(TOTAL_OVERFLOW.to_string());
+    }
     let mut out = NamedCellTokens { tokens: Vec::new(), unknown_genes: unknown };
     encode_cell(vocab, layout, &mut pairs, n_counts, true, &mut RankScratch::default(), &mut out.tokens);
     Ok(out)
@@ -342,6 +353,9 @@ pub fn named_cell_expression(
             }
             None => out.unknown_genes += 1,
         }
+    }
+    if !out.total.is_finite() {
+        return Err(TOTAL_OVERFLOW.to_string());
     }
     out.measured.sort_unstable();
     out.measured.dedup();

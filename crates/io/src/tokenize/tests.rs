@@ -96,6 +96,22 @@ fn bad_values_are_errors_naming_file_cell_and_gene() {
 }
 
 #[test]
+fn finite_counts_whose_total_overflows_are_refused_from_files_and_requests() {
+    // Each value is finite and an integer, but the total is infinite: every gene would
+    // normalize to 0 and the tokens would come out in tie order.
+    let vocab = Vocabulary::resolve(BUILTIN).unwrap();
+    let genes: Vec<String> = ["ENSG00000000003", "ENSG00000000005"].map(String::from).to_vec();
+    let mapper = GeneMapper::new(&vocab, &genes);
+    let c = chunk(&[&[(0, 1e308), (1, 1e308)]]);
+    let e = tokenize_chunk(Path::new("f.h5ad"), &c, &genes, &mapper, &vocab, &v1()).unwrap_err().to_string();
+    assert!(e.contains("f.h5ad") && e.contains("c0") && e.contains("largest float64"), "{e}");
+    let e = tokenize_named_cell(&vocab, &SequenceLayout::v1(), &genes, &[1e308, 1e308]).unwrap_err();
+    assert!(e.contains("largest float64"), "{e}");
+    let e = named_cell_expression(&vocab, &genes, &[1e308, 1e308]).unwrap_err();
+    assert!(e.contains("largest float64"), "{e}");
+}
+
+#[test]
 fn scaled_counts_are_recognised_within_float32_rounding_and_continuous_values_are_not() {
     let scale = 1e4 / 2_345.0;
     let counts = [1.0, 2.0, 7.0, 130.0, 4_096.0];

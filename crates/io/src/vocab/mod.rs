@@ -173,6 +173,7 @@ impl Vocabulary {
         name_of: &impl Fn(&'a str) -> Name,
     ) -> Result<TokenTables, String> {
         let token_rows = parse_tsv(tokens, TOKEN_FILE)?;
+        let n_rows = token_rows.len();
         let mut by_id: Vec<Option<Name>> = Vec::new();
         let mut token_of = FxHashMap::with_capacity_and_hasher(token_rows.len(), Default::default());
         for (line, (token, id)) in token_rows {
@@ -180,6 +181,13 @@ impl Vocabulary {
                 return Err(format!("{TOKEN_FILE} line {line}: empty token"));
             }
             let id: u32 = id.parse().map_err(|_| format!("{TOKEN_FILE} line {line}: id '{id}' is not an integer"))?;
+            // Ids are 0..rows, so a larger one is refused before it sizes the table.
+            if id as usize >= n_rows {
+                return Err(format!(
+                    "{TOKEN_FILE} line {line}: id {id} is out of range: {n_rows} tokens take the ids 0..{}",
+                    n_rows - 1
+                ));
+            }
             if by_id.len() <= id as usize {
                 by_id.resize(id as usize + 1, None);
             }
@@ -447,5 +455,15 @@ mod tests {
         let e =
             Vocabulary::from_tables("t", "token\tid\n<pad>\t0\n<mask>\t1\nG\t2\n", "g\tm\nG\t0\n", None).unwrap_err();
         assert!(e.to_string().contains("must be finite and > 0"), "{e}");
+    }
+
+    #[test]
+    fn rejects_token_ids_past_the_table_before_sizing_it() {
+        // An id of 2^32 - 1 once asked for a table of 2^32 entries (~100 GB) and aborted.
+        for id in ["3", "4294967295"] {
+            let tokens = format!("token\tid\n<pad>\t0\n<mask>\t1\nG\t{id}\n");
+            let e = Vocabulary::from_tables("t", &tokens, "g\tm\nG\t1\n", None).unwrap_err().to_string();
+            assert!(e.contains(&format!("line 4: id {id} is out of range: 3 tokens take the ids 0..2")), "{e}");
+        }
     }
 }

@@ -250,13 +250,17 @@ fn read_numbers(
     if num_obs_kind(kind) != ObsKind::Int64 {
         return Ok(numbers(h5::read_f64(path, ds, what, kind, rows)?, kind, mask));
     }
-    let missing = |i: usize| mask.is_some_and(|m| m.get(i).is_some_and(|&x| x != 0));
     let values = h5::read_i64(path, ds, what, rows)?;
-    Ok(ObsValues::Int64(values.into_iter().enumerate().map(|(i, v)| (!missing(i)).then_some(v)).collect()))
+    Ok(ObsValues::Int64(values.into_iter().enumerate().map(|(i, v)| (!is_missing(mask, i)).then_some(v)).collect()))
+}
+
+/// Whether a nullable column's mask marks row `i` missing (no mask: none is).
+fn is_missing(mask: Option<&[i64]>, i: usize) -> bool {
+    mask.is_some_and(|m| m.get(i).is_some_and(|&x| x != 0))
 }
 
 fn numbers(values: Vec<f64>, kind: NumKind, mask: Option<&[i64]>) -> ObsValues {
-    let missing = |i: usize| mask.is_some_and(|m| m.get(i).is_some_and(|&x| x != 0));
+    let missing = |i: usize| is_missing(mask, i);
     match num_obs_kind(kind) {
         ObsKind::Float64 => {
             ObsValues::Float64(values.into_iter().enumerate().map(|(i, v)| (!missing(i)).then_some(v)).collect())

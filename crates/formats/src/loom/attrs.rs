@@ -56,13 +56,11 @@ impl Attr {
             (ObsKind::Int64, Some(_)) => {
                 ObsValues::Int64(h5::read_i64(p, &self.ds, w, rows)?.into_iter().map(Some).collect())
             }
-            (kind, Some(k)) => {
-                let v = h5::read_f64(p, &self.ds, w, k, rows)?;
-                match kind {
-                    ObsKind::Float64 => ObsValues::Float64(v.into_iter().map(Some).collect()),
-                    ObsKind::Boolean => ObsValues::Boolean(v.into_iter().map(|x| Some(x != 0.0)).collect()),
-                    _ => ObsValues::Int64(v.into_iter().map(|x| Some(x as i64)).collect()),
-                }
+            (ObsKind::Float64, Some(k)) => {
+                ObsValues::Float64(h5::read_f64(p, &self.ds, w, k, rows)?.into_iter().map(Some).collect())
+            }
+            (ObsKind::Boolean, Some(k)) => {
+                ObsValues::Boolean(h5::read_f64(p, &self.ds, w, k, rows)?.into_iter().map(|x| Some(x != 0.0)).collect())
             }
             (_, None) => unreachable!("a string attribute is Utf8"),
         })

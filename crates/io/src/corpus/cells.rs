@@ -26,10 +26,7 @@ pub struct ShardRef {
 impl ShardRef {
     /// The cells read from the shard must be the cells its manifest counts.
     pub(super) fn check_cells(&self, read: u64) -> Result<()> {
-        if read != self.cells {
-            return Err(Error::format(&self.path, format!("shard has {read} cells, its manifest says {}", self.cells)));
-        }
-        Ok(())
+        super::read::check_shard_rows(&self.path, read, self.cells)
     }
 }
 

@@ -37,10 +37,13 @@ impl CellLabels {
         let mut found = false;
         for shard in &index.shards {
             super::verify_shard(&shard.path, shard.bytes, &shard.sha256)?;
+            let mut rows = 0u64;
             for_each_shard_batch(&shard.path, |rb| {
+                rows += rb.num_rows() as u64;
                 found |= append_values(rb, &shard.path, column, &mut values)?;
                 Ok(())
             })?;
+            shard.check_cells(rows)?;
         }
         if !found && !index.shards.is_empty() {
             return Err(Error::Usage(format!(

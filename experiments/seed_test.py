@@ -18,9 +18,10 @@ import json
 import statistics
 import sys
 
-from value_models import T975, T_BONFERRONI3, interval, seeds_of
+from value_models import METRICS, T975, T_BONFERRONI3, TARGET, interval, seeds_of
 
-METRICS = {"ari": "ARI", "nmi": "NMI", "macro_f1": "logistic macro-F1"}
+# The target metrics with their report names, as value_models.py scores them.
+TARGETS = {k: name for k, name in METRICS if k in TARGET}
 
 
 def main():
@@ -32,7 +33,7 @@ def main():
     with open(eval_path) as f:
         methods = json.load(f)["methods"]
     tolerance = 0.5 * 10 ** -recorded["digits"] + 1e-12
-    for k in METRICS:
+    for k in TARGETS:
         if abs(methods["pca"][k] - recorded["pca"][k]) > tolerance:
             sys.exit(f"{eval_path}: PCA {k} {methods['pca'][k]:.6f} is not the recorded "
                      f"{recorded['pca'][k]} (to {recorded['digits']} digits): other cells or baseline")
@@ -43,10 +44,10 @@ def main():
             sys.exit(f"{eval_path}: no method {tag}")
         if s in rows:
             sys.exit(f"seed {s} is both recorded and in {eval_path}")
-        rows[s] = {k: methods[tag][k] for k in METRICS}
-    out = {"seeds": {str(s): rows[s] for s in sorted(rows)}, "pca": {k: methods["pca"][k] for k in METRICS},
+        rows[s] = {k: methods[tag][k] for k in TARGETS}
+    out = {"seeds": {str(s): rows[s] for s in sorted(rows)}, "pca": {k: methods["pca"][k] for k in TARGETS},
            "metrics": {}}
-    for k, name in METRICS.items():
+    for k, name in TARGETS.items():
         diffs = [rows[s][k] - methods["pca"][k] for s in sorted(rows)]
         mean, half = interval(diffs, T975)
         _, half_b = interval(diffs, T_BONFERRONI3, float("nan"))

@@ -67,11 +67,13 @@ pub struct VocabConfig {
     pub min_cells: u64,
     /// Build in two passes over the inputs, in flat memory (the same medians).
     pub two_pass: bool,
+    /// MiB for one pass's median sketches before their tails fold (0: no limit).
+    pub sketch_memory_mb: u64,
 }
 
 impl Default for VocabConfig {
     fn default() -> Self {
-        Self { alpha: 0.001, min_cells: 1, two_pass: false }
+        Self { alpha: 0.001, min_cells: 1, two_pass: false, sketch_memory_mb: corrflow_io::ingest::SKETCH_MEMORY_MB }
     }
 }
 

@@ -180,13 +180,14 @@ fn a_manifest_whose_cell_counts_disagree_with_its_shards_is_refused() {
     let manifest = corpus.join("atlases/a/manifest.json");
     let good: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
     let cells = good["cells"].as_u64().unwrap();
-    let build = |name: &str| {
+    let build_with = |name: &str, n_sub: &str| {
         let out = tmp.path().join(name);
         let (c, g) = (corpus.to_str().unwrap(), out.to_str().unwrap());
-        let o = corrflow(&["graph", "build", "--n-sub", "100", "--corpus", c, "--out", g]);
+        let o = corrflow(&["graph", "build", "--n-sub", n_sub, "--corpus", c, "--out", g]);
         assert!(!o.status.success() && !out.join("graph.json").exists(), "graph build accepted it: {}", stderr(&o));
         stderr(&o)
     };
+    let build = |name: &str| build_with(name, "100");
     // The atlas total alone.
     let mut m = good.clone();
     m["cells"] = (cells + 5).into();
@@ -202,10 +203,13 @@ fn a_manifest_whose_cell_counts_disagree_with_its_shards_is_refused() {
     let first = m["shards"][0]["cells"].as_u64().unwrap();
     m["shards"][0]["cells"] = (first + 5).into();
     std::fs::write(&manifest, m.to_string()).unwrap();
-    let e = build("g2");
-    assert!(
-        e.contains("shard-00000.parquet")
-            && e.contains(&format!("shard has {first} cells, its manifest says {}", first + 5)),
-        "{e}"
-    );
+    for (name, n_sub) in [("g2", "100"), ("g3", "0")] {
+        // Sampled cells and every cell (the all-cells statistics read shards in blocks).
+        let e = build_with(name, n_sub);
+        assert!(
+            e.contains("shard-00000.parquet")
+                && e.contains(&format!("shard has {first} cells, its manifest says {}", first + 5)),
+            "{name}: {e}"
+        );
+    }
 }

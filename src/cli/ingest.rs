@@ -123,6 +123,12 @@ pub(crate) enum VocabCommand {
         /// for byte, in about twice the time (default: vocab.two_pass, false).
         #[arg(long)]
         two_pass: bool,
+        /// MiB for one pass's median sketches (default: vocab.sketch_memory_mb, 128; 0: no
+        /// limit). Past it, the pages of each gene's range farthest from its median are folded
+        /// into counts; a gene whose median then moves into them is counted again in a second
+        /// read. The same medians either way.
+        #[arg(long, value_name = "MIB")]
+        sketch_memory_mb: Option<u64>,
         #[command(flatten)]
         read: ReadArgs,
         /// Count every cell, also those whose `filter_pass` is not 1 (as `ingest`).

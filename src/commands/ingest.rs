@@ -96,7 +96,17 @@ pub(crate) fn ingest(cfg: &Config, a: IngestArgs, json: bool) -> Result<()> {
 }
 
 pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
-    let VocabCommand::Build { out, name, alpha, min_cells, two_pass, read, ignore_filter_pass, inputs } = cmd;
+    let VocabCommand::Build {
+        out,
+        name,
+        alpha,
+        min_cells,
+        two_pass,
+        sketch_memory_mb,
+        read,
+        ignore_filter_pass,
+        inputs,
+    } = cmd;
     super::overlap().inputs("FILE", &inputs).replaced_dir("--out", &out).check()?;
     let name = name.unwrap_or_else(|| out.file_name().map_or("custom".into(), |n| n.to_string_lossy().into_owned()));
     let opts = VocabBuildOptions {
@@ -110,6 +120,7 @@ pub(crate) fn vocab(cfg: &Config, cmd: VocabCommand, json: bool) -> Result<()> {
         alpha: alpha.unwrap_or(cfg.vocab.alpha),
         min_cells: min_cells.unwrap_or(cfg.vocab.min_cells),
         two_pass: two_pass || cfg.vocab.two_pass,
+        sketch_memory_mb: sketch_memory_mb.unwrap_or(cfg.vocab.sketch_memory_mb),
     };
     let (_, s) = build_vocabulary(&inputs, &out, &opts)?;
     let human = format!(

@@ -14,5 +14,5 @@ pub mod perturb;
 pub mod quantile;
 pub mod rank;
 
-pub use quantile::{LogQuantileSketch, MIN_ALPHA};
+pub use quantile::{LogQuantileSketch, Side, MIN_ALPHA, PAGE_BYTES};
 pub use rank::{normalized_expression, rank_order, rank_value_encode, RankScratch, SequenceLayout};

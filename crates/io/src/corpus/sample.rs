@@ -102,7 +102,8 @@ fn append_cells(
 
 /// Calls `f` with the cells of shard `shard` of one atlas (by index in its manifest), in shard
 /// order, in blocks of at least `block` cells (the last may be smaller): one block in memory at a
-/// time, where a whole shard holds up to `ingest.shard_cells` cells. Returns the cells read.
+/// time, where a whole shard holds up to `ingest.shard_cells` cells. Returns the cells read,
+/// which are checked to be the cells the manifest counts.
 pub fn for_each_shard_block(
     atlas_dir: &Path,
     shard: usize,
@@ -135,5 +136,6 @@ pub fn for_each_shard_block(
     if !cells.is_empty() {
         flush(&mut cells)?;
     }
+    super::read::check_shard_rows(&p, read, info.cells)?;
     Ok(read)
 }

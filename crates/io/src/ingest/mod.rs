@@ -10,4 +10,6 @@ mod vocab_build;
 
 pub use request::{IngestRequest, IngestSummary};
 pub use run::{run_ingest, validate_atlas_name};
-pub use vocab_build::{alpha_out_of_range, build_vocabulary, MedianEstimator, VocabBuildOptions, VocabBuildSummary};
+pub use vocab_build::{
+    alpha_out_of_range, build_vocabulary, MedianEstimator, VocabBuildOptions, VocabBuildSummary, SKETCH_MEMORY_MB,
+};

@@ -7,14 +7,24 @@
 //! Exact-rank queries let [`LogQuantileSketch::median`] average the two middle elements as
 //! `numpy.median` does, and keep the same `α` bound. Sketches merge exactly (bucket counts add),
 //! so partial sketches from workers or atlases combine without loss.
+//!
+//! A sketch may also fold the buckets at either end of its range into a count of the values
+//! below or above its window ([`tails`]), so that many sketches fit a fixed memory budget; a rank
+//! that falls in a folded tail then has no estimate, and the caller counts that sketch again.
 
 use std::collections::BTreeMap;
+
+mod tails;
+pub use tails::Side;
 
 /// Consecutive bucket keys per page of counts. Pages of 32 were tried (session 49): `vocab
 /// build` took 7% less memory at 65k cells but 1% more at 1M and 6% more at 4.2M, where most of
 /// each gene's range is reached and the smaller pages' own overhead counts (BENCHMARKS "Atlas
 /// scale").
 const PAGE: i32 = 128;
+
+/// Bytes of counts in one page, what [`LogQuantileSketch::pages`] counts in.
+pub const PAGE_BYTES: usize = PAGE as usize * std::mem::size_of::<u32>();
 
 /// Widest page table, in pages: 131,072 buckets, at alpha 0.001 values over a factor of e^262
 /// (normalized expression spans ~e^21: counts ≥ 1 of totals ≤ 10^9, up to 10^4). Keys beyond
@@ -41,13 +51,23 @@ pub struct LogQuantileSketch {
     /// Counts that did not fit a page: past a u32 (4.29 billion values in one bucket) or
     /// beyond [`MAX_PAGES`].
     overflow: BTreeMap<i32, u64>,
+    /// Pages allocated (the `Some` entries of `pages`).
+    held: usize,
+    /// Values in keys below `window.0` and above `window.1`, folded out of the buckets.
+    below: u64,
+    above: u64,
+    /// Keys counted in buckets: `window.0 ..= window.1` (the whole i32 range until folded).
+    window: (i32, i32),
     count: u64,
 }
 
 impl PartialEq for LogQuantileSketch {
     /// Equal alpha and equal counts in every bucket, however they are stored.
     fn eq(&self, other: &Self) -> bool {
-        self.ln_gamma == other.ln_gamma && self.count == other.count && self.buckets().eq(other.buckets())
+        self.ln_gamma == other.ln_gamma
+            && self.count == other.count
+            && (self.below, self.above, self.window) == (other.below, other.above, other.window)
+            && self.buckets().eq(other.buckets())
     }
 }
 
@@ -56,7 +76,17 @@ impl LogQuantileSketch {
     pub fn new(alpha: f64) -> Self {
         assert!((MIN_ALPHA..1.0).contains(&alpha), "alpha must be in [{MIN_ALPHA}, 1)");
         let ln_gamma = ((1.0 + alpha) / (1.0 - alpha)).ln();
-        Self { ln_gamma, pages: Vec::new(), first_page: 0, overflow: BTreeMap::new(), count: 0 }
+        Self {
+            ln_gamma,
+            pages: Vec::new(),
+            first_page: 0,
+            overflow: BTreeMap::new(),
+            held: 0,
+            below: 0,
+            above: 0,
+            window: (i32::MIN, i32::MAX),
+            count: 0,
+        }
     }
 
     /// The relative error bound this sketch was built with.
@@ -68,6 +98,12 @@ impl LogQuantileSketch {
     /// Number of values added.
     pub fn count(&self) -> u64 {
         self.count
+    }
+
+    /// Pages of counts allocated, each [`PAGE_BYTES`] bytes: the memory that grows with the
+    /// range the values reach.
+    pub fn pages(&self) -> usize {
+        self.held
     }
 
     /// Adds one value; values that are not finite and > 0 are ignored (they have no bucket).
@@ -90,6 +126,15 @@ impl LogQuantileSketch {
         if n == 0 {
             return;
         }
+        self.count += n;
+        if key < self.window.0 {
+            self.below += n;
+            return;
+        }
+        if key > self.window.1 {
+            self.above += n;
+            return;
+        }
         let paged = self.slot(key).and_then(|slot| {
             let sum = u32::try_from(n).ok().and_then(|n| slot.checked_add(n))?;
             *slot = sum;
@@ -98,7 +143,6 @@ impl LogQuantileSketch {
         if paged.is_none() {
             *self.overflow.entry(key).or_insert(0) += n;
         }
-        self.count += n;
     }
 
     /// The count of bucket `key` in its page, allocated (and the page table widened) if
@@ -121,6 +165,9 @@ impl LogQuantileSketch {
         let i = (page - self.first_page) as usize;
         if i >= self.pages.len() {
             self.pages.resize_with(i + 1, || None);
+        }
+        if self.pages[i].is_none() {
+            self.held += 1;
         }
         let counts = self.pages[i].get_or_insert_with(|| Box::new([0; PAGE as usize]));
         Some(&mut counts[key.rem_euclid(PAGE) as usize])
@@ -147,9 +194,15 @@ impl LogQuantileSketch {
         })
     }
 
-    /// Adds all of `other`'s values. Both sketches must share `alpha`.
+    /// Adds all of `other`'s values. Both sketches must share `alpha`. Where `other` has folded
+    /// a tail, this sketch folds the same keys first, so the result is exact.
     pub fn merge(&mut self, other: &Self) {
         assert!((self.ln_gamma - other.ln_gamma).abs() < 1e-15, "cannot merge sketches with different alpha");
+        self.fold_below(other.window.0);
+        self.fold_above(other.window.1);
+        self.below += other.below;
+        self.above += other.above;
+        self.count += other.below + other.above;
         for (k, n) in other.buckets() {
             self.add_to_bucket(k, n);
         }
@@ -163,13 +216,13 @@ impl LogQuantileSketch {
     }
 
     /// The bucket holding the element of 0-based rank `rank`, and how many values lie in the
-    /// buckets before it (`None` when out of range). A second pass can then count finer buckets
-    /// inside that one bucket only ([`Self::median_in`]).
+    /// buckets before it (`None` when out of range, or in a folded tail). A second pass can then
+    /// count finer buckets inside that one bucket only ([`Self::median_in`]).
     pub fn bucket_of_rank(&self, rank: u64) -> Option<(i32, u64)> {
-        if rank >= self.count {
+        if rank < self.below || rank >= self.count - self.above {
             return None;
         }
-        let mut seen = 0u64;
+        let mut seen = self.below;
         for (key, n) in self.buckets() {
             if seen + n > rank {
                 return Some((key, seen));
@@ -202,6 +255,7 @@ impl LogQuantileSketch {
 
     /// Estimate of the median, averaging the two middle elements for an even count
     /// (`numpy.median`'s definition); within relative error `alpha` of the exact median.
+    /// `None` when empty or when a middle rank lies in a folded tail ([`Self::median_folded`]).
     pub fn median(&self) -> Option<f64> {
         self.median_in(self.count, 0)
     }

@@ -219,7 +219,7 @@ impl LogQuantileSketch {
     /// buckets before it (`None` when out of range, or in a folded tail). A second pass can then
     /// count finer buckets inside that one bucket only ([`Self::median_in`]).
     pub fn bucket_of_rank(&self, rank: u64) -> Option<(i32, u64)> {
-        if rank < self.below || rank >= self.count - self.above {
+        if !self.in_window(rank) {
             return None;
         }
         let mut seen = self.below;
@@ -230,6 +230,12 @@ impl LogQuantileSketch {
             seen += n;
         }
         None
+    }
+
+    /// Whether the element of 0-based rank `rank` is in the buckets, not out of range or in a
+    /// folded tail ([`tails`]).
+    fn in_window(&self, rank: u64) -> bool {
+        rank >= self.below && rank < self.count - self.above
     }
 
     /// The buckets of the two middle ranks, ⌊(n−1)/2⌋ and ⌊n/2⌋, and how many values lie below

@@ -25,10 +25,7 @@ impl LogQuantileSketch {
 
     /// Whether a middle rank lies in a folded tail, so [`Self::median`] has no estimate.
     pub fn median_folded(&self) -> bool {
-        self.count > 0 && {
-            let (lo, hi) = ((self.count - 1) / 2, self.count / 2);
-            lo < self.below || hi >= self.count - self.above
-        }
+        self.count > 0 && !(self.in_window((self.count - 1) / 2) && self.in_window(self.count / 2))
     }
 
     /// How far the end page on `side` lies from the middle ranks: the number of values between

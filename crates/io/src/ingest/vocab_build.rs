@@ -272,8 +272,9 @@ impl MedianEstimator {
                 let s = &mut self.sketches[slot];
                 let before = s.pages();
                 s.fold_end_page(side);
-                held -= before - s.pages();
-                self.pages_folded += (before - s.pages()) as u64;
+                let freed = before - s.pages();
+                held -= freed;
+                self.pages_folded += freed as u64;
             }
         }
     }
@@ -455,6 +456,11 @@ mod tests {
         (est.medians().unwrap(), again.len(), folded)
     }
 
+    /// Medians compared bit for bit.
+    fn bits(m: &[(String, f64, u64)]) -> Vec<(String, u64, u64)> {
+        m.iter().map(|(g, x, n)| (g.clone(), x.to_bits(), *n)).collect()
+    }
+
     #[test]
     fn folded_sketches_give_the_unbounded_medians() {
         let data = cells(40_000, 1.0);
@@ -463,8 +469,6 @@ mod tests {
         assert_eq!(none, 0);
         assert!(pages > 0, "nothing was folded");
         assert_eq!(again, 0, "a stable median was counted again");
-        let bits =
-            |m: &[(String, f64, u64)]| m.iter().map(|(g, x, n)| (g.clone(), x.to_bits(), *n)).collect::<Vec<_>>();
         assert_eq!(bits(&folded), bits(&whole));
     }
 
@@ -474,8 +478,6 @@ mod tests {
         let (whole, _, _) = medians(&data, None);
         let (folded, again, pages) = medians(&data, Some(40));
         assert!(pages > 0 && again > 0, "{pages} pages folded, {again} genes counted again");
-        let bits =
-            |m: &[(String, f64, u64)]| m.iter().map(|(g, x, n)| (g.clone(), x.to_bits(), *n)).collect::<Vec<_>>();
         assert_eq!(bits(&folded), bits(&whole));
     }
 }

@@ -44,7 +44,9 @@ fn names_read_in_ranges_across_chunk_edges_are_the_names_written() {
     let names: Vec<String> =
         (0..n).map(|i| if i % 997 == 0 { format!("célula-{i}-ß") } else { format!("cell-{i}") }).collect();
     let bytes: Vec<Vec<u8>> = names.iter().map(|s| s.clone().into_bytes()).collect();
-    for chunk in [1_000, 70_001, n + 5] {
+    // Blocks of many chunks, of two with a padded last one, of one padded chunk, and (n / 2) of
+    // one whole chunk, which is kept as decoded.
+    for chunk in [1_000, 70_001, n + 5, n / 2] {
         let key = format!("names{chunk}");
         write_strings(dir.path(), &key, &bytes, chunk);
         let a = open(dir.path(), &key);

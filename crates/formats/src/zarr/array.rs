@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use zarrs::array::{Array, ArrayBytes, ArraySubset};
+use zarrs::array::{Array, ArrayBytes, ArrayBytesOffsets, ArrayBytesRaw, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
 use zarrs::plugin::ExtensionName;
 
@@ -253,7 +253,7 @@ impl ZArray {
     /// a 65k-cell atlas's names in one chunk, up to 314,573 a chunk in larger ones), and a block of
     /// a million codes widened to i64 is 8 MB.
     fn aligned_block(&self, r: &Range<usize>) -> Option<Range<usize>> {
-        let c = self.array.chunk_shape(&[0]).ok()?.first()?.get() as usize;
+        let c = self.chunk_len()?;
         if c > BLOCK {
             return None;
         }
@@ -262,14 +262,18 @@ impl ZArray {
         Some(start..end.min(self.shape[0]))
     }
 
+    /// Elements per chunk of a 1-d array.
+    fn chunk_len(&self) -> Option<usize> {
+        Some(self.array.chunk_shape(&[0]).ok()?.first()?.get() as usize)
+    }
+
     /// Strings `at` as one buffer and their ends, each checked to be UTF-8. A block of whole
     /// chunks is decoded chunk by chunk: zarrs's range read would assemble the chunks' strings
     /// into copies beside its decoder's output (~30 MB at once for a chunk of 314,573 names),
     /// and those passing buffers left the allocator's arenas fragmented (BENCHMARKS "Atlas
     /// scale", session 64).
     fn retrieve_text(&self, at: &Range<usize>) -> Result<Block> {
-        let c = self.array.chunk_shape(&[0]).ok().and_then(|s| s.first().map(|c| c.get() as usize));
-        let (bytes, offsets) = match c {
+        let (bytes, offsets) = match self.chunk_len() {
             Some(c) if at.start % c == 0 && at.len() > 0 => self.text_by_chunks(at, c)?,
             _ => self.text_by_range(at)?,
         };
@@ -287,11 +291,16 @@ impl ZArray {
         let subset = ArraySubset::new_with_ranges(std::slice::from_ref(&range));
         let decoded = chunks::decoded(|| self.array.retrieve_array_subset::<ArrayBytes<'static>>(&subset))
             .map_err(|e| self.read_err(std::slice::from_ref(&range), e))?;
-        let ArrayBytes::Variable(v) = decoded else {
-            return Err(self.err("expected variable-length strings"));
-        };
-        let (bytes, offsets) = v.into_parts();
+        let (bytes, offsets) = self.variable(decoded)?;
         Ok((bytes.into_owned(), offsets.to_vec()))
+    }
+
+    /// The bytes and offsets of decoded variable-length strings.
+    fn variable(&self, decoded: ArrayBytes<'static>) -> Result<(ArrayBytesRaw<'static>, ArrayBytesOffsets<'static>)> {
+        match decoded {
+            ArrayBytes::Variable(v) => Ok(v.into_parts()),
+            _ => Err(self.err("expected variable-length strings")),
+        }
     }
 
     /// Strings `at`, which starts on a chunk's first element, one chunk of `c` at a time.
@@ -301,10 +310,7 @@ impl ZArray {
             let range = (k * c) as u64..((k + 1) * c).min(at.end) as u64;
             let decoded = chunks::decoded(|| self.array.retrieve_chunk::<ArrayBytes<'static>>(&[k as u64]))
                 .map_err(|e| self.read_err(std::slice::from_ref(&range), e))?;
-            let ArrayBytes::Variable(v) = decoded else {
-                return Err(self.err("expected variable-length strings"));
-            };
-            let (chunk_bytes, chunk_offsets) = v.into_parts();
+            let (chunk_bytes, chunk_offsets) = self.variable(decoded)?;
             // A chunk holds `c` elements; the array's last one may hold fewer real ones.
             let n = (range.end - range.start) as usize;
             if chunk_offsets.len() <= n {

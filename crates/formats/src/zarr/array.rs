@@ -2,8 +2,10 @@
 //! or not, every codec zarr-python writes by default). A 1-d array keeps the last block it
 //! decoded, so consecutive cell chunks that fall in one zarr chunk decode it once, and memory
 //! stays at one block per array whatever the store's size. Blocks are whole zarr chunks
-//! ([`ZArray::aligned_block`]), and a block of strings (the cell names) is kept as one byte
-//! buffer and its offsets (BENCHMARKS "Atlas scale", session 57).
+//! ([`ZArray::aligned_block`]). Strings (the cell names) are read through a [`TextCursor`] that
+//! decodes a window of their chunk at a time, since zarr sizes that chunk from the array's
+//! length; stores it cannot read keep a block of them as one byte buffer and its offsets
+//! (BENCHMARKS "Atlas scale", sessions 57 and 65).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,9 @@ use zarrs::array::{Array, ArrayBytes, ArrayBytesOffsets, ArrayBytesRaw, ArraySub
 use zarrs::filesystem::FilesystemStore;
 use zarrs::plugin::ExtensionName;
 
+use super::block::Block;
 use super::chunks::{self, ChunkCheck, Omit};
+use super::text::{self, TextCursor};
 use crate::error::{Error, Result};
 use crate::ChunkValues;
 
@@ -32,41 +36,6 @@ pub enum Kind {
     Str,
 }
 
-/// A decoded run of elements (integers widened to i64).
-#[derive(Clone, Debug)]
-enum Block {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I64(Vec<i64>),
-    Bool(Vec<bool>),
-    Str(Vec<String>),
-    /// Strings as stored: element `i` is `bytes[offsets[i]..offsets[i + 1]]` (UTF-8, checked
-    /// when decoded). Only in the cache; a slice of it is `Str`.
-    Text {
-        bytes: Vec<u8>,
-        offsets: Vec<usize>,
-    },
-}
-
-impl Block {
-    fn slice(&self, r: Range<usize>) -> Self {
-        match self {
-            Self::F32(v) => Self::F32(v[r].to_vec()),
-            Self::F64(v) => Self::F64(v[r].to_vec()),
-            Self::I64(v) => Self::I64(v[r].to_vec()),
-            Self::Bool(v) => Self::Bool(v[r].to_vec()),
-            Self::Str(v) => Self::Str(v[r].to_vec()),
-            Self::Text { bytes, offsets } => Self::Str(text_strings(bytes, offsets, r)),
-        }
-    }
-}
-
-/// Elements `r` of a `Block::Text`. Lossless: each element was checked to be UTF-8 when the
-/// block was decoded.
-fn text_strings(bytes: &[u8], offsets: &[usize], r: Range<usize>) -> Vec<String> {
-    r.map(|i| String::from_utf8_lossy(&bytes[offsets[i]..offsets[i + 1]]).into_owned()).collect()
-}
-
 /// An array of the store at `key` (e.g. `X/data`).
 pub struct ZArray {
     path: PathBuf,
@@ -77,6 +46,8 @@ pub struct ZArray {
     dtype: String,
     shape: Vec<usize>,
     cache: std::sync::Mutex<Option<(Range<usize>, Block)>>,
+    /// Strings whose chunks [`TextCursor`] reads: the cursor of the last chunk read.
+    text: Option<std::sync::Mutex<Option<TextCursor>>>,
     /// Set for the arrays of a sparse matrix: chunks must be stored ([`chunks`]). Boxed: it
     /// holds the sharding codec, and columns hold arrays without one.
     chunks: Option<Box<ChunkCheck>>,
@@ -107,6 +78,7 @@ impl ZArray {
         };
         let shape = array.shape().iter().map(|&n| n as usize).collect();
         let what = key.to_string();
+        let text = (kind == Kind::Str && text::readable(&array)).then(Default::default);
         Ok(Some(Self {
             path: path.to_path_buf(),
             what,
@@ -115,6 +87,7 @@ impl ZArray {
             dtype,
             shape,
             cache: Default::default(),
+            text,
             chunks: None,
         }))
     }
@@ -160,10 +133,9 @@ impl ZArray {
 
     /// Element `i` of a 1-d integer array, read without the chunk check.
     fn value_at(&self, i: u64) -> Result<i64> {
-        match self.retrieve_stored(std::slice::from_ref(&(i..i + 1)))? {
-            Block::I64(v) => v.first().copied().ok_or_else(|| self.err(format!("no element {i}"))),
-            _ => Err(self.err(format!("expected integers, found {}", self.dtype))),
-        }
+        let v =
+            self.retrieve_stored(std::slice::from_ref(&(i..i + 1)))?.into_i64(&self.dtype).map_err(|e| self.err(e))?;
+        v.first().copied().ok_or_else(|| self.err(format!("no element {i}")))
     }
 
     /// The error of a failed read of `ranges`, naming the chunk that does not decode.
@@ -195,7 +167,7 @@ impl ZArray {
             (Kind::Str, _) => Block::Str(get!(String)),
             (_, "int8") => Block::I64(wide!(i8)),
             (_, "int16") => Block::I64(wide!(i16)),
-            (_, "int32") => Block::I64(wide!(i32)),
+            (_, "int32") => Block::I32(get!(i32)),
             (_, "int64") => Block::I64(get!(i64)),
             (_, "uint8") => Block::I64(wide!(u8)),
             (_, "uint16") => Block::I64(wide!(u16)),
@@ -226,6 +198,9 @@ impl ZArray {
         let block = if self.kind == Kind::Str { BLOCK / 8 } else { BLOCK };
         if r.len() >= block {
             return self.retrieve(std::slice::from_ref(&(r.start as u64..r.end as u64)));
+        }
+        if let Some(v) = self.read_text(&r)? {
+            return Ok(Block::Str(v));
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, b)) = cache.as_ref() {
@@ -265,6 +240,29 @@ impl ZArray {
     /// Elements per chunk of a 1-d array.
     fn chunk_len(&self) -> Option<usize> {
         Some(self.array.chunk_shape(&[0]).ok()?.first()?.get() as usize)
+    }
+
+    /// Strings `r` through the cursor over their chunks, `None` when the array's chunks are not
+    /// plain strings or a chunk `r` touches is not stored (the block read takes them).
+    fn read_text(&self, r: &Range<usize>) -> Result<Option<Vec<String>>> {
+        let (Some(text), Some(c)) = (&self.text, self.chunk_len()) else {
+            return Ok(None);
+        };
+        let mut cursor = text.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(r.len());
+        for k in r.start / c..r.end.div_ceil(c) {
+            let (first, chunk) = (k * c, k as u64);
+            let local = r.start.max(first) - first..r.end.min(first + c) - first;
+            let chunk_err = |e: String| self.err(format!("chunk {k}: {e}"));
+            if cursor.as_ref().is_none_or(|t| t.chunk != chunk || t.next() > local.start) {
+                // The old chunk goes first: holding it while the next one is read doubles it.
+                *cursor = None;
+                *cursor = chunks::decoded(|| TextCursor::open(&self.array, chunk, first)).map_err(chunk_err)?;
+            }
+            let Some(t) = cursor.as_mut() else { return Ok(None) };
+            chunks::decoded(|| t.read(local, &mut out)).map_err(chunk_err)?;
+        }
+        Ok(Some(out))
     }
 
     /// Strings `at` as one buffer and their ends, each checked to be UTF-8. A block of whole
@@ -334,63 +332,35 @@ impl ZArray {
     }
 
     pub fn read_f64(&self, r: Option<Range<usize>>) -> Result<Vec<f64>> {
-        Ok(match self.read_opt(r)? {
-            Block::F32(v) => v.into_iter().map(f64::from).collect(),
-            Block::F64(v) => v,
-            Block::I64(v) => v.into_iter().map(|x| x as f64).collect(),
-            Block::Bool(v) => v.into_iter().map(|b| f64::from(u8::from(b))).collect(),
-            Block::Str(_) | Block::Text { .. } => return Err(self.err("expected numbers, found strings")),
-        })
+        self.read_opt(r)?.into_f64().map_err(|e| self.err(e))
     }
 
     /// Stored counts: f32 as stored, anything else as f64.
     pub fn read_values(&self, r: Range<usize>) -> Result<ChunkValues> {
-        Ok(match self.read(r.clone())? {
+        Ok(match self.read(r)? {
             Block::F32(v) => ChunkValues::F32(v),
-            _ => ChunkValues::F64(self.read_f64(Some(r))?),
+            b => ChunkValues::F64(b.into_f64().map_err(|e| self.err(e))?),
         })
     }
 
     pub fn read_i64(&self, r: Option<Range<usize>>) -> Result<Vec<i64>> {
-        match self.read_opt(r)? {
-            Block::I64(v) => Ok(v),
-            Block::Bool(v) => Ok(v.into_iter().map(i64::from).collect()),
-            _ => Err(self.err(format!("expected integers, found {}", self.dtype))),
-        }
+        self.read_opt(r)?.into_i64(&self.dtype).map_err(|e| self.err(e))
     }
 
     /// Indices checked to lie in `0..bound`.
     pub fn read_indices(&self, r: Range<usize>, bound: usize) -> Result<Vec<u32>> {
-        let limit = bound.min(u32::MAX as usize + 1) as i64;
-        let v = self.read_i64(Some(r))?;
-        if let Some(bad) = v.iter().find(|&&x| x < 0 || x >= limit) {
-            return Err(self.err(format!("index {bad} outside 0..{bound}")));
-        }
-        Ok(v.into_iter().map(|x| x as u32).collect())
+        self.read(r)?.into_indices(bound, &self.dtype).map_err(|e| self.err(e))
     }
 
     /// Strings; numbers (gene ids or category labels written as numbers) become strings.
     pub fn read_strings(&self, r: Option<Range<usize>>) -> Result<Vec<String>> {
-        Ok(match self.read_opt(r)? {
-            Block::Str(v) => v,
-            Block::Text { bytes, offsets } => text_strings(&bytes, &offsets, 0..offsets.len().saturating_sub(1)),
-            Block::F32(v) => v.iter().map(f32::to_string).collect(),
-            Block::F64(v) => v.iter().map(f64::to_string).collect(),
-            Block::I64(v) => v.iter().map(i64::to_string).collect(),
-            Block::Bool(v) => v.iter().map(bool::to_string).collect(),
-        })
+        Ok(self.read_opt(r)?.into_strings())
     }
 
     /// Rows `r` of a 2-d array, all columns, row-major, as f64.
     pub fn read_rows_f64(&self, r: Range<usize>) -> Result<Vec<f64>> {
         let cols = self.shape[1] as u64;
-        Ok(match self.retrieve(&[r.start as u64..r.end as u64, 0..cols])? {
-            Block::F32(v) => v.into_iter().map(f64::from).collect(),
-            Block::F64(v) => v,
-            Block::I64(v) => v.into_iter().map(|x| x as f64).collect(),
-            Block::Bool(v) => v.into_iter().map(|b| f64::from(u8::from(b))).collect(),
-            Block::Str(_) | Block::Text { .. } => return Err(self.err("expected numbers, found strings")),
-        })
+        self.retrieve(&[r.start as u64..r.end as u64, 0..cols])?.into_f64().map_err(|e| self.err(e))
     }
 }
 

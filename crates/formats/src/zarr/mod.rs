@@ -4,8 +4,10 @@
 //! CSR and dense X chunk by chunk, CSC through the same out-of-core transpose as h5ad.
 
 mod array;
+mod block;
 mod chunks;
 mod frame;
+mod text;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};

@@ -20,6 +20,7 @@ enum Compress {
         blocksize: usize,
     },
     Gzip,
+    Zstd,
 }
 
 impl Compress {
@@ -30,6 +31,7 @@ impl Compress {
                 serde_json::json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0})
             }
             Self::Gzip => serde_json::json!({"id": "gzip", "level": 1}),
+            Self::Zstd => serde_json::json!({"id": "zstd", "level": 3}),
         }
     }
 
@@ -46,6 +48,7 @@ impl Compress {
                 e.write_all(&b).unwrap();
                 e.finish().unwrap()
             }
+            Self::Zstd => zstd::encode_all(&b[..], 3).unwrap(),
         }
     }
 }
@@ -100,8 +103,9 @@ fn names_read_in_ranges_across_chunk_edges_are_the_names_written() {
     let bytes: Vec<Vec<u8>> = names.iter().map(|s| s.clone().into_bytes()).collect();
     // Blocks of many chunks, of two with a padded last one, of one padded chunk, and (n / 2) of
     // one whole chunk, which is kept as decoded; each stored plain, with blosc as zarr-python
-    // writes strings (read a window at a time) and with gzip (decompressed whole).
-    let compressions = [Compress::None, Compress::Blosc { blocksize: 4_096 }, Compress::Gzip];
+    // writes strings (read a window at a time), and with gzip and zstd (decompressed as a
+    // stream).
+    let compressions = [Compress::None, Compress::Blosc { blocksize: 4_096 }, Compress::Gzip, Compress::Zstd];
     for compress in compressions {
         for chunk in [1_000, 70_001, n + 5, n / 2] {
             let key = format!("names{chunk}");
@@ -115,6 +119,8 @@ fn names_read_in_ranges_across_chunk_edges_are_the_names_written() {
                 let got = a.read_strings(Some(r.clone())).unwrap();
                 assert!(got == names[r.clone()], "{compress:?}, chunk {chunk}, rows {r:?}");
             }
+            let cursor = a.text.as_ref().unwrap().lock().unwrap().as_ref().map(|t| t.windowed());
+            assert_eq!(cursor, Some(!matches!(compress, Compress::None)), "{compress:?}: windowed");
             let whole = a.read_strings(None).unwrap_or_else(|e| panic!("{compress:?}, chunk {chunk}: {e}"));
             assert!(whole == names, "{compress:?}, chunk {chunk}, whole array");
         }
@@ -126,7 +132,13 @@ fn names_read_in_ranges_across_chunk_edges_are_the_names_written() {
 fn a_truncated_chunk_of_names_is_refused_naming_the_chunk() {
     let dir = tempfile::tempdir().unwrap();
     let bytes: Vec<Vec<u8>> = (0..50).map(|i| format!("cell-{i}").into_bytes()).collect();
-    for (key, compress) in [("plain", Compress::None), ("blosc", Compress::Blosc { blocksize: 0 })] {
+    let compressions = [
+        ("plain", Compress::None),
+        ("blosc", Compress::Blosc { blocksize: 0 }),
+        ("gzip", Compress::Gzip),
+        ("zstd", Compress::Zstd),
+    ];
+    for (key, compress) in compressions {
         write_compressed(dir.path(), key, &bytes, 10, compress);
         // Chunk 2 rewritten without its last string: its header still counts 10.
         let mut b = 10u32.to_le_bytes().to_vec();

@@ -6,11 +6,13 @@
 //! whole: the decompressed chunk, then its strings and their offsets copied out of it, ~30 MB of
 //! passing buffers at 314,573 names. Ingest reads names in order, a few thousand at a time, so a
 //! [`TextCursor`] keeps the chunk as stored and decompresses only the window it is reading
-//! (`blosc_getitem`, through zarrs). Memory then follows the window, not the chunk (BENCHMARKS
-//! "Atlas scale", session 65). Chunks compressed otherwise are decompressed whole once and parsed
-//! in place, which still saves the copies.
+//! (`blosc_getitem`, through zarrs), or, for zstd (zarr-python's default in zarr format 3) and
+//! gzip, decompresses the chunk as a stream as far as it has read. Memory then follows the
+//! window, not the chunk (BENCHMARKS "Atlas scale", session 65). Chunks compressed otherwise are
+//! decompressed whole once and parsed in place, which still saves the copies.
 
 use std::borrow::Cow;
+use std::io::{Cursor, Read};
 use std::ops::Range;
 
 use zarrs::array::codec::{blosc_decompress_bytes_partial, blosc_typesize, blosc_validate};
@@ -35,6 +37,9 @@ pub fn readable(array: &Array<FilesystemStore>) -> bool {
 enum Source {
     /// Compressed by blosc alone, with a type size of 1: ranges decode on their own.
     Blosc { encoded: Vec<u8>, len: usize },
+    /// Compressed by zstd (zarr-python's default for zarr format 3) or gzip alone: decoded front
+    /// to back as the cursor reads.
+    Stream(Box<dyn Read + Send>),
     /// Decoded whole.
     Whole(Vec<u8>),
 }
@@ -50,7 +55,7 @@ pub struct TextCursor {
     /// The next string's index in the chunk, and the offset of its length prefix.
     next: usize,
     pos: usize,
-    /// Decoded bytes `window_at..window_at + window.len()` (blosc only).
+    /// Decoded bytes `window_at..window_at + window.len()` (blosc and streams).
     window: Vec<u8>,
     window_at: usize,
 }
@@ -69,6 +74,12 @@ impl TextCursor {
                 let len = blosc_validate(&encoded).ok_or("not a valid blosc buffer")?;
                 Source::Blosc { encoded, len }
             }
+            [c] if c.name_v3().as_deref() == Some("zstd") => Source::Stream(Box::new(
+                zstd::stream::read::Decoder::new(Cursor::new(encoded)).map_err(|e| e.to_string())?,
+            )),
+            [c] if c.name_v3().as_deref() == Some("gzip") => {
+                Source::Stream(Box::new(flate2::read::GzDecoder::new(Cursor::new(encoded))))
+            }
             _ => {
                 let (options, repr) = (CodecOptions::default(), BytesRepresentation::UnboundedSize);
                 let mut bytes = Cow::Owned(encoded);
@@ -81,6 +92,12 @@ impl TextCursor {
         let mut cursor = Self { chunk, first, source, count: 0, next: 0, pos: 4, window: Vec::new(), window_at: 0 };
         cursor.count = cursor.u32_at(0)? as usize;
         Ok(Some(cursor))
+    }
+
+    /// Whether the chunk is decoded a window at a time (not held whole).
+    #[cfg(test)]
+    pub fn windowed(&self) -> bool {
+        !matches!(self.source, Source::Whole(_))
     }
 
     /// The next string's index in the chunk.
@@ -114,25 +131,39 @@ impl TextCursor {
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    /// Decoded bytes `r`, from the window (refilled from `r.start` when it does not hold them).
+    /// Decoded bytes `r`, from the window (refilled from `r.start` when it does not hold them;
+    /// reads only move forward, so a stream is never rewound).
     fn bytes(&mut self, r: Range<usize>) -> Result<&[u8], String> {
-        let (encoded, len) = match &self.source {
+        let held = self.window_at..self.window_at + self.window.len();
+        match &mut self.source {
             Source::Whole(b) => return b.get(r.clone()).ok_or_else(|| ends_early(r.end, b.len())),
-            Source::Blosc { encoded, len } => (encoded, *len),
-        };
-        if r.end > len {
-            return Err(ends_early(r.end, len));
-        }
-        if r.is_empty() {
-            return Ok(&[]);
-        }
-        if r.start < self.window_at || r.end > self.window_at + self.window.len() {
-            let end = (r.start + WINDOW).max(r.end).min(len);
-            self.window =
-                blosc_decompress_bytes_partial(encoded, r.start, end - r.start, 1).map_err(|e| e.to_string())?;
-            self.window_at = r.start;
-            if self.window.len() != end - r.start {
-                return Err(format!("bytes {}..{end} decode to {} bytes", r.start, self.window.len()));
+            _ if r.start >= held.start && r.end <= held.end => {}
+            Source::Blosc { encoded, len } => {
+                if r.end > *len {
+                    return Err(ends_early(r.end, *len));
+                }
+                let end = (r.start + WINDOW).max(r.end).min(*len);
+                self.window =
+                    blosc_decompress_bytes_partial(encoded, r.start, end - r.start, 1).map_err(|e| e.to_string())?;
+                self.window_at = r.start;
+                if self.window.len() != end - r.start {
+                    return Err(format!("bytes {}..{end} decode to {} bytes", r.start, self.window.len()));
+                }
+            }
+            Source::Stream(stream) => {
+                if r.start < held.start {
+                    return Err(format!("byte {} read after byte {}", r.start, held.start));
+                }
+                // Keep what is still ahead and read on: the window's buffer is reused.
+                let behind = (r.start - held.start).min(self.window.len());
+                self.window.drain(..behind);
+                self.window_at = held.start + behind;
+                let want = (r.end - self.window_at).max(WINDOW);
+                let got = stream.take((want - self.window.len()) as u64).read_to_end(&mut self.window);
+                got.map_err(|e| format!("decompressing: {e}"))?;
+                if r.end > self.window_at + self.window.len() {
+                    return Err(ends_early(r.end, self.window_at + self.window.len()));
+                }
             }
         }
         Ok(&self.window[r.start - self.window_at..r.end - self.window_at])

@@ -254,7 +254,7 @@ impl ZArray {
             let (first, chunk) = (k * c, k as u64);
             let local = r.start.max(first) - first..r.end.min(first + c) - first;
             let chunk_err = |e: String| self.err(format!("chunk {k}: {e}"));
-            if cursor.as_ref().is_none_or(|t| t.chunk != chunk || t.next() > local.start) {
+            if cursor.as_ref().is_none_or(|t| t.chunk() != chunk || t.next() > local.start) {
                 // The old chunk goes first: holding it while the next one is read doubles it.
                 *cursor = None;
                 *cursor = chunks::decoded(|| TextCursor::open(&self.array, chunk, first)).map_err(chunk_err)?;

@@ -46,7 +46,7 @@ enum Source {
 
 /// The next strings of chunk `chunk`, read in order.
 pub struct TextCursor {
-    pub chunk: u64,
+    chunk: u64,
     /// The array index of the chunk's first string, to name a string in errors.
     first: usize,
     source: Source,
@@ -100,6 +100,11 @@ impl TextCursor {
         !matches!(self.source, Source::Whole(_))
     }
 
+    /// The chunk it reads.
+    pub fn chunk(&self) -> u64 {
+        self.chunk
+    }
+
     /// The next string's index in the chunk.
     pub fn next(&self) -> usize {
         self.next
@@ -137,6 +142,8 @@ impl TextCursor {
         let held = self.window_at..self.window_at + self.window.len();
         match &mut self.source {
             Source::Whole(b) => return b.get(r.clone()).ok_or_else(|| ends_early(r.end, b.len())),
+            // An empty string: nothing to decode (blosc refuses a range of no bytes).
+            _ if r.is_empty() => return Ok(&[]),
             _ if r.start >= held.start && r.end <= held.end => {}
             Source::Blosc { encoded, len } => {
                 if r.end > *len {

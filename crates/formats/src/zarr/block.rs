@@ -59,22 +59,18 @@ impl Block {
 
     /// Column indices, each checked to lie in `0..bound`.
     pub fn into_indices(self, bound: usize, dtype: &str) -> Result<Vec<u32>, String> {
-        let limit = bound.min(u32::MAX as usize + 1) as i64;
-        let outside = |bad: i64| format!("index {bad} outside 0..{bound}");
-        let v = match self {
+        match self {
             Self::I32(v) => {
-                if let Some(&bad) = v.iter().find(|&&x| x < 0 || i64::from(x) >= limit) {
-                    return Err(outside(bad.into()));
-                }
+                check_indices(v.iter().map(|&x| i64::from(x)), bound)?;
                 // Same width: the collect reuses the buffer.
-                return Ok(v.into_iter().map(|x| x as u32).collect());
+                Ok(v.into_iter().map(|x| x as u32).collect())
             }
-            b => b.into_i64(dtype)?,
-        };
-        if let Some(&bad) = v.iter().find(|&&x| x < 0 || x >= limit) {
-            return Err(outside(bad));
+            b => {
+                let v = b.into_i64(dtype)?;
+                check_indices(v.iter().copied(), bound)?;
+                Ok(v.into_iter().map(|x| x as u32).collect())
+            }
         }
-        Ok(v.into_iter().map(|x| x as u32).collect())
     }
 
     /// Strings; numbers (gene ids or category labels written as numbers) become strings.
@@ -88,6 +84,15 @@ impl Block {
             Self::I64(v) => v.iter().map(i64::to_string).collect(),
             Self::Bool(v) => v.iter().map(bool::to_string).collect(),
         }
+    }
+}
+
+/// Refuses an index outside `0..bound` (or past u32, how columns are stored), naming it.
+fn check_indices(mut values: impl Iterator<Item = i64>, bound: usize) -> Result<(), String> {
+    let limit = bound.min(u32::MAX as usize + 1) as i64;
+    match values.find(|&x| x < 0 || x >= limit) {
+        Some(bad) => Err(format!("index {bad} outside 0..{bound}")),
+        None => Ok(()),
     }
 }
 

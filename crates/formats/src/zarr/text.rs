@@ -82,11 +82,11 @@ impl TextCursor {
             }
             _ => {
                 let (options, repr) = (CodecOptions::default(), BytesRepresentation::UnboundedSize);
-                let mut bytes = Cow::Owned(encoded);
+                let mut bytes = encoded;
                 for c in codecs.iter().rev() {
-                    bytes = Cow::Owned(c.decode(bytes, &repr, &options).map_err(|e| e.to_string())?.into_owned());
+                    bytes = c.decode(Cow::Owned(bytes), &repr, &options).map_err(|e| e.to_string())?.into_owned();
                 }
-                Source::Whole(bytes.into_owned())
+                Source::Whole(bytes)
             }
         };
         let mut cursor = Self { chunk, first, source, count: 0, next: 0, pos: 4, window: Vec::new(), window_at: 0 };

@@ -11,8 +11,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::store::ReadStore;
 use zarrs::array::{Array, ArrayBytes, ArrayBytesOffsets, ArrayBytesRaw, ArraySubset};
-use zarrs::filesystem::FilesystemStore;
 use zarrs::plugin::ExtensionName;
 
 use super::block::Block;
@@ -24,7 +24,7 @@ use crate::ChunkValues;
 /// Entries decoded per read of a 1-d array (numbers; strings read an eighth of it).
 const BLOCK: usize = 1 << 20;
 
-pub type Store = Arc<FilesystemStore>;
+pub type Store = Arc<ReadStore>;
 
 /// How an array's elements are stored, as far as reading them goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct ZArray {
     path: PathBuf,
     what: String,
     // Boxed: an `Array` is ~900 bytes, and matrices and columns hold several.
-    array: Box<Array<FilesystemStore>>,
+    array: Box<Array<ReadStore>>,
     kind: Kind,
     dtype: String,
     shape: Vec<usize>,

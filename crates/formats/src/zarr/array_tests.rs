@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::super::store::ReadStore;
 use zarrs::array::codec::{blosc_compress_bytes, BloscCompressor, BloscShuffleMode};
-use zarrs::filesystem::FilesystemStore;
 
 use super::*;
 
@@ -82,7 +82,7 @@ fn write_compressed(dir: &Path, key: &str, items: &[Vec<u8>], chunk: usize, comp
 }
 
 fn open(dir: &Path, key: &str) -> ZArray {
-    let store: Store = Arc::new(FilesystemStore::new(dir).unwrap());
+    let store: Store = Arc::new(ReadStore::new(dir));
     ZArray::open(dir, &store, key).unwrap().unwrap()
 }
 

@@ -18,9 +18,9 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::store::ReadStore;
 use zarrs::array::codec::{ShardingCodec, ShardingCodecConfiguration, ShardingIndexLocation};
 use zarrs::array::{Array, ArrayBytes, ArrayMetadata, ArraySubset, CodecOptions};
-use zarrs::filesystem::FilesystemStore;
 use zarrs::storage::byte_range::ByteRange;
 use zarrs::storage::ReadableStorageTraits;
 
@@ -63,7 +63,7 @@ struct Shards {
 
 impl ChunkCheck {
     /// The check for a 1-d `array` (`what`: its key, e.g. `X/data`) of `path`.
-    pub fn new(path: &Path, what: &str, array: &Array<FilesystemStore>, omit: Omit) -> Result<Self> {
+    pub fn new(path: &Path, what: &str, array: &Array<ReadStore>, omit: Omit) -> Result<Self> {
         let fill_is_zero = array.fill_value().as_ne_bytes().iter().all(|&b| b == 0);
         let len = array.shape().first().copied().unwrap_or(0);
         let shards = sharding(path, what, array)?;
@@ -80,12 +80,7 @@ impl ChunkCheck {
 
     /// Checks that every chunk elements `r` lie in is stored; `value_at(i)` reads element `i`
     /// (for the `indptr` rule) without this check.
-    pub fn check(
-        &self,
-        array: &Array<FilesystemStore>,
-        r: &Range<u64>,
-        value_at: impl Fn(u64) -> Result<i64>,
-    ) -> Result<()> {
+    pub fn check(&self, array: &Array<ReadStore>, r: &Range<u64>, value_at: impl Fn(u64) -> Result<i64>) -> Result<()> {
         if r.is_empty() {
             return Ok(());
         }
@@ -120,7 +115,7 @@ impl ChunkCheck {
     }
 
     /// The chunk (inner chunk when sharded) holding element `i`.
-    fn chunk_of(&self, array: &Array<FilesystemStore>, i: u64) -> Result<u64> {
+    fn chunk_of(&self, array: &Array<ReadStore>, i: u64) -> Result<u64> {
         match &self.shards {
             Some(s) => Ok(i / s.inner),
             None => array
@@ -134,7 +129,7 @@ impl ChunkCheck {
     }
 
     /// `None` when chunk `k` is stored, else the message saying it is not.
-    fn missing(&self, array: &Array<FilesystemStore>, k: u64) -> Result<Option<String>> {
+    fn missing(&self, array: &Array<ReadStore>, k: u64) -> Result<Option<String>> {
         let store = array.storage();
         let stored = |key: &zarrs::storage::StoreKey| {
             store
@@ -176,7 +171,7 @@ impl ChunkCheck {
     /// The decoded index of a stored shard (`size` bytes).
     fn shard_index(
         &self,
-        array: &Array<FilesystemStore>,
+        array: &Array<ReadStore>,
         s: &Shards,
         key: &zarrs::storage::StoreKey,
         size: u64,
@@ -207,7 +202,7 @@ impl ChunkCheck {
     /// zero fill value is, when the first stored chunk after it starts with 0 (offsets never
     /// decrease, so every offset up to there is 0), or when none follows and the matrix has no
     /// entries (its last offset is their number).
-    fn may_omit(&self, array: &Array<FilesystemStore>, k: u64, value_at: &impl Fn(u64) -> Result<i64>) -> Result<bool> {
+    fn may_omit(&self, array: &Array<ReadStore>, k: u64, value_at: &impl Fn(u64) -> Result<i64>) -> Result<bool> {
         let Omit::LeadingZeros { empty } = self.omit else { return Ok(false) };
         if !self.fill_is_zero {
             return Ok(false);
@@ -232,7 +227,7 @@ impl ChunkCheck {
 /// How to look up inner chunks, for an array whose only array-to-bytes codec is sharding with a
 /// `bytes` (+ `crc32c`) index and nothing compressing whole shards after it; `None` otherwise
 /// (unsharded, or sharded otherwise: then the shard files alone are looked up).
-fn sharding(path: &Path, what: &str, array: &Array<FilesystemStore>) -> Result<Option<Shards>> {
+fn sharding(path: &Path, what: &str, array: &Array<ReadStore>) -> Result<Option<Shards>> {
     let ArrayMetadata::V3(meta) = array.metadata() else { return Ok(None) };
     let Some(at) = meta.codecs.iter().position(|c| c.name() == "sharding_indexed") else { return Ok(None) };
     if at + 1 != meta.codecs.len() || array.dimensionality() != 1 {
@@ -266,7 +261,7 @@ fn sharding(path: &Path, what: &str, array: &Array<FilesystemStore>) -> Result<O
 
 /// After a failed read of `ranges` of `array`: which chunk failed and why, found by decoding the
 /// chunks there one by one (at most a few thousand). `None` when each decodes alone.
-pub fn locate_failure(array: &Array<FilesystemStore>, what: &str, ranges: &[Range<u64>]) -> Option<String> {
+pub fn locate_failure(array: &Array<ReadStore>, what: &str, ranges: &[Range<u64>]) -> Option<String> {
     let chunks = array.chunks_in_array_subset(&ArraySubset::new_with_ranges(ranges)).ok()??;
     for idx in chunks.indices().into_iter().take(4096) {
         let key = array.chunk_key(&idx);

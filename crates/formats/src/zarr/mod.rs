@@ -7,6 +7,7 @@ mod array;
 mod block;
 mod chunks;
 mod frame;
+mod store;
 mod text;
 
 use std::ops::Range;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use array::{Store, ZArray};
 use chunks::Omit;
 use frame::ZColumn;
-use zarrs::filesystem::FilesystemStore;
+use store::ReadStore;
 
 use crate::csr;
 use crate::error::{Error, Result};
@@ -68,9 +69,7 @@ pub struct ZarrSource {
 
 impl ZarrSource {
     pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
-        let store: Store = Arc::new(
-            FilesystemStore::new(path).map_err(|e| Error::format(path, format!("cannot open as a zarr store: {e}")))?,
-        );
+        let store: Store = Arc::new(ReadStore::new(path));
         let has = |k: &str| array::exists(path, k);
         if !(has("obs") && has("var")) {
             let members = array::members(path, "");
@@ -136,8 +135,7 @@ impl ZarrSource {
 /// ids may be when the index holds symbols (ingest's `--gene-column` hint). Unreadable columns
 /// are left out.
 pub fn var_string_columns(path: &Path) -> Vec<(String, Vec<String>)> {
-    let Ok(store) = FilesystemStore::new(path) else { return Vec::new() };
-    let store: Store = Arc::new(store);
+    let store: Store = Arc::new(ReadStore::new(path));
     let index = array::group_attrs(path, "var").ok().and_then(|a| array::attr_str(&a, "_index").map(str::to_string));
     array::members(path, "var")
         .into_iter()

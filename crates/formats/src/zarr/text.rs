@@ -15,9 +15,9 @@ use std::borrow::Cow;
 use std::io::{Cursor, Read};
 use std::ops::Range;
 
+use super::store::ReadStore;
 use zarrs::array::codec::{blosc_decompress_bytes_partial, blosc_typesize, blosc_validate};
 use zarrs::array::{Array, BytesRepresentation, CodecOptions};
-use zarrs::filesystem::FilesystemStore;
 use zarrs::plugin::ExtensionName;
 
 /// Decoded bytes fetched per window of a blosc chunk. Large enough that the blocks blosc
@@ -27,7 +27,7 @@ const WINDOW: usize = 1 << 18;
 /// Whether an array's chunks are `vlen-utf8` (or `vlen-bytes`, the same layout) strings behind
 /// bytes-to-bytes codecs only: the layout [`TextCursor`] reads. Others (sharded arrays, zarrs's
 /// own `vlen`) are read whole by zarrs.
-pub fn readable(array: &Array<FilesystemStore>) -> bool {
+pub fn readable(array: &Array<ReadStore>) -> bool {
     let chain = array.codecs();
     let name = chain.array_to_bytes_codec().name_v3();
     chain.array_to_array_codecs().is_empty() && matches!(name.as_deref(), Some("vlen-utf8" | "vlen-bytes"))
@@ -63,7 +63,7 @@ pub struct TextCursor {
 impl TextCursor {
     /// The cursor at the first string of chunk `chunk`; `None` when the chunk is not stored
     /// (the caller reads the fill value). Errors are messages for the caller to place.
-    pub fn open(array: &Array<FilesystemStore>, chunk: u64, first: usize) -> Result<Option<Self>, String> {
+    pub fn open(array: &Array<ReadStore>, chunk: u64, first: usize) -> Result<Option<Self>, String> {
         let Some(encoded) = array.retrieve_encoded_chunk(&[chunk]).map_err(|e| e.to_string())? else {
             return Ok(None);
         };

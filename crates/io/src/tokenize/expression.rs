@@ -12,6 +12,20 @@ pub struct ExpressionBatch {
 }
 
 impl ExpressionBatch {
+    /// An empty batch with room for `cells` cells and `counts` counts, so that filling it does
+    /// not grow (and copy) its buffers step by step.
+    pub fn with_capacity(cells: usize, counts: usize) -> Self {
+        let mut offsets = Vec::with_capacity(cells + 1);
+        offsets.push(0);
+        ExpressionBatch {
+            count_offsets: offsets.clone(),
+            counts: Vec::with_capacity(counts),
+            tail_offsets: offsets,
+            tail: Vec::new(),
+            totals: Vec::with_capacity(cells),
+        }
+    }
+
     /// Adds one cell (its counts in rank order, the genes past the cut, its total).
     pub fn push(&mut self, counts: &[f32], tail: &[u32], total: f64) {
         self.counts.extend_from_slice(counts);
@@ -24,16 +38,17 @@ impl ExpressionBatch {
     /// Adds the cells of `other` after these.
     pub fn append(&mut self, other: ExpressionBatch) {
         let (c, t) = (self.counts.len(), self.tail.len());
-        self.counts.extend(other.counts);
+        self.counts.extend_from_slice(&other.counts);
         self.count_offsets.extend(other.count_offsets[1..].iter().map(|o| o + c));
-        self.tail.extend(other.tail);
+        self.tail.extend_from_slice(&other.tail);
         self.tail_offsets.extend(other.tail_offsets[1..].iter().map(|o| o + t));
-        self.totals.extend(other.totals);
+        self.totals.extend_from_slice(&other.totals);
     }
 
     /// The cells at `indices` (in that order).
     pub fn select(&self, indices: &[usize]) -> ExpressionBatch {
-        let mut out = ExpressionBatch { count_offsets: vec![0], tail_offsets: vec![0], ..Default::default() };
+        let counts = indices.iter().map(|&i| self.count_offsets[i + 1] - self.count_offsets[i]).sum();
+        let mut out = ExpressionBatch::with_capacity(indices.len(), counts);
         for &i in indices {
             let counts = &self.counts[self.count_offsets[i]..self.count_offsets[i + 1]];
             let tail = &self.tail[self.tail_offsets[i]..self.tail_offsets[i + 1]];

@@ -119,10 +119,15 @@ fn tokenize_cells(cells: &ChunkTokenizer<'_>) -> Result<TokenizedChunk> {
             let block = b * BLOCK..((b + 1) * BLOCK).min(n);
             // A cell has at most its stored values (and the layout's specials) as tokens.
             let bound = chunk.indptr[block.end] - chunk.indptr[block.start] + 2 * block.len();
-            let mut t = TokenizedChunk { offsets: vec![0], tokens: Vec::with_capacity(bound), ..Default::default() };
+            let mut t = TokenizedChunk {
+                kept: Vec::with_capacity(block.len()),
+                offsets: Vec::with_capacity(block.len() + 1),
+                tokens: Vec::with_capacity(bound),
+                ..Default::default()
+            };
+            t.offsets.push(0);
             if cells.expression {
-                t.expression =
-                    Some(ExpressionBatch { count_offsets: vec![0], tail_offsets: vec![0], ..Default::default() });
+                t.expression = Some(ExpressionBatch::with_capacity(block.len(), bound));
             }
             for i in block {
                 if cells.tokenize(i, buf)? {
@@ -140,11 +145,18 @@ fn tokenize_cells(cells: &ChunkTokenizer<'_>) -> Result<TokenizedChunk> {
         })
         .collect::<Result<_>>()?;
     let total: usize = blocks.iter().map(|b| b.tokens.len()).sum();
-    let mut t =
-        TokenizedChunk { offsets: Vec::with_capacity(n + 1), tokens: Vec::with_capacity(total), ..Default::default() };
+    let mut t = TokenizedChunk {
+        kept: Vec::with_capacity(n),
+        offsets: Vec::with_capacity(n + 1),
+        tokens: Vec::with_capacity(total),
+        ..Default::default()
+    };
     t.offsets.push(0);
     if cells.expression {
-        t.expression = Some(ExpressionBatch { count_offsets: vec![0], tail_offsets: vec![0], ..Default::default() });
+        let counts = blocks.iter().filter_map(|b| b.expression.as_ref()).map(|e| e.counts.len()).sum();
+        let mut all = ExpressionBatch::with_capacity(n, counts);
+        all.tail.reserve(blocks.iter().filter_map(|b| b.expression.as_ref()).map(|e| e.tail.len()).sum());
+        t.expression = Some(all);
     }
     for b in blocks {
         let base = t.tokens.len();

@@ -11,12 +11,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::store::ReadStore;
 use zarrs::array::{Array, ArrayBytes, ArrayBytesOffsets, ArrayBytesRaw, ArraySubset};
 use zarrs::plugin::ExtensionName;
 
 use super::block::Block;
 use super::chunks::{self, ChunkCheck, Omit};
+use super::store::ReadStore;
 use super::text::{self, TextCursor};
 use crate::error::{Error, Result};
 use crate::ChunkValues;

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::super::store::ReadStore;
 use zarrs::array::codec::{blosc_compress_bytes, BloscCompressor, BloscShuffleMode};
 
 use super::*;

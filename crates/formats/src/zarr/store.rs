@@ -61,7 +61,8 @@ impl ReadableStorageTraits for ReadStore {
 }
 
 /// The bytes of `range` of a file of `size` bytes; a range past the end is an error, as in
-/// zarrs's own stores.
+/// zarrs's own stores. (`ByteRange::to_range` subtracts from `size` unchecked, so the range is
+/// resolved here.)
 fn read_range(file: &File, size: u64, range: ByteRange) -> Result<Bytes, StorageError> {
     let (start, len) = match range {
         ByteRange::FromStart(start, None) => {

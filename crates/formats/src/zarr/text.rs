@@ -15,10 +15,11 @@ use std::borrow::Cow;
 use std::io::{Cursor, Read};
 use std::ops::Range;
 
-use super::store::ReadStore;
 use zarrs::array::codec::{blosc_decompress_bytes_partial, blosc_typesize, blosc_validate};
 use zarrs::array::{Array, BytesRepresentation, CodecOptions};
 use zarrs::plugin::ExtensionName;
+
+use super::store::ReadStore;
 
 /// Decoded bytes fetched per window of a blosc chunk. Large enough that the blocks blosc
 /// decompresses around a window's edges (tens to hundreds of KB) are a small part of it.

@@ -15,12 +15,16 @@ impl ExpressionBatch {
     /// An empty batch with room for `cells` cells and `counts` counts, so that filling it does
     /// not grow (and copy) its buffers step by step.
     pub fn with_capacity(cells: usize, counts: usize) -> Self {
-        let mut offsets = Vec::with_capacity(cells + 1);
-        offsets.push(0);
+        // Two buffers of their own: a clone would keep only the length, not the capacity.
+        let offsets = || {
+            let mut v = Vec::with_capacity(cells + 1);
+            v.push(0);
+            v
+        };
         ExpressionBatch {
-            count_offsets: offsets.clone(),
+            count_offsets: offsets(),
             counts: Vec::with_capacity(counts),
-            tail_offsets: offsets,
+            tail_offsets: offsets(),
             tail: Vec::new(),
             totals: Vec::with_capacity(cells),
         }

@@ -102,7 +102,7 @@ pub fn build_exact(corpus_dir: &Path, atlases: &[String], params: &GraphParams) 
     let screening_flops = screening_flops(scored.len(), g);
     let postings = postings(&scored, g);
     let n_cells = scored.len();
-    let overlaps = Overlaps::new(&postings, n_cells);
+    let overlaps = Overlaps::new(&postings[..], n_cells);
     let exact_rho = |u: usize, v: usize| moments.rho_exact(u, v, overlaps.with(u, v, |o| dot_y(o, &maps, u, v)));
     let pairs = screened_candidate_pairs(&approx, bound, &co, g, params, exact_rho);
     drop(approx);

@@ -16,6 +16,7 @@ use timely::dataflow::operators::{Exchange, Input, Probe};
 use timely::dataflow::InputHandle;
 
 use super::build::gene_presence;
+use super::overlap::PostingBlock;
 use corrflow_io::corpus::{for_each_shard_block, CorpusCells};
 use corrflow_io::error::{Error, Result};
 use corrflow_io::vocab::Vocabulary;
@@ -300,41 +301,41 @@ impl ShardSet {
         Ok(out)
     }
 
-    /// The (cell, score) postings of the `wanted` genes (indexed like `genes`; the others stay
-    /// empty) in this worker's shards, a block of cells at a time: `f(postings, cells)` once the
-    /// block holds `cap` postings or more, and for the rest. Cells are numbered within the block.
+    /// The postings of this worker's shards, a block of cells at a time: `f(block)` once the
+    /// block holds `cap` postings or more (checked after each cell, so at most `cap + l_max`),
+    /// and for the rest. Gene `u`'s score `s` is stored as `stored[u · l_max + s]`, and
+    /// skipped where that is `u16::MAX` (genes not wanted). Cells are numbered within the block.
     pub fn posting_blocks(
         &self,
         mine: &[usize],
         genes: &GraphVocab,
         l_max: usize,
-        wanted: &[bool],
+        stored: &[u16],
         cap: usize,
-        mut f: impl FnMut(&[Vec<(u32, u16)>], usize),
+        mut f: impl FnMut(&PostingBlock),
     ) -> Result<()> {
-        let mut postings = vec![Vec::new(); genes.len()];
-        let (mut held, mut cells) = (0usize, 0u32);
-        let mut flush = |postings: &mut Vec<Vec<(u32, u16)>>, held: &mut usize, cells: &mut u32| {
-            f(postings, *cells as usize);
-            postings.iter_mut().for_each(Vec::clear);
-            (*held, *cells) = (0, 0);
+        let mut block = PostingBlock::with_capacity(genes.len(), cap + l_max);
+        let mut flush = |block: &mut PostingBlock| {
+            block.group();
+            f(block);
+            block.clear();
         };
         self.each(mine, genes, l_max, |_, scored| {
             for c in scored {
                 for (&u, &s) in c.genes.iter().zip(&c.scores) {
-                    if wanted[u as usize] {
-                        postings[u as usize].push((cells, s));
-                        held += 1;
+                    let kept = stored[u as usize * l_max + usize::from(s)];
+                    if kept != u16::MAX {
+                        block.push(u, kept);
                     }
                 }
-                cells += 1;
-            }
-            if held >= cap {
-                flush(&mut postings, &mut held, &mut cells);
+                block.end_cell();
+                if block.len() >= cap {
+                    flush(&mut block);
+                }
             }
         })?;
-        if cells > 0 {
-            flush(&mut postings, &mut held, &mut cells);
+        if block.cells() > 0 {
+            flush(&mut block);
         }
         Ok(())
     }

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use corrflow_algorithms::graph::{
-    candidate_pairs, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab, OverlapScratch, RankMaps,
+    candidate_pairs, spearman_average_ranks, GraphEdge, GraphParams, GraphVocab, OverlapScratch, PairSums, RankMaps,
 };
 use rayon::prelude::*;
 
 use super::build::{check_memory, BuildSummary};
 use super::gene_stats::GeneStats;
-use super::local_hist::{local_by_histograms, HistogramSizing};
+use super::local_hist::{local_by_histograms, HistogramSizing, ScoreBins};
 use super::overlap::Overlaps;
 use super::parallel::{
     add_histograms, add_presence, gather, run_workers, share, AtlasStatistics, Cluster, ShardSet, To,
@@ -109,12 +109,19 @@ pub fn build_streaming(
     Ok(Some((graph, summary, state)))
 }
 
-/// Bytes ρ_local may hold: `graph.stream_memory_mb`, by default an eighth of the available
-/// memory. Postings (6 bytes each) are gathered in one pass when every needed one fits with
-/// the merge on worker 0 (12 bytes a posting); otherwise per-pair histograms fill it.
+/// Bytes ρ_local may hold: `graph.stream_memory_mb`, by default half of what the exact pair
+/// sums of `graph.max_genes` genes hold (112 MB at 2,000), within 64 MB and an eighth of the
+/// available memory. The sums stay in memory for the state, so the build's peak stays near
+/// what it is when every posting fits, at any number of cells. An eighth of the memory (the
+/// default before session 67, ~3 GB here) gave 3.5 GB at 944k cells and 1.9 GB at 3.8M against
+/// 0.7 GB at 59k. Postings (6 bytes each) are gathered in one pass when every needed one fits
+/// with the merge on worker 0 (12 bytes a posting); otherwise per-pair histograms fill it.
 fn local_budget(params: &GraphParams) -> u64 {
     match params.stream_memory_mb {
-        0 => (corrflow_io::util::available_memory().unwrap_or(8 << 30) / 8).clamp(64 << 20, 4 << 30),
+        0 => {
+            let eighth = (corrflow_io::util::available_memory().unwrap_or(8 << 30) / 8).clamp(64 << 20, 4 << 30);
+            (PairSums::bytes(params.max_genes) / 2).clamp(64 << 20, eighth)
+        }
         mb => mb << 20,
     }
 }
@@ -151,9 +158,12 @@ fn build_worker(
     let t1 = Instant::now();
     // (3) Exact pair sums under the maps (on worker 0), the selection there, its pairs to all.
     let total = gather(worker, set.statistics(&mine, &genes, &maps), &AtlasStatistics::add, To::First)?;
+    // Worker 0 keeps the histograms and maps in the state (moved, not copied: 32 MB each at
+    // 2,000 genes); the other workers keep their histograms for ρ_local's bins.
+    let mut hist = Some(hist);
     let selected = total.map(|t| {
-        let sums = t.sums;
-        let stats = GeneStats { vocab: genes.clone(), hist: hist.clone(), maps: maps.clone(), sums };
+        let hist = hist.take().expect("taken once"); // ok: invariant
+        let stats = GeneStats { vocab: genes.clone(), hist, maps, sums: t.sums };
         let rho = stats.correlations();
         let pairs = candidate_pairs(&rho, &stats.sums.co, g, params);
         (stats, rho, pairs)
@@ -170,8 +180,10 @@ fn build_worker(
     let (local, local_run) = if postings <= budget / 12 {
         (local_by_postings(worker, set, &mine, &genes, l, &pairs, &wanted)?, ("postings", 1))
     } else {
-        let sizing = HistogramSizing::new(budget, l, local_workers, worker.peers());
-        let (rho, rounds) = local_by_histograms(worker, set, &mine, &genes, l, &pairs, sizing)?;
+        let sizing = HistogramSizing::new(budget, local_workers, worker.peers());
+        let kept = selected.as_ref().map(|s| &s.0.hist);
+        let bins = ScoreBins::new(kept.or(hist.as_ref()).expect("on worker 0 or here")); // ok: invariant
+        let (rho, rounds) = local_by_histograms(worker, set, &mine, &genes, &bins, &pairs, sizing)?;
         (rho, ("histograms", rounds))
     };
     let local = local.unwrap_or_default();
@@ -213,7 +225,7 @@ fn local_by_postings(
         p.sort_unstable_by_key(|x| x.0);
         postings[u] = p;
     }
-    let overlaps = Overlaps::new(&postings, set.cells() as usize);
+    let overlaps = Overlaps::new(&postings[..], set.cells() as usize);
     Ok(Some(
         pairs
             .par_iter()

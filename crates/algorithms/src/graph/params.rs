@@ -37,7 +37,9 @@ pub struct GraphParams {
     /// Streamed builds (`build --incremental`, `rebase`): memory in MB for ρ_local: the
     /// postings it is computed from when they all fit (one pass over the shards), otherwise
     /// per-pair score histograms in rounds of pairs that fit (two passes each, as many rounds
-    /// at any number of cells); 0 = an eighth of the available memory.
+    /// at any number of cells); 0 = half of what the exact pair sums of `max_genes` genes hold
+    /// ([`PairSums::bytes`](super::PairSums::bytes): 112 MB at 2,000), within 64 MB and an
+    /// eighth of the available memory.
     pub stream_memory_mb: u64,
 }
 

@@ -72,22 +72,46 @@ impl GraphVocab {
     }
 
     /// Scores of a cell's gene tokens (special tokens must be removed by the caller): the gene
-    /// at 1-based position `pos ≤ l_max` scores `l_max − pos`.
+    /// at 1-based position `pos ≤ l_max` scores `l_max − pos`; a repeated token keeps its first
+    /// position. Genes come out ascending without a sort (a per-thread bit per gene): sorting
+    /// each cell's genes took 12% of a streamed graph build (session 67's profile).
     pub fn score(&self, tokens: &[u32], l_max: usize, out: &mut ScoredCell) {
         out.genes.clear();
         out.scores.clear();
-        let mut pairs: Vec<(u32, u16)> = tokens[..tokens.len().min(l_max)]
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &t)| self.index(t).map(|g| (g as u32, (l_max - (i + 1)) as u16)))
-            .collect();
-        pairs.sort_unstable_by_key(|p| p.0);
-        pairs.dedup_by_key(|p| p.0);
-        for (g, s) in pairs {
-            out.genes.push(g);
-            out.scores.push(s);
-        }
+        let g = self.tokens.len();
+        SEEN.with(|seen| {
+            let (score_of, bits) = &mut *seen.borrow_mut();
+            let words = g.div_ceil(64);
+            if score_of.len() < g {
+                score_of.resize(g, u16::MAX);
+            }
+            if bits.len() < words {
+                bits.resize(words, 0);
+            }
+            for (i, &t) in tokens[..tokens.len().min(l_max)].iter().enumerate() {
+                // Scores are below l_max ≤ 65,535 (GraphParams::validate): never u16::MAX.
+                if let Some(u) = self.index(t).filter(|&u| score_of[u] == u16::MAX) {
+                    score_of[u] = (l_max - (i + 1)) as u16;
+                    bits[u / 64] |= 1 << (u % 64);
+                }
+            }
+            for (w, word) in bits[..words].iter_mut().enumerate() {
+                let mut left = std::mem::take(word);
+                while left != 0 {
+                    let u = w * 64 + left.trailing_zeros() as usize;
+                    left &= left - 1;
+                    out.genes.push(u as u32);
+                    out.scores.push(std::mem::replace(&mut score_of[u], u16::MAX));
+                }
+            }
+        });
     }
+}
+
+thread_local! {
+    /// Per thread, for [`GraphVocab::score`]: each gene's score in the cell being scored
+    /// (`u16::MAX`: not seen) and a bit per gene seen; both are cleared as the cell is written.
+    static SEEN: std::cell::RefCell<(Vec<u16>, Vec<u64>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 #[cfg(test)]
@@ -111,6 +135,20 @@ mod tests {
         // 9 at pos 1 → 2, 5 at pos 3 → 0 (present with score 0), 7 beyond l_max.
         assert_eq!(c.genes, vec![0, 2]);
         assert_eq!(c.scores, vec![0, 2]);
+    }
+
+    #[test]
+    fn genes_come_out_ascending_and_a_repeat_keeps_its_first_position() {
+        let v = GraphVocab::from_tokens((0..200).collect(), 200);
+        let mut c = ScoredCell::default();
+        v.score(&[150, 3, 70, 3, 64, 199], 10, &mut c);
+        assert_eq!(c.genes, vec![3, 64, 70, 150, 199]);
+        assert_eq!(c.scores, vec![8, 5, 7, 9, 4]);
+        // Nothing carries over to the next cell, nor to a smaller vocabulary.
+        v.score(&[70], 10, &mut c);
+        assert_eq!((c.genes.as_slice(), c.scores.as_slice()), (&[70][..], &[9][..]));
+        GraphVocab::from_tokens(vec![1], 2).score(&[1, 0], 4, &mut c);
+        assert_eq!((c.genes.as_slice(), c.scores.as_slice()), (&[0][..], &[3][..]));
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub(crate) const MAX_BATCH: usize = 1024;
 const SPLIT_BELOW_BATCH: usize = 64;
 
 impl PairSums {
+    /// Bytes the sums of `n_genes` genes hold: three i128 and one i64 per ordered pair.
+    pub const fn bytes(n_genes: usize) -> u64 {
+        (n_genes * n_genes * (3 * 16 + 8)) as u64
+    }
+
     pub fn new(n_genes: usize) -> Self {
         let gg = n_genes * n_genes;
         Self { n_genes, n_cells: 0, yy: vec![0; gg], co: vec![0; gg], yp: vec![0; gg], y2p: vec![0; gg] }

@@ -205,8 +205,9 @@ def evaluate(run: Run, held_out) -> Optional[Dict[str, float]]:
     return metrics
 
 
-def _reduce(values: List[float]) -> List[float]:
-    t = torch.tensor(values, dtype=torch.float64)
+def _reduce(values: List[float], device: torch.device) -> List[float]:
+    # On the run's device: NCCL (the process group on CUDA) reduces CUDA tensors only.
+    t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return t.tolist()
 
@@ -324,7 +325,7 @@ def _step(run: Run, micro: List[Dict[str, torch.Tensor]], clip: float) -> Tuple[
     run.optim.step()
     run.sched.step()
     run.optim.zero_grad(set_to_none=True)
-    loss_sum, masked, tokens, cells = _reduce([losses, masked, tokens, cells])
+    loss_sum, masked, tokens, cells = _reduce([losses, masked, tokens, cells], run.device)
     return loss_sum / run.world, masked, tokens, cells
 
 

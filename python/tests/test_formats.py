@@ -37,7 +37,7 @@ def test_a_backed_anndata_is_read_in_blocks_with_the_results_of_the_in_memory_on
     time (here 300 cells, so 4 blocks) and give exactly what the in-memory AnnData gives."""
     import warnings
 
-    monkeypatch.setattr(corrflow, "_BACKED_ROWS", 300)
+    monkeypatch.setattr(corrflow._anndata, "_BACKED_ROWS", 300)
     backed = anndata.read_h5ad(BUNDLED, backed="r")
     memory = anndata.read_h5ad(BUNDLED)
     assert corrflow.tokenize(backed, gene_column="gene_ids").equals(corrflow.tokenize(memory, gene_column="gene_ids"))

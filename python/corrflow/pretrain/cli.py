@@ -107,12 +107,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads()))))
     from corrflow import CorrflowError
 
+    rank = dist.get_rank()
     try:
         summary = train(args, settings)
     except (ValueError, OSError, CorrflowError) as e:
-        print(f"corrflow.pretrain (rank {dist.get_rank()}): {e}", file=sys.stderr, flush=True)
+        print(f"corrflow.pretrain (rank {rank}): {e}", file=sys.stderr, flush=True)
         return 2
-    if dist.get_rank() == 0:
+    finally:
+        # Also on an error: NCCL warns of leaked resources when a process exits without it.
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if rank == 0:
         print(json.dumps(summary), flush=True)
-    dist.destroy_process_group()
     return 0

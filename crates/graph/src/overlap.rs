@@ -107,8 +107,9 @@ impl PostingBlock {
 
 impl PostingLists for PostingBlock {
     fn list(&self, u: usize) -> &[(u32, u16)] {
-        match (self.starts.get(u), self.starts.get(u + 1)) {
-            (Some(&a), Some(&b)) if b <= self.grouped.len() => &self.grouped[a..b],
+        // No `u + 1`: Overlaps asks for usize::MAX (no gene cached yet), which would overflow.
+        match self.starts.get(u..).and_then(|s| s.get(..2)) {
+            Some(&[a, b]) if b <= self.grouped.len() => &self.grouped[a..b],
             _ => &[],
         }
     }
